@@ -1,0 +1,3 @@
+module github.com/softrdma/softrdma
+
+go 1.26

@@ -1,0 +1,131 @@
+// Package layering holds the test that keeps softrdma's imports pointing
+// one way: wire, verbs, transport → engine → providers → cm, ULPs → cmd.
+package layering
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/softrdma/softrdma"
+
+// allowed lists, for each package (by path prefix, most specific first),
+// the module packages it may import. Standard library imports are always
+// allowed; third-party imports only where listed under "external".
+var rules = []struct {
+	pkg      string
+	allow    []string
+	external []string
+}{
+	{"wire", nil, nil},
+	{"verbs", nil, nil},
+	{"transport/udp", []string{"transport"}, []string{"golang.org/x/sys", "golang.org/x/net"}},
+	{"transport", nil, nil},
+	{"internal/netsim", []string{"transport"}, nil},
+	{"internal/roce", []string{"wire", "verbs", "transport"}, nil},
+	{"internal/perftest", nil, nil},
+	{"internal/pingpong", nil, nil},
+	{"provider", []string{"wire", "verbs", "transport", "internal/roce", "internal/netsim"}, []string{"golang.org/x/sys"}},
+	{"cmd", []string{""}, []string{""}}, // the CLI may import anything
+	{"internal/layering", nil, nil},
+	{"test", []string{""}, []string{""}},
+	{"bench", []string{""}, []string{""}},
+}
+
+func TestImportDirection(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	checked := 0
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) && path != root {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		rel = filepath.ToSlash(rel)
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		isTest := strings.HasSuffix(path, "_test.go")
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			checked++
+			if strings.HasPrefix(p, module+"/cmd") {
+				t.Errorf("%s imports %s: nothing may import cmd/", path, p)
+			}
+			if p == "C" && !strings.HasPrefix(rel, "provider/ibverbs") {
+				t.Errorf("%s imports \"C\": only provider/ibverbs may use cgo", path)
+			}
+			if isTest {
+				continue // tests may assemble higher layers
+			}
+			if msg := check(rel, p); msg != "" {
+				t.Errorf("%s: %s", path, msg)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked == 0 {
+		t.Fatal("no imports checked: is the walk rooted at the module?")
+	}
+}
+
+func check(pkg, imp string) string {
+	stdlib := !strings.Contains(strings.SplitN(imp, "/", 2)[0], ".")
+	if stdlib || imp == "C" {
+		return ""
+	}
+	for _, r := range rules {
+		if pkg != r.pkg && !strings.HasPrefix(pkg, r.pkg+"/") {
+			continue
+		}
+		if strings.HasPrefix(imp, module+"/") || imp == module {
+			target := strings.TrimPrefix(imp, module+"/")
+			for _, a := range r.allow {
+				if a == "" || target == a || strings.HasPrefix(target, a+"/") {
+					return ""
+				}
+			}
+			return "imports " + target + ", which is not below " + pkg + " in the layering"
+		}
+		for _, e := range r.external {
+			if e == "" || strings.HasPrefix(imp, e) {
+				return ""
+			}
+		}
+		return "imports third-party " + imp + ", not allowed in " + pkg
+	}
+	return "package " + pkg + " has no layering rule; add one to internal/layering"
+}
+
+func TestRulesCatchViolations(t *testing.T) {
+	if check("wire", module+"/verbs") == "" {
+		t.Error("wire importing verbs passed")
+	}
+	if check("internal/roce", module+"/provider/soft") == "" {
+		t.Error("roce importing a provider passed")
+	}
+	if check("internal/roce", module+"/wire") != "" {
+		t.Error("roce importing wire failed")
+	}
+	if check("transport/udp", "golang.org/x/sys/unix") != "" {
+		t.Error("udp importing x/sys failed")
+	}
+}

@@ -1,0 +1,109 @@
+// Package transport defines the batch-oriented datagram interface that the
+// RoCEv2 engine sends and receives through.
+//
+// A Transport carries RoCEv2 packets: the UDP payload that starts with the
+// InfiniBand Base Transport Header and ends with the 4-byte invariant CRC
+// (ICRC). The ICRC covers parts of the IP and UDP headers that only the
+// transport knows for certain (addresses, ports, the IPv4 identification), so
+// the transport owns it: Send fills the last four bytes of every packet, and
+// Recv reports whether the ICRC of every received packet checked out.
+//
+// Implementations: transport/udp (real UDP sockets, port 4791) and
+// internal/netsim (an in-memory network with loss, delay, reordering,
+// duplication and corruption for tests in virtual time).
+package transport
+
+import (
+	"errors"
+	"net/netip"
+)
+
+// Port is the IANA-assigned UDP destination port of RoCEv2.
+const Port = 4791
+
+// ICRCStatus says what a transport learned about a received packet's ICRC.
+type ICRCStatus uint8
+
+const (
+	// ICRCOK means the ICRC was recomputed over the packet as it arrived,
+	// including its real IP and UDP headers, and matched.
+	ICRCOK ICRCStatus = iota
+	// ICRCBad means the ICRC was recomputed and did not match: the packet
+	// was corrupted and must be dropped.
+	ICRCBad
+	// ICRCUnverified means the transport could not see every header field
+	// the ICRC covers (a plain UDP socket cannot see the IPv4 identification)
+	// and the ICRC did not match under the assumption it had to make (ID 0).
+	// Peers such as Linux rxe send non-zero identifications, so such a packet
+	// is not necessarily corrupt; the receiver decides by policy.
+	ICRCUnverified
+)
+
+func (s ICRCStatus) String() string {
+	switch s {
+	case ICRCOK:
+		return "ok"
+	case ICRCBad:
+		return "bad"
+	case ICRCUnverified:
+		return "unverified"
+	}
+	return "ICRCStatus(?)"
+}
+
+// Packet is one RoCEv2 datagram in a batch.
+//
+// On Send, Buf holds the whole packet from the BTH to the ICRC; the last four
+// bytes are overwritten by the transport with the ICRC it computes for the
+// headers it actually sends. Peer is the destination (normally port 4791) and
+// Flow, usually the source QP number, selects the UDP source port so that
+// packets of one QP share a flow, as rxe does (0xC000 + hash).
+//
+// On Recv, Buf is a caller-provided buffer that the transport reslices to the
+// datagram's length; Peer is the source address and port, Local the local
+// address the datagram was sent to, and ICRC the result of the check.
+type Packet struct {
+	Buf   []byte
+	Peer  netip.AddrPort
+	Local netip.Addr
+	Flow  uint32
+	ICRC  ICRCStatus
+}
+
+// Transport sends and receives batches of RoCEv2 packets.
+//
+// Send and Recv may be called concurrently with each other and with
+// themselves from several goroutines. Close unblocks a pending Recv, which
+// then returns ErrClosed.
+type Transport interface {
+	// Send transmits pkts in order, filling the ICRC of each. It returns the
+	// number of packets handed to the network. A packet that cannot be sent
+	// (for example to an unreachable address) is counted as sent and dropped,
+	// as a network would drop it; an error means the transport itself failed.
+	// Send does not retain pkts or their buffers after it returns.
+	Send(pkts []Packet) (int, error)
+
+	// Recv blocks until at least one packet arrives and fills pkts[0:n],
+	// reslicing each pkts[i].Buf (whose capacity must hold the largest
+	// packet the caller accepts; longer datagrams are truncated and reported
+	// with ICRCBad). It returns ErrClosed once the transport is closed.
+	Recv(pkts []Packet) (n int, err error)
+
+	// LocalAddr is the address and port the transport receives on.
+	LocalAddr() netip.AddrPort
+
+	// LinkMTU is the IP MTU of the link the transport sends on (1500 for a
+	// typical Ethernet, 65536 for Linux loopback); the engine derives the
+	// InfiniBand path MTU from it as rxe does.
+	LinkMTU() int
+
+	// BatchSize is the largest batch Send and Recv handle in one call;
+	// callers size their arrays with it.
+	BatchSize() int
+
+	// Close releases the transport. It is safe to call more than once.
+	Close() error
+}
+
+// ErrClosed is returned by Send and Recv on a closed transport.
+var ErrClosed = errors.New("transport: closed")

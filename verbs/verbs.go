@@ -1,0 +1,245 @@
+package verbs
+
+import (
+	"context"
+	"sync"
+)
+
+// Device is an RDMA device a provider offers (struct ibv_device). Opening it
+// gives a Context.
+type Device interface {
+	// Name is the device name, such as "softrdma0" or "rxe0".
+	Name() string
+	// GUID is the node GUID.
+	GUID() uint64
+	// Open opens the device for use.
+	Open() (Context, error)
+}
+
+// Context is an open device (struct ibv_context). Its methods are safe for
+// concurrent use.
+type Context interface {
+	Device() Device
+	QueryDevice() (DeviceAttr, error)
+	// QueryPort returns the attributes of port (ports are numbered from 1).
+	QueryPort(port uint8) (PortAttr, error)
+	// QueryGID returns entry index of port's GID table.
+	QueryGID(port uint8, index int) (GID, error)
+	AllocPD() (PD, error)
+	// CreateCQ creates a CQ with room for at least cqe completions. If ch is
+	// not nil, the CQ reports events to it after ReqNotify.
+	CreateCQ(cqe int, ch *CompChannel) (CQ, error)
+	// Close releases the context. Objects created from it must be
+	// destroyed first, or Close returns ErrInUse.
+	Close() error
+}
+
+// PD is a protection domain (struct ibv_pd): MRs, QPs, SRQs and AHs created
+// in one PD work only with each other.
+type PD interface {
+	Context() Context
+	// RegMR registers buf, which the caller keeps alive and does not move,
+	// for access by work requests and, if access allows, by remote peers.
+	// Remote write or atomic access requires AccessLocalWrite, as IBTA
+	// requires.
+	RegMR(buf []byte, access Access) (MR, error)
+	// AllocMR allocates length bytes of memory outside the Go heap (mmap),
+	// page aligned and zeroed, and registers it. Dereg releases the memory.
+	// This is the memory to use for data that other processes or devices
+	// map; MR.Bytes returns it.
+	AllocMR(length int, access Access) (MR, error)
+	CreateQP(attr *QPInitAttr) (QP, error)
+	CreateSRQ(attr *SRQInitAttr) (SRQ, error)
+	CreateAH(attr *AHAttr) (AH, error)
+	// Dealloc frees the PD; it fails with ErrInUse while objects remain.
+	Dealloc() error
+}
+
+// MR is a registered memory region (struct ibv_mr).
+//
+// After Dereg returns, the keys are invalid: a local work request using the
+// lkey completes with WCLocProtErr, a remote access with the rkey is NAKed
+// and completes at the requester with WCRemAccessErr, and no data moves into
+// or out of the memory any more.
+type MR interface {
+	// Addr is the virtual address of the first byte: the address SGEs and
+	// remote peers use.
+	Addr() uint64
+	Len() int
+	LKey() uint32
+	RKey() uint32
+	Access() Access
+	// Bytes returns the registered memory. For AllocMR memory it is valid
+	// until Dereg.
+	Bytes() []byte
+	// SGE returns the scatter/gather element for length bytes at offset off.
+	SGE(off, length int) SGE
+	Dereg() error
+}
+
+// CQ is a completion queue (struct ibv_cq). Poll, Wait and ReqNotify are safe
+// for concurrent use, though one poller per CQ is the usual design.
+type CQ interface {
+	// Poll moves up to len(wc) completions into wc and returns how many.
+	// It never blocks and never allocates.
+	Poll(wc []WC) (int, error)
+	// Wait blocks until the CQ holds at least one completion, ctx is done
+	// (returning ctx.Err()), or the CQ is destroyed. It spins briefly before
+	// sleeping, so a busy CQ reacts fast and an idle one costs no CPU.
+	Wait(ctx context.Context) error
+	// ReqNotify arms the CQ: the next completion (the next solicited one, if
+	// solicitedOnly) delivers one event to the CQ's CompChannel.
+	ReqNotify(solicitedOnly bool) error
+	// CQE is the capacity of the CQ.
+	CQE() int
+	Destroy() error
+}
+
+// QP is a queue pair (struct ibv_qp). PostSend and PostRecv are safe for
+// concurrent use with each other and with completions arriving.
+type QP interface {
+	// QPNum is the queue pair number peers address.
+	QPNum() uint32
+	Type() QPType
+	// State returns the current state without querying every attribute.
+	State() QPState
+	// Modify changes the attributes selected by mask, validated as
+	// libibverbs does: a missing required attribute, an attribute not
+	// allowed for the transition or an invalid transition is an error that
+	// names it.
+	Modify(attr *QPAttr, mask QPAttrMask) error
+	// Query returns the QP's attributes and the attributes it was created with.
+	Query() (QPAttr, QPInitAttr, error)
+	// PostSend posts wr and the requests chained after it. On failure the
+	// error is a *PostError naming the first request not posted.
+	PostSend(wr *SendWR) error
+	// PostRecv posts receive requests.
+	PostRecv(wr *RecvWR) error
+	Destroy() error
+}
+
+// SRQ is a shared receive queue (struct ibv_srq).
+type SRQ interface {
+	PostRecv(wr *RecvWR) error
+	Query() (SRQAttr, error)
+	// Modify sets the limit (SRQLimit) that arms the SRQ limit event; MaxWR
+	// resizing is not supported.
+	Modify(attr *SRQAttr, mask SRQAttrMask) error
+	Destroy() error
+}
+
+// SRQAttrMask selects SRQ attributes.
+type SRQAttrMask uint32
+
+// SRQ attribute mask bits.
+const (
+	SRQAttrMaxWR SRQAttrMask = 1 << 0
+	SRQAttrLimit SRQAttrMask = 1 << 1
+)
+
+// AH is an address handle (struct ibv_ah): the destination of UD sends.
+type AH interface {
+	Attr() AHAttr
+	Destroy() error
+}
+
+// Provider enumerates devices. Providers register themselves with Register.
+type Provider interface {
+	Name() string
+	Devices() ([]Device, error)
+}
+
+var (
+	providersMu sync.Mutex
+	providers   []Provider
+)
+
+// Register adds a provider to the list Devices consults. Providers call it
+// from their package's init or from an explicit constructor.
+func Register(p Provider) {
+	providersMu.Lock()
+	defer providersMu.Unlock()
+	for _, q := range providers {
+		if q.Name() == p.Name() {
+			return
+		}
+	}
+	providers = append(providers, p)
+}
+
+// Devices returns the devices of every registered provider
+// (ibv_get_device_list).
+func Devices() ([]Device, error) {
+	providersMu.Lock()
+	ps := append([]Provider(nil), providers...)
+	providersMu.Unlock()
+	var all []Device
+	for _, p := range ps {
+		ds, err := p.Devices()
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, ds...)
+	}
+	return all, nil
+}
+
+// OpenDevice opens the device called name, or the first device if name is
+// empty.
+func OpenDevice(name string) (Context, error) {
+	ds, err := Devices()
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range ds {
+		if name == "" || d.Name() == name {
+			return d.Open()
+		}
+	}
+	if name == "" {
+		return nil, Errorf("OpenDevice", ErrNotFound, "no RDMA devices; create a softrdma device first (provider/soft)")
+	}
+	return nil, Errorf("OpenDevice", ErrNotFound, "no device named %q", name)
+}
+
+// CompChannel delivers CQ events to a waiting goroutine (struct
+// ibv_comp_channel). Create it with NewCompChannel, pass it to CreateCQ, arm
+// the CQ with ReqNotify and receive events with GetEvent or from C.
+type CompChannel struct {
+	ch chan CQ
+}
+
+// NewCompChannel returns a completion channel that buffers up to depth
+// events (at least 1). A CQ delivers at most one event per ReqNotify, so a
+// depth equal to the number of CQs sharing the channel never loses one.
+func NewCompChannel(depth int) *CompChannel {
+	if depth < 1 {
+		depth = 1
+	}
+	return &CompChannel{ch: make(chan CQ, depth)}
+}
+
+// C returns the channel events arrive on, for use in select statements.
+func (c *CompChannel) C() <-chan CQ { return c.ch }
+
+// GetEvent waits for the next event and returns the CQ it is for
+// (ibv_get_cq_event). Rearm the CQ with ReqNotify before polling it dry, as
+// with libibverbs, so no completion is missed.
+func (c *CompChannel) GetEvent(ctx context.Context) (CQ, error) {
+	select {
+	case cq := <-c.ch:
+		return cq, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Notify delivers an event for cq. Providers call it; it never blocks (an
+// event that finds the channel full is dropped, which only happens when the
+// channel is shared by more CQs than its depth).
+func (c *CompChannel) Notify(cq CQ) {
+	select {
+	case c.ch <- cq:
+	default:
+	}
+}
