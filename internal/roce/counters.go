@@ -1,0 +1,83 @@
+package roce
+
+import "sync/atomic"
+
+// Counters are the device's statistics. The first group mirrors the names
+// of rxe's hw_counters (/sys/class/infiniband/rxe0/ports/1/hw_counters) so
+// the two can be compared side by side; the rest count what softrdma drops
+// and why. All fields are updated atomically and safe to read at any time.
+type Counters struct {
+	SentPkts            atomic.Uint64 // sent_pkts
+	RcvdPkts            atomic.Uint64 // rcvd_pkts
+	DuplicateRequest    atomic.Uint64 // duplicate_request
+	OutOfSeqRequest     atomic.Uint64 // out_of_seq_request
+	RcvdRNRErr          atomic.Uint64 // rcvd_rnr_err
+	SendRNRErr          atomic.Uint64 // send_rnr_err
+	RcvdSeqErr          atomic.Uint64 // rcvd_seq_err
+	RetryExceededErr    atomic.Uint64 // retry_exceeded_err
+	RetryRNRExceededErr atomic.Uint64 // retry_rnr_exceeded_err
+	CompleterRetryErr   atomic.Uint64 // completer_retry_err
+	SendErr             atomic.Uint64 // send_err
+	RDMASends           atomic.Uint64 // rdma_sends
+	RDMARecvs           atomic.Uint64 // rdma_recvs
+
+	Timeouts           atomic.Uint64 // local ACK timeouts that led to a retransmission
+	Retransmits        atomic.Uint64 // packets sent again by go-back-N
+	DropICRC           atomic.Uint64 // ICRC checked and wrong
+	DropICRCUnverified atomic.Uint64 // ICRC not checkable and AcceptUnverifiedICRC off
+	DropMalformed      atomic.Uint64 // headers that do not parse
+	DropUnknownQP      atomic.Uint64 // no QP with the destination QPN
+	DropQPState        atomic.Uint64 // QP not in a state that receives
+	DropWrongSource    atomic.Uint64 // RC/UC packet not from the QP's peer
+	DropWrongTransport atomic.Uint64 // opcode of another transport (RC opcode to a UD QP, ...)
+	DropPKey           atomic.Uint64 // P_Key mismatch
+	DropQKey           atomic.Uint64 // UD Q_Key mismatch
+	DropNoRecvWQE      atomic.Uint64 // UD/UC message with no receive WQE posted
+	DropUnexpected     atomic.Uint64 // responses that match no outstanding request
+	DropUC             atomic.Uint64 // UC packets dropped because of a PSN gap
+	NAKsSent           atomic.Uint64 // NAKs other than RNR and sequence
+	NAKsRcvd           atomic.Uint64
+	CQOverrun          atomic.Uint64 // completions lost because a CQ was full
+}
+
+// Counter is one named counter value.
+type Counter struct {
+	Name  string
+	Value uint64
+}
+
+// Snapshot returns every counter with its name, in a stable order.
+func (c *Counters) Snapshot() []Counter {
+	return []Counter{
+		{"sent_pkts", c.SentPkts.Load()},
+		{"rcvd_pkts", c.RcvdPkts.Load()},
+		{"duplicate_request", c.DuplicateRequest.Load()},
+		{"out_of_seq_request", c.OutOfSeqRequest.Load()},
+		{"rcvd_rnr_err", c.RcvdRNRErr.Load()},
+		{"send_rnr_err", c.SendRNRErr.Load()},
+		{"rcvd_seq_err", c.RcvdSeqErr.Load()},
+		{"retry_exceeded_err", c.RetryExceededErr.Load()},
+		{"retry_rnr_exceeded_err", c.RetryRNRExceededErr.Load()},
+		{"completer_retry_err", c.CompleterRetryErr.Load()},
+		{"send_err", c.SendErr.Load()},
+		{"rdma_sends", c.RDMASends.Load()},
+		{"rdma_recvs", c.RDMARecvs.Load()},
+		{"timeouts", c.Timeouts.Load()},
+		{"retransmits", c.Retransmits.Load()},
+		{"drop_icrc", c.DropICRC.Load()},
+		{"drop_icrc_unverified", c.DropICRCUnverified.Load()},
+		{"drop_malformed", c.DropMalformed.Load()},
+		{"drop_unknown_qp", c.DropUnknownQP.Load()},
+		{"drop_qp_state", c.DropQPState.Load()},
+		{"drop_wrong_source", c.DropWrongSource.Load()},
+		{"drop_wrong_transport", c.DropWrongTransport.Load()},
+		{"drop_pkey", c.DropPKey.Load()},
+		{"drop_qkey", c.DropQKey.Load()},
+		{"drop_no_recv_wqe", c.DropNoRecvWQE.Load()},
+		{"drop_unexpected", c.DropUnexpected.Load()},
+		{"drop_uc", c.DropUC.Load()},
+		{"naks_sent", c.NAKsSent.Load()},
+		{"naks_rcvd", c.NAKsRcvd.Load()},
+		{"cq_overrun", c.CQOverrun.Load()},
+	}
+}

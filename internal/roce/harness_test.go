@@ -1,0 +1,264 @@
+package roce
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/softrdma/softrdma/transport"
+	"github.com/softrdma/softrdma/verbs"
+)
+
+// node is one side of a test: a device with a PD, CQs, a QP and a buffer.
+type node struct {
+	t    testing.TB
+	dev  *Device
+	pd   verbs.PD
+	scq  verbs.CQ
+	rcq  verbs.CQ
+	qp   verbs.QP
+	mr   verbs.MR
+	buf  []byte
+	wcs  []verbs.WC
+	pend []verbs.WC // completions polled but not yet claimed
+}
+
+type qpOpts struct {
+	typ         verbs.QPType
+	mtu         verbs.MTU
+	timeout     uint8
+	retry       uint8
+	rnrRetry    uint8
+	minRNRTimer uint8
+	rdAtomic    uint8
+	access      verbs.Access
+	sendWR      uint32
+	recvWR      uint32
+	bufSize     int
+	srq         verbs.SRQ
+}
+
+func defaultOpts() qpOpts {
+	return qpOpts{
+		typ: verbs.QPTypeRC, mtu: verbs.MTU1024, timeout: 10, retry: 7, rnrRetry: 7, minRNRTimer: 1,
+		rdAtomic: 16, access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic,
+		sendWR: 256, recvWR: 256, bufSize: 1 << 20,
+	}
+}
+
+func newNode(t testing.TB, tr transport.Transport, o qpOpts) *node {
+	t.Helper()
+	d, err := New(Config{Transport: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go d.Serve()
+	n := &node{t: t, dev: d, wcs: make([]verbs.WC, 64)}
+	t.Cleanup(n.close)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.pd, err = d.AllocPD()
+	must(err)
+	n.scq, err = d.CreateCQ(4096, nil)
+	must(err)
+	n.rcq, err = d.CreateCQ(4096, nil)
+	must(err)
+	n.buf = make([]byte, o.bufSize)
+	n.mr, err = n.pd.RegMR(n.buf, o.access)
+	must(err)
+	n.qp, err = n.pd.CreateQP(&verbs.QPInitAttr{
+		SendCQ: n.scq, RecvCQ: n.rcq, QPType: o.typ, SRQ: o.srq,
+		Cap: verbs.QPCap{MaxSendWR: o.sendWR, MaxRecvWR: o.recvWR, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 256},
+	})
+	must(err)
+	return n
+}
+
+// close releases everything; it runs as a test cleanup, and tolerates
+// objects that were never created because the test failed early.
+func (n *node) close() {
+	if n.qp != nil {
+		n.qp.Destroy()
+	}
+	if n.mr != nil {
+		n.mr.Dereg()
+	}
+	for _, cq := range []verbs.CQ{n.scq, n.rcq} {
+		if cq != nil {
+			cq.Destroy()
+		}
+	}
+	if n.pd != nil {
+		n.pd.Dealloc()
+	}
+	if err := n.dev.Close(); err != nil {
+		n.t.Errorf("close device: %v", err)
+	}
+}
+
+func (n *node) gid() verbs.GID {
+	g, err := n.dev.QueryGID(1, 1)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return g
+}
+
+// connect moves a's QP to RTS towards b's (and is called both ways).
+func connect(t testing.TB, a, b *node, o qpOpts) {
+	t.Helper()
+	psnA := uint32(0xFFFFF0) // near the wrap, so PSN arithmetic is exercised
+	psnB := uint32(0x000100)
+	if a.dev.local.Compare(b.dev.local) > 0 {
+		psnA, psnB = psnB, psnA
+	}
+	if err := a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QPAccessFlags: o.access, QKey: 0x11111111},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|accessOrQKey(o.typ)); err != nil {
+		t.Fatal(err)
+	}
+	if o.typ == verbs.QPTypeUD {
+		must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR}, verbs.QPAttrState))
+		must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: psnA}, verbs.QPAttrState|verbs.QPAttrSQPSN))
+		return
+	}
+	rtr := &verbs.QPAttr{
+		QPState: verbs.QPStateRTR, PathMTU: o.mtu, DestQPNum: b.qp.QPNum(), RQPSN: psnB,
+		MaxDestRdAtomic: o.rdAtomic, MinRNRTimer: o.minRNRTimer,
+		AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: b.gid(), SGIDIndex: 1, HopLimit: 64}},
+	}
+	mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
+	if o.typ == verbs.QPTypeRC {
+		mask |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
+	}
+	must(t, a.qp.Modify(rtr, mask))
+	rts := &verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: psnA, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnrRetry, MaxRdAtomic: o.rdAtomic}
+	mask = verbs.QPAttrState | verbs.QPAttrSQPSN
+	if o.typ == verbs.QPTypeRC {
+		mask |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
+	}
+	must(t, a.qp.Modify(rts, mask))
+}
+
+func accessOrQKey(t verbs.QPType) verbs.QPAttrMask {
+	if t == verbs.QPTypeUD {
+		return verbs.QPAttrQKey
+	}
+	return verbs.QPAttrAccessFlags
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pair builds two connected nodes over the two transports.
+func pair(t testing.TB, ta, tb transport.Transport, o qpOpts) (*node, *node) {
+	a, b := newNode(t, ta, o), newNode(t, tb, o)
+	connect(t, a, b, o)
+	connect(t, b, a, o)
+	return a, b
+}
+
+// waitWC waits for the next completion on cq, failing the test after a
+// generous (possibly virtual) timeout.
+func (n *node) waitWC(cq verbs.CQ) verbs.WC {
+	n.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		if k, err := cq.Poll(n.wcs[:1]); err != nil {
+			n.t.Fatalf("poll: %v", err)
+		} else if k == 1 {
+			return n.wcs[0]
+		}
+		if err := cq.Wait(ctx); err != nil {
+			n.t.Fatalf("waiting for a completion on QP %d: %v", n.qp.QPNum(), err)
+		}
+	}
+}
+
+func (n *node) postRecv(id uint64, off, length int) {
+	n.t.Helper()
+	must(n.t, n.qp.PostRecv(&verbs.RecvWR{WRID: id, SGList: []verbs.SGE{n.mr.SGE(off, length)}}))
+}
+
+func (n *node) post(wr *verbs.SendWR) {
+	n.t.Helper()
+	must(n.t, n.qp.PostSend(wr))
+}
+
+func expectWC(t testing.TB, wc verbs.WC, id uint64, st verbs.WCStatus, op verbs.WCOpcode) {
+	t.Helper()
+	if wc.WRID != id || wc.Status != st || (st == verbs.WCSuccess && wc.Opcode != op) {
+		t.Fatalf("completion %+v (status %v, opcode %v); want wr_id %d status %v opcode %v", wc, wc.Status, wc.Opcode, id, st, op)
+	}
+}
+
+func fill(b []byte, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+}
+
+// lossy wraps a transport and drops, duplicates and reorders outgoing
+// packets, so the reliability suite can run over real sockets too.
+type lossy struct {
+	transport.Transport
+	mu      sync.Mutex
+	rng     *rand.Rand
+	loss    float64
+	dup     float64
+	held    []byte // one packet held back to reorder
+	heldDst netip.AddrPort
+	heldFl  uint32
+	dropped atomic.Int64
+	out     []transport.Packet
+}
+
+func newLossy(tr transport.Transport, seed uint64, loss, dup float64) *lossy {
+	return &lossy{Transport: tr, rng: rand.New(rand.NewPCG(seed, 7)), loss: loss, dup: dup}
+}
+
+func (l *lossy) Send(pkts []transport.Packet) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.out = l.out[:0]
+	for _, p := range pkts {
+		r := l.rng.Float64()
+		switch {
+		case r < l.loss:
+			l.dropped.Add(1)
+		case r < l.loss+l.dup:
+			l.out = append(l.out, p, p)
+		case r < l.loss+l.dup+0.05 && l.held == nil:
+			l.held = append([]byte(nil), p.Buf...)
+			l.heldDst, l.heldFl = p.Peer, p.Flow
+		default:
+			l.out = append(l.out, p)
+			if l.held != nil {
+				l.out = append(l.out, transport.Packet{Buf: l.held, Peer: l.heldDst, Flow: l.heldFl})
+				l.held = nil
+			}
+		}
+	}
+	if len(l.out) > 0 {
+		if _, err := l.Transport.Send(l.out); err != nil {
+			return 0, err
+		}
+	}
+	return len(pkts), nil
+}
+
+func seedName(seed uint64) string { return fmt.Sprintf("seed=%d", seed) }

@@ -1,0 +1,319 @@
+package roce
+
+import (
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"github.com/softrdma/softrdma/verbs"
+)
+
+// PD is a protection domain.
+type PD struct {
+	dev  *Device
+	refs atomic.Int32 // MRs, QPs, SRQs and AHs in this PD
+	dead atomic.Bool
+}
+
+// Context returns the device.
+func (pd *PD) Context() verbs.Context { return pd.dev }
+
+// Dealloc frees the PD.
+func (pd *PD) Dealloc() error {
+	if n := pd.refs.Load(); n > 0 {
+		return verbs.Errorf("DeallocPD", verbs.ErrInUse, "%d MRs, QPs, SRQs or AHs still use the PD; release them first", n)
+	}
+	if !pd.dead.CompareAndSwap(false, true) {
+		return verbs.Errorf("DeallocPD", verbs.ErrDestroyed, "PD already deallocated")
+	}
+	pd.dev.nPD.Add(-1)
+	return nil
+}
+
+func (pd *PD) check(op string) error {
+	if pd.dead.Load() {
+		return verbs.Errorf(op, verbs.ErrDestroyed, "the PD was deallocated")
+	}
+	return nil
+}
+
+// MR is a registered memory region.
+//
+// Data movement holds mu for reading while it copies; Dereg takes it for
+// writing, so once Dereg returns no copy is in progress and none will start.
+type MR struct {
+	pd      *PD
+	buf     []byte
+	addr    uint64
+	lkey    uint32
+	rkey    uint32
+	access  verbs.Access
+	mmapped bool
+
+	mu         sync.RWMutex
+	dead       bool // deregistered: every access fails
+	rkeyRevoke bool // invalidated by SEND_WITH_INV: remote access fails
+}
+
+const accessMask = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+
+func (pd *PD) checkAccess(op string, access verbs.Access) error {
+	if err := pd.check(op); err != nil {
+		return err
+	}
+	if access&^accessMask != 0 {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "unknown access flags %v", access&^accessMask)
+	}
+	if access&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 && access&verbs.AccessLocalWrite == 0 {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "remote write or atomic access requires AccessLocalWrite too (IBTA 10.6.3.1)")
+	}
+	return nil
+}
+
+// RegMR registers buf. The caller keeps buf alive and must not let it move;
+// heap memory in Go does not move.
+func (pd *PD) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
+	if err := pd.checkAccess("RegMR", access); err != nil {
+		return nil, err
+	}
+	if len(buf) == 0 {
+		return nil, verbs.Errorf("RegMR", verbs.ErrInvalidArgument, "cannot register an empty buffer")
+	}
+	return pd.register(buf, access, false), nil
+}
+
+// AllocMR allocates length bytes with mmap, outside the Go heap, and
+// registers them.
+func (pd *PD) AllocMR(length int, access verbs.Access) (verbs.MR, error) {
+	if err := pd.checkAccess("AllocMR", access); err != nil {
+		return nil, err
+	}
+	if length <= 0 {
+		return nil, verbs.Errorf("AllocMR", verbs.ErrInvalidArgument, "length %d must be positive", length)
+	}
+	buf, err := syscall.Mmap(-1, 0, length, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		return nil, verbs.Errorf("AllocMR", verbs.ErrQueueFull, "mmap of %d bytes: %v", length, err)
+	}
+	return pd.register(buf, access, true), nil
+}
+
+func (pd *PD) register(buf []byte, access verbs.Access, mmapped bool) *MR {
+	d := pd.dev
+	mr := &MR{
+		pd:      pd,
+		buf:     buf,
+		addr:    uint64(uintptr(unsafe.Pointer(&buf[0]))),
+		access:  access,
+		mmapped: mmapped,
+	}
+	d.keysMu.Lock()
+	old := *d.keys.Load()
+	m := make(map[uint32]*MR, len(old)+2)
+	for k, v := range old {
+		m[k] = v
+	}
+	// Keys are random 32-bit values, so a peer cannot guess another MR's
+	// rkey from its own; lkeys and rkeys share one map and never collide.
+	newKey := func() uint32 {
+		for {
+			k := d.randUint32()
+			if _, taken := m[k]; !taken && k != 0 {
+				return k
+			}
+		}
+	}
+	mr.lkey = newKey()
+	m[mr.lkey] = mr
+	mr.rkey = newKey()
+	m[mr.rkey] = mr
+	d.keys.Store(&m)
+	d.keysMu.Unlock()
+	pd.refs.Add(1)
+	d.nMR.Add(1)
+	return mr
+}
+
+// Addr returns the virtual address of the first byte.
+func (mr *MR) Addr() uint64 { return mr.addr }
+
+// Len returns the length in bytes.
+func (mr *MR) Len() int { return len(mr.buf) }
+
+// LKey returns the local key.
+func (mr *MR) LKey() uint32 { return mr.lkey }
+
+// RKey returns the remote key.
+func (mr *MR) RKey() uint32 { return mr.rkey }
+
+// Access returns the access flags.
+func (mr *MR) Access() verbs.Access { return mr.access }
+
+// Bytes returns the registered memory.
+func (mr *MR) Bytes() []byte { return mr.buf }
+
+// SGE returns the scatter/gather element for length bytes at offset off.
+func (mr *MR) SGE(off, length int) verbs.SGE {
+	return verbs.SGE{Addr: mr.addr + uint64(off), Length: uint32(length), LKey: mr.lkey}
+}
+
+// Dereg deregisters the MR. After it returns no data moves into or out of
+// the memory, and memory from AllocMR is unmapped.
+func (mr *MR) Dereg() error {
+	mr.mu.Lock()
+	if mr.dead {
+		mr.mu.Unlock()
+		return verbs.Errorf("DeregMR", verbs.ErrDestroyed, "MR already deregistered")
+	}
+	mr.dead = true
+	mr.mu.Unlock()
+
+	d := mr.pd.dev
+	d.keysMu.Lock()
+	old := *d.keys.Load()
+	m := make(map[uint32]*MR, len(old))
+	for k, v := range old {
+		if v != mr {
+			m[k] = v
+		}
+	}
+	d.keys.Store(&m)
+	d.keysMu.Unlock()
+	mr.pd.refs.Add(-1)
+	d.nMR.Add(-1)
+	if mr.mmapped {
+		return syscall.Munmap(mr.buf)
+	}
+	return nil
+}
+
+// lookupKey returns the MR with local or remote key k, or nil.
+func (d *Device) lookupKey(k uint32) *MR {
+	return (*d.keys.Load())[k]
+}
+
+// span returns the byte range [addr, addr+n) of mr, or false if it is not
+// entirely inside the region. It is careful with overflow: the values come
+// from the network.
+func (mr *MR) span(addr uint64, n uint64) ([]byte, bool) {
+	if addr < mr.addr {
+		return nil, false
+	}
+	off := addr - mr.addr
+	size := uint64(len(mr.buf))
+	if off > size || n > size-off {
+		return nil, false
+	}
+	return mr.buf[off : off+n], true
+}
+
+// remoteMR resolves an rkey from the network for access, checking PD,
+// permission and bounds. It returns the MR read-locked (the caller unlocks
+// with mr.mu.RUnlock) and the addressed bytes.
+func (pd *PD) remoteMR(rkey uint32, addr, n uint64, access verbs.Access) (*MR, []byte, bool) {
+	mr := pd.dev.lookupKey(rkey)
+	if mr == nil || mr.rkey != rkey || mr.pd != pd || mr.access&access != access {
+		return nil, nil, false
+	}
+	mr.mu.RLock()
+	if mr.dead || mr.rkeyRevoke {
+		mr.mu.RUnlock()
+		return nil, nil, false
+	}
+	b, ok := mr.span(addr, n)
+	if !ok {
+		mr.mu.RUnlock()
+		return nil, nil, false
+	}
+	return mr, b, true
+}
+
+// sgl is a work request's resolved scatter/gather list.
+type sgl struct {
+	sges []verbs.SGE
+	mrs  []*MR
+}
+
+func (s *sgl) reset() {
+	s.sges = s.sges[:0]
+	clear(s.mrs[:cap(s.mrs)])
+	s.mrs = s.mrs[:0]
+}
+
+// load copies the SGEs of a work request and resolves their lkeys. It
+// returns false if a key is unknown, belongs to another PD, lacks local
+// write access when needWrite, or an SGE is out of bounds; the work
+// request then completes with WCLocProtErr.
+func (s *sgl) load(pd *PD, src []verbs.SGE, needWrite bool) (total uint64, ok bool) {
+	s.reset()
+	ok = true
+	for _, e := range src {
+		s.sges = append(s.sges, e)
+		mr := pd.dev.lookupKey(e.LKey)
+		if mr == nil || mr.lkey != e.LKey || mr.pd != pd || (needWrite && mr.access&verbs.AccessLocalWrite == 0) {
+			ok = false
+		} else if _, in := mr.span(e.Addr, uint64(e.Length)); !in {
+			ok = false
+		}
+		s.mrs = append(s.mrs, mr)
+		total += uint64(e.Length)
+	}
+	return total, ok
+}
+
+// copyOut copies len(dst) bytes starting at byte off of the list into dst.
+// It returns false if an MR was deregistered meanwhile.
+func (s *sgl) copyOut(dst []byte, off uint64) bool {
+	return s.walk(dst, off, false)
+}
+
+// copyIn copies src into the list starting at byte off, the last byte last.
+func (s *sgl) copyIn(src []byte, off uint64) bool {
+	return s.walk(src, off, true)
+}
+
+func (s *sgl) walk(b []byte, off uint64, in bool) bool {
+	for i, e := range s.sges {
+		if len(b) == 0 {
+			return true
+		}
+		l := uint64(e.Length)
+		if off >= l {
+			off -= l
+			continue
+		}
+		n := min(l-off, uint64(len(b)))
+		mr := s.mrs[i]
+		if mr == nil {
+			return false
+		}
+		mr.mu.RLock()
+		if mr.dead {
+			mr.mu.RUnlock()
+			return false
+		}
+		m, _ := mr.span(e.Addr+off, n)
+		if in {
+			copyLastByteLast(m, b[:n])
+		} else {
+			copy(b[:n], m)
+		}
+		mr.mu.RUnlock()
+		b = b[n:]
+		off = 0
+	}
+	return len(b) == 0
+}
+
+// copyLastByteLast copies src to dst so that the final byte is stored after
+// all others: a reader polling the last byte of an RDMA WRITE target (as
+// ib_write_lat does) then sees a complete message.
+func copyLastByteLast(dst, src []byte) {
+	n := len(src)
+	if n == 0 {
+		return
+	}
+	copy(dst[:n-1], src[:n-1])
+	dst[n-1] = src[n-1]
+}

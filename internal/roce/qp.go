@@ -1,0 +1,753 @@
+package roce
+
+import (
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/softrdma/softrdma/verbs"
+	"github.com/softrdma/softrdma/wire"
+)
+
+// defaultPKey is the full-membership default partition key, the only one
+// softrdma devices have.
+const defaultPKey = 0xFFFF
+
+// QP is a queue pair. Its protocol state (everything below mu) belongs to
+// whoever holds mu: PostSend, the receive loop, or the QP's timer.
+type QP struct {
+	dev    *Device
+	pd     *PD
+	qpn    uint32
+	typ    verbs.QPType
+	init   verbs.QPInitAttr
+	sendCQ *CQ
+	recvCQ *CQ
+	srq    *SRQ
+	sigAll bool
+	state  atomic.Uint32 // verbs.QPState, readable without mu
+
+	mu         sync.Mutex
+	attr       verbs.QPAttr
+	pmtu       int
+	dest       netip.AddrPort // peer address (RC, UC)
+	destAddr   netip.Addr
+	sq         sendQueue
+	rq         recvQueue
+	req        requester
+	comp       completer
+	resp       responder
+	tx         txq
+	timer      *time.Timer
+	timerAt    time.Time // when the armed timer fires; zero if not armed
+	destroyed  bool
+	inlineBufs []byte // backing store of every send WQE's inline buffer
+}
+
+// sendWQE is a send work request as the requester and completer see it.
+type sendWQE struct {
+	wrID     uint64
+	opcode   verbs.WROpcode
+	flags    verbs.SendFlags
+	signaled bool
+	imm      uint32
+	invRKey  uint32
+	raddr    uint64
+	rkey     uint32
+	cmpAdd   uint64
+	swap     uint64
+	dest     netip.AddrPort // UD
+	destQPN  uint32         // UD
+	qkey     uint32         // UD
+	sgl      sgl
+	inline   []byte
+	isInline bool
+	length   uint64
+	status   verbs.WCStatus // a local error found at post time
+
+	// Requester progress.
+	started     bool
+	firstPSN    wire.PSN
+	lastPSN     wire.PSN
+	npkts       uint32
+	sent        uint32   // packets of the message sent in the current attempt
+	nextRespPSN wire.PSN // READ: next response expected
+}
+
+func (w *sendWQE) isReadOrAtomic() bool {
+	return w.opcode == verbs.WRRDMARead || w.opcode == verbs.WRAtomicCmpAndSwp || w.opcode == verbs.WRAtomicFetchAndAdd
+}
+
+// sendQueue is a ring of send WQEs. head is the oldest WQE not yet retired,
+// next the first not completely transmitted, tail the first free slot;
+// head ≤ next ≤ tail as counters that wrap at 2^32.
+type sendQueue struct {
+	wqes             []sendWQE
+	head, next, tail uint32
+}
+
+func (q *sendQueue) at(i uint32) *sendWQE { return &q.wqes[i%uint32(len(q.wqes))] }
+func (q *sendQueue) full() bool           { return q.tail-q.head == uint32(len(q.wqes)) }
+
+type recvWQE struct {
+	wrID   uint64
+	sgl    sgl
+	length uint64
+	bad    bool // an lkey did not resolve at post time
+}
+
+type recvQueue struct {
+	wqes       []recvWQE
+	head, tail uint32
+}
+
+func (q *recvQueue) at(i uint32) *recvWQE { return &q.wqes[i%uint32(len(q.wqes))] }
+
+func newRecvQueue(n, nsge uint32) recvQueue {
+	q := recvQueue{wqes: make([]recvWQE, n)}
+	for i := range q.wqes {
+		q.wqes[i].sgl = newSGL(nsge)
+	}
+	return q
+}
+
+func newSGL(n uint32) sgl {
+	return sgl{sges: make([]verbs.SGE, 0, n), mrs: make([]*MR, 0, n)}
+}
+
+// CreateQP creates a queue pair in the RESET state.
+func (pd *PD) CreateQP(attr *verbs.QPInitAttr) (verbs.QP, error) {
+	const op = "CreateQP"
+	if err := pd.check(op); err != nil {
+		return nil, err
+	}
+	if attr == nil {
+		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "attr is nil")
+	}
+	switch attr.QPType {
+	case verbs.QPTypeRC, verbs.QPTypeUC, verbs.QPTypeUD:
+	default:
+		return nil, verbs.Errorf(op, verbs.ErrNotSupported, "QP type %v; softrdma supports RC, UC and UD", attr.QPType)
+	}
+	sendCQ, ok1 := attr.SendCQ.(*CQ)
+	recvCQ, ok2 := attr.RecvCQ.(*CQ)
+	if !ok1 || !ok2 || sendCQ == nil || recvCQ == nil {
+		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "SendCQ and RecvCQ must be CQs of this device")
+	}
+	if sendCQ.dev != pd.dev || recvCQ.dev != pd.dev || sendCQ.dead.Load() || recvCQ.dead.Load() {
+		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "SendCQ and RecvCQ must be live CQs of this device")
+	}
+	var srq *SRQ
+	if attr.SRQ != nil {
+		s, ok := attr.SRQ.(*SRQ)
+		if !ok || s.pd != pd {
+			return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "SRQ must belong to the same PD")
+		}
+		if attr.QPType == verbs.QPTypeUD || attr.QPType == verbs.QPTypeUC || attr.QPType == verbs.QPTypeRC {
+			srq = s
+		}
+	}
+	c := attr.Cap
+	if c.MaxSendWR == 0 || c.MaxSendWR > maxQPWR {
+		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "Cap.MaxSendWR %d: must be 1..%d", c.MaxSendWR, maxQPWR)
+	}
+	if srq == nil && (c.MaxRecvWR == 0 || c.MaxRecvWR > maxQPWR) {
+		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "Cap.MaxRecvWR %d: must be 1..%d (or use an SRQ)", c.MaxRecvWR, maxQPWR)
+	}
+	if c.MaxSendSGE > maxSGE || c.MaxRecvSGE > maxSGE {
+		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "Cap.MaxSendSGE %d / MaxRecvSGE %d: at most %d", c.MaxSendSGE, c.MaxRecvSGE, maxSGE)
+	}
+	if c.MaxInlineData > maxInline {
+		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "Cap.MaxInlineData %d: at most %d", c.MaxInlineData, maxInline)
+	}
+	c.MaxSendSGE = max(c.MaxSendSGE, 1)
+	c.MaxRecvSGE = max(c.MaxRecvSGE, 1)
+	qp := &QP{
+		dev:    pd.dev,
+		pd:     pd,
+		typ:    attr.QPType,
+		init:   *attr,
+		sendCQ: sendCQ,
+		recvCQ: recvCQ,
+		srq:    srq,
+		sigAll: attr.SigAll,
+	}
+	qp.init.Cap = c
+	qp.sq.wqes = make([]sendWQE, c.MaxSendWR)
+	qp.inlineBufs = make([]byte, int(c.MaxSendWR)*int(c.MaxInlineData))
+	for i := range qp.sq.wqes {
+		w := &qp.sq.wqes[i]
+		w.sgl = newSGL(c.MaxSendSGE)
+		w.inline = qp.inlineBufs[i*int(c.MaxInlineData) : i*int(c.MaxInlineData) : (i+1)*int(c.MaxInlineData)]
+	}
+	if srq == nil {
+		qp.rq = newRecvQueue(c.MaxRecvWR, c.MaxRecvSGE)
+	}
+	qp.resp.cur.sgl = newSGL(maxSGE)
+	qp.attr.PKeyIndex = 0
+	qp.attr.PortNum = 1
+	qp.attr.Cap = c
+	if err := pd.dev.addQP(qp); err != nil {
+		return nil, err
+	}
+	pd.refs.Add(1)
+	sendCQ.users.Add(1)
+	recvCQ.users.Add(1)
+	if srq != nil {
+		srq.users.Add(1)
+	}
+	return qp, nil
+}
+
+// QPNum returns the QP number.
+func (qp *QP) QPNum() uint32 { return qp.qpn }
+
+// Type returns the QP type.
+func (qp *QP) Type() verbs.QPType { return qp.typ }
+
+// State returns the current state.
+func (qp *QP) State() verbs.QPState { return verbs.QPState(qp.state.Load()) }
+
+func (qp *QP) stateLocked() verbs.QPState { return verbs.QPState(qp.state.Load()) }
+
+func (qp *QP) setStateLocked(s verbs.QPState) {
+	qp.state.Store(uint32(s))
+	qp.attr.QPState = s
+}
+
+// Modify changes attributes and state.
+func (qp *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.destroyed {
+		return verbs.Errorf("ModifyQP", verbs.ErrDestroyed, "QP %d was destroyed", qp.qpn)
+	}
+	cur := qp.stateLocked()
+	next, err := verbs.CheckModify(cur, qp.typ, attr, mask)
+	if err != nil {
+		return err
+	}
+	if err := qp.checkValuesLocked(attr, mask); err != nil {
+		return err
+	}
+	qp.applyLocked(attr, mask)
+	now := time.Now()
+	switch {
+	case next == verbs.QPStateReset:
+		qp.resetLocked()
+	case next == verbs.QPStateErr:
+		qp.errorLocked()
+	case cur == verbs.QPStateInit && next == verbs.QPStateRTR:
+		qp.resp.psn = wire.PSN(qp.attr.RQPSN)
+		qp.resp.msn = 0
+	case next == verbs.QPStateRTS && cur == verbs.QPStateRTR:
+		psn := wire.PSN(qp.attr.SQPSN)
+		qp.req.psn, qp.req.maxPSN, qp.comp.psn = psn, psn, psn
+		qp.comp.retryCnt = qp.attr.RetryCnt
+		qp.comp.rnrRetry = qp.attr.RNRRetry
+	}
+	if next != verbs.QPStateReset && next != verbs.QPStateErr {
+		qp.setStateLocked(next)
+	}
+	if next == verbs.QPStateRTS && (cur == verbs.QPStateSQD || cur == verbs.QPStateSQE) {
+		qp.runRequesterLocked(now)
+		qp.flushLocked()
+	}
+	return nil
+}
+
+// checkValuesLocked checks what depends on this device and QP, beyond what
+// verbs.CheckModify checks for every provider.
+func (qp *QP) checkValuesLocked(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	const op = "ModifyQP"
+	if mask&verbs.QPAttrPathMTU != 0 && attr.PathMTU > qp.dev.pmtu {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "path MTU %v exceeds the port's active MTU %v (link MTU %d); use at most %v",
+			attr.PathMTU, qp.dev.pmtu, qp.dev.linkMT, qp.dev.pmtu)
+	}
+	if mask&verbs.QPAttrPKeyIndex != 0 && attr.PKeyIndex != 0 {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "P_Key index %d: the P_Key table has one entry, index 0", attr.PKeyIndex)
+	}
+	if mask&verbs.QPAttrMaxQPRdAtomic != 0 && attr.MaxRdAtomic > maxRdAtomic {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "MaxRdAtomic %d: at most %d", attr.MaxRdAtomic, maxRdAtomic)
+	}
+	if mask&verbs.QPAttrMaxDestRdAtomic != 0 && attr.MaxDestRdAtomic > maxRdAtomic {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "MaxDestRdAtomic %d: at most %d", attr.MaxDestRdAtomic, maxRdAtomic)
+	}
+	if mask&verbs.QPAttrAV != 0 {
+		ah := &attr.AHAttr
+		if !ah.IsGlobal || ah.GRH.DGID.IsZero() {
+			return verbs.Errorf(op, verbs.ErrInvalidArgument, "RoCE needs a global route: set AHAttr.IsGlobal and AHAttr.GRH.DGID to the peer's GID (ibv_*_pingpong: pass -g 1)")
+		}
+		if err := qp.dev.checkSGID(op, ah); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkSGID checks that an address vector's source GID is one this device
+// can send from, and that the destination's address family matches.
+func (d *Device) checkSGID(op string, ah *verbs.AHAttr) error {
+	if ah.GRH.SGIDIndex != 1 {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument,
+			"source GID index %d: this device sends from its address %v, GID index 1 (index 0 is the link-local GID, which it cannot send from)", ah.GRH.SGIDIndex, d.local)
+	}
+	if ah.GRH.DGID.Addr().Is4() != d.local.Is4() {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "destination GID %v and this device's address %v are of different IP families", ah.GRH.DGID, d.local)
+	}
+	return nil
+}
+
+func (qp *QP) applyLocked(attr *verbs.QPAttr, mask verbs.QPAttrMask) {
+	a := &qp.attr
+	if mask&verbs.QPAttrAccessFlags != 0 {
+		a.QPAccessFlags = attr.QPAccessFlags
+	}
+	if mask&verbs.QPAttrQKey != 0 {
+		a.QKey = attr.QKey
+	}
+	if mask&verbs.QPAttrAV != 0 {
+		a.AHAttr = attr.AHAttr
+		qp.destAddr = attr.AHAttr.GRH.DGID.Addr()
+		qp.dest = netip.AddrPortFrom(qp.destAddr, qp.dev.port)
+	}
+	if mask&verbs.QPAttrPathMTU != 0 {
+		a.PathMTU = attr.PathMTU
+	}
+	if mask&verbs.QPAttrTimeout != 0 {
+		a.Timeout = attr.Timeout
+	}
+	if mask&verbs.QPAttrRetryCnt != 0 {
+		a.RetryCnt = attr.RetryCnt
+		qp.comp.retryCnt = attr.RetryCnt
+	}
+	if mask&verbs.QPAttrRNRRetry != 0 {
+		a.RNRRetry = attr.RNRRetry
+		qp.comp.rnrRetry = attr.RNRRetry
+	}
+	if mask&verbs.QPAttrRQPSN != 0 {
+		a.RQPSN = attr.RQPSN
+	}
+	if mask&verbs.QPAttrSQPSN != 0 {
+		a.SQPSN = attr.SQPSN
+	}
+	if mask&verbs.QPAttrMaxQPRdAtomic != 0 {
+		a.MaxRdAtomic = attr.MaxRdAtomic
+	}
+	if mask&verbs.QPAttrMaxDestRdAtomic != 0 {
+		a.MaxDestRdAtomic = attr.MaxDestRdAtomic
+		qp.resp.res = make([]rdRes, attr.MaxDestRdAtomic)
+		qp.resp.resNext = 0
+	}
+	if mask&verbs.QPAttrMinRNRTimer != 0 {
+		a.MinRNRTimer = attr.MinRNRTimer
+	}
+	if mask&verbs.QPAttrDestQPN != 0 {
+		a.DestQPNum = attr.DestQPNum
+	}
+	if mask&verbs.QPAttrEnSQDAsyncNotify != 0 {
+		a.EnSQDAsyncNotify = attr.EnSQDAsyncNotify
+	}
+	if qp.typ == verbs.QPTypeUD {
+		qp.pmtu = qp.dev.pmtu.Bytes()
+	} else if a.PathMTU.Valid() {
+		qp.pmtu = a.PathMTU.Bytes()
+	}
+}
+
+// Query returns the attributes.
+func (qp *QP) Query() (verbs.QPAttr, verbs.QPInitAttr, error) {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	a := qp.attr
+	a.QPState = qp.stateLocked()
+	a.CurQPState = a.QPState
+	a.SQDraining = a.QPState == verbs.QPStateSQD && qp.sq.next != qp.sq.head
+	return a, qp.init, nil
+}
+
+// Destroy destroys the QP. Outstanding work requests are discarded without
+// completions, as ibv_destroy_qp does.
+func (qp *QP) Destroy() error {
+	qp.mu.Lock()
+	if qp.destroyed {
+		qp.mu.Unlock()
+		return verbs.Errorf("DestroyQP", verbs.ErrDestroyed, "QP already destroyed")
+	}
+	qp.destroyed = true
+	qp.setStateLocked(verbs.QPStateReset)
+	qp.stopTimerLocked()
+	qp.clearRecvLocked()
+	qp.mu.Unlock()
+	qp.dev.removeQP(qp)
+	qp.pd.refs.Add(-1)
+	qp.sendCQ.users.Add(-1)
+	qp.recvCQ.users.Add(-1)
+	if qp.srq != nil {
+		qp.srq.users.Add(-1)
+	}
+	return nil
+}
+
+// resetLocked returns the QP to RESET: queues emptied, no completions.
+func (qp *QP) resetLocked() {
+	qp.setStateLocked(verbs.QPStateReset)
+	qp.stopTimerLocked()
+	qp.sq.head, qp.sq.next, qp.sq.tail = 0, 0, 0
+	qp.rq.head, qp.rq.tail = 0, 0
+	qp.clearRecvLocked()
+	qp.req = requester{}
+	qp.comp = completer{}
+	res := qp.resp.res
+	clear(res)
+	cur := qp.resp.cur
+	qp.resp = responder{res: res, cur: cur}
+	qp.resp.cur.sgl.reset()
+	qp.tx.drop(qp.dev)
+}
+
+func (qp *QP) clearRecvLocked() {
+	for i := range qp.rq.wqes {
+		qp.rq.wqes[i].sgl.reset()
+	}
+	for i := range qp.sq.wqes {
+		qp.sq.wqes[i].sgl.reset()
+	}
+}
+
+// errorLocked moves the QP to ERR and flushes every outstanding work
+// request: the send queue from the oldest unretired WQE (whose status says
+// why, if it failed) and the receive queue, all with completions.
+func (qp *QP) errorLocked() {
+	if qp.stateLocked() == verbs.QPStateErr {
+		return
+	}
+	qp.setStateLocked(verbs.QPStateErr)
+	qp.stopTimerLocked()
+	qp.flushLocked() // a NAK explaining the error may be queued
+	qp.flushSendLocked()
+	qp.flushRecvLocked()
+}
+
+func (qp *QP) flushSendLocked() {
+	for qp.sq.head != qp.sq.tail {
+		w := qp.sq.at(qp.sq.head)
+		st := w.status
+		if st == verbs.WCSuccess {
+			st = verbs.WCWRFlushErr
+		}
+		qp.completeSendLocked(w, st)
+	}
+	qp.sq.next = qp.sq.head
+}
+
+func (qp *QP) flushRecvLocked() {
+	if qp.resp.inMsg && qp.resp.haveCur {
+		qp.completeRecvLocked(&qp.resp.cur, verbs.WCWRFlushErr, 0, 0, 0, 0)
+		qp.resp.haveCur = false
+	}
+	if qp.srq != nil {
+		return // the SRQ's WQEs belong to the SRQ
+	}
+	for qp.rq.head != qp.rq.tail {
+		w := qp.rq.at(qp.rq.head)
+		qp.rq.head++
+		qp.completeRecvLocked(w, verbs.WCWRFlushErr, 0, 0, 0, 0)
+	}
+}
+
+// completeSendLocked retires the oldest send WQE with status st, posting a
+// completion if it is signaled or failed.
+func (qp *QP) completeSendLocked(w *sendWQE, st verbs.WCStatus) {
+	if w.started && w.isReadOrAtomic() && qp.req.rdOutstanding > 0 {
+		qp.req.rdOutstanding--
+	}
+	if w.signaled || st != verbs.WCSuccess {
+		wc := verbs.WC{WRID: w.wrID, Status: st, Opcode: wcOpcode(w.opcode), QPNum: qp.qpn}
+		if st == verbs.WCSuccess {
+			wc.ByteLen = uint32(w.length)
+		}
+		qp.sendCQ.push(&wc, st != verbs.WCSuccess)
+	}
+	w.sgl.reset()
+	w.started = false
+	w.status = verbs.WCSuccess
+	qp.sq.head++
+	if qp.sq.next-qp.sq.head > qp.sq.tail-qp.sq.head { // next fell behind head
+		qp.sq.next = qp.sq.head
+	}
+}
+
+func (qp *QP) completeRecvLocked(w *recvWQE, st verbs.WCStatus, op verbs.WCOpcode, n uint32, imm uint32, flags verbs.WCFlags) {
+	wc := verbs.WC{WRID: w.wrID, Status: st, Opcode: op, ByteLen: n, ImmData: imm, WCFlags: flags, QPNum: qp.qpn}
+	if st != verbs.WCSuccess {
+		wc.Opcode = verbs.WCRecv
+		wc.ByteLen = 0
+	}
+	qp.recvCQ.push(&wc, st != verbs.WCSuccess || qp.resp.solicited)
+	w.sgl.reset()
+}
+
+func wcOpcode(op verbs.WROpcode) verbs.WCOpcode {
+	switch op {
+	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
+		return verbs.WCRDMAWrite
+	case verbs.WRRDMARead:
+		return verbs.WCRDMARead
+	case verbs.WRAtomicCmpAndSwp:
+		return verbs.WCCompSwap
+	case verbs.WRAtomicFetchAndAdd:
+		return verbs.WCFetchAdd
+	}
+	return verbs.WCSend
+}
+
+// Errors returned by PostSend and PostRecv; preallocated because a full
+// queue is a normal condition in a tight posting loop.
+var (
+	errSQFull = &verbs.Error{Op: "PostSend", Err: verbs.ErrQueueFull, Detail: "the send queue is full; poll the send CQ for completions or create the QP with a larger Cap.MaxSendWR"}
+	errRQFull = &verbs.Error{Op: "PostRecv", Err: verbs.ErrQueueFull, Detail: "the receive queue is full; create the QP with a larger Cap.MaxRecvWR"}
+)
+
+// PostSend posts send work requests.
+func (qp *QP) PostSend(wr *verbs.SendWR) error {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	st := qp.stateLocked()
+	if qp.destroyed {
+		return &verbs.PostError{WRID: wr.WRID, Err: verbs.Errorf("PostSend", verbs.ErrDestroyed, "QP %d was destroyed", qp.qpn)}
+	}
+	switch st {
+	case verbs.QPStateRTS, verbs.QPStateSQD, verbs.QPStateErr, verbs.QPStateSQE:
+	default:
+		return &verbs.PostError{WRID: wr.WRID, Err: verbs.Errorf("PostSend", verbs.ErrInvalidState, "QP %d is in %v; move it to RTS first", qp.qpn, st)}
+	}
+	i := 0
+	for ; wr != nil; wr = wr.Next {
+		if err := qp.postOneLocked(wr); err != nil {
+			qp.kickLocked(time.Now())
+			return &verbs.PostError{Index: i, WRID: wr.WRID, Err: err}
+		}
+		i++
+	}
+	qp.kickLocked(time.Now())
+	return nil
+}
+
+// kickLocked transmits what the posts made ready, or flushes the posts at
+// once if the QP is in error.
+func (qp *QP) kickLocked(now time.Time) {
+	switch qp.stateLocked() {
+	case verbs.QPStateErr, verbs.QPStateSQE:
+		qp.flushSendLocked()
+	case verbs.QPStateRTS:
+		qp.runRequesterLocked(now)
+		qp.flushLocked()
+	}
+}
+
+func (qp *QP) postOneLocked(wr *verbs.SendWR) error {
+	const op = "PostSend"
+	c := &qp.init.Cap
+	if len(wr.SGList) > int(c.MaxSendSGE) {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "%d SGEs exceed the QP's Cap.MaxSendSGE %d", len(wr.SGList), c.MaxSendSGE)
+	}
+	if !qp.opcodeAllowed(wr.Opcode) {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "%v is not available on a %v QP", wr.Opcode, qp.typ)
+	}
+	if qp.sq.full() {
+		return errSQFull
+	}
+	w := qp.sq.at(qp.sq.tail)
+	w.wrID = wr.WRID
+	w.opcode = wr.Opcode
+	w.flags = wr.SendFlags
+	w.signaled = qp.sigAll || wr.SendFlags&verbs.SendSignaled != 0
+	w.imm = wr.ImmData
+	w.invRKey = wr.InvalidateRKey
+	w.raddr = wr.RemoteAddr
+	w.rkey = wr.RKey
+	w.cmpAdd = wr.CompareAdd
+	w.swap = wr.Swap
+	w.status = verbs.WCSuccess
+	w.started = false
+	w.isInline = false
+	readInto := wr.Opcode == verbs.WRRDMARead || wr.Opcode == verbs.WRAtomicCmpAndSwp || wr.Opcode == verbs.WRAtomicFetchAndAdd
+	if wr.SendFlags&verbs.SendInline != 0 && !readInto {
+		n := 0
+		for _, e := range wr.SGList {
+			n += int(e.Length)
+		}
+		if n > int(c.MaxInlineData) {
+			return verbs.Errorf(op, verbs.ErrInvalidArgument, "%d bytes of inline data exceed the QP's Cap.MaxInlineData %d", n, c.MaxInlineData)
+		}
+		// Inline data is copied now, so the caller may reuse its buffers;
+		// the SGEs need no lkey, but must lie in memory this process
+		// registered (softrdma addresses memory only through MRs).
+		w.inline = w.inline[:0]
+		w.sgl.reset()
+		for _, e := range wr.SGList {
+			mr := qp.dev.findMRByAddr(qp.pd, e.Addr, uint64(e.Length), e.LKey)
+			if mr == nil {
+				w.status = verbs.WCLocProtErr
+				break
+			}
+			b, _ := mr.span(e.Addr, uint64(e.Length))
+			w.inline = append(w.inline, b...)
+		}
+		w.isInline = true
+		w.length = uint64(len(w.inline))
+		if w.status != verbs.WCSuccess {
+			w.length = uint64(n)
+		}
+	} else {
+		total, ok := w.sgl.load(qp.pd, wr.SGList, readInto)
+		w.length = total
+		if !ok {
+			w.status = verbs.WCLocProtErr
+		}
+	}
+	if w.length > 1<<31 {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "message of %d bytes exceeds the 2 GiB maximum", w.length)
+	}
+	switch wr.Opcode {
+	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
+		if w.length != 8 {
+			return verbs.Errorf(op, verbs.ErrInvalidArgument, "atomic operations move 8 bytes; the SGEs add up to %d", w.length)
+		}
+	}
+	if qp.typ == verbs.QPTypeUD {
+		ah, ok := wr.AH.(*AH)
+		if !ok || ah == nil || ah.pd.dev != qp.dev {
+			return verbs.Errorf(op, verbs.ErrInvalidArgument, "a UD send needs an AH created on this device")
+		}
+		if w.length > uint64(qp.pmtu) {
+			return verbs.Errorf(op, verbs.ErrInvalidArgument, "UD message of %d bytes exceeds the path MTU %d", w.length, qp.pmtu)
+		}
+		w.dest = ah.dest
+		w.destQPN = wr.RemoteQPN & 0xFFFFFF
+		w.qkey = wr.RemoteQKey
+		if w.qkey&0x80000000 != 0 { // IBTA 10.2.5: use the QP's own Q_Key
+			w.qkey = qp.attr.QKey
+		}
+	}
+	qp.sq.tail++
+	return nil
+}
+
+func (qp *QP) opcodeAllowed(op verbs.WROpcode) bool {
+	switch qp.typ {
+	case verbs.QPTypeUD:
+		return op == verbs.WRSend || op == verbs.WRSendWithImm
+	case verbs.QPTypeUC:
+		return op == verbs.WRSend || op == verbs.WRSendWithImm || op == verbs.WRRDMAWrite || op == verbs.WRRDMAWriteWithImm
+	case verbs.QPTypeRC:
+		return op <= verbs.WRSendWithInv
+	}
+	return false
+}
+
+// findMRByAddr finds the MR of pd that holds [addr, addr+n), preferring the
+// one lkey names. It is used for inline data, where the lkey is optional.
+func (d *Device) findMRByAddr(pd *PD, addr, n uint64, lkey uint32) *MR {
+	if mr := d.lookupKey(lkey); mr != nil && mr.pd == pd && mr.lkey == lkey {
+		if _, ok := mr.span(addr, n); ok && !mr.dead {
+			return mr
+		}
+	}
+	for k, mr := range *d.keys.Load() {
+		if k == mr.lkey && mr.pd == pd && !mr.dead {
+			if _, ok := mr.span(addr, n); ok {
+				return mr
+			}
+		}
+	}
+	return nil
+}
+
+// PostRecv posts receive work requests.
+func (qp *QP) PostRecv(wr *verbs.RecvWR) error {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.destroyed {
+		return &verbs.PostError{WRID: wr.WRID, Err: verbs.Errorf("PostRecv", verbs.ErrDestroyed, "QP %d was destroyed", qp.qpn)}
+	}
+	if qp.srq != nil {
+		return &verbs.PostError{WRID: wr.WRID, Err: verbs.Errorf("PostRecv", verbs.ErrInvalidArgument, "QP %d takes receive WQEs from its SRQ; post to the SRQ", qp.qpn)}
+	}
+	if st := qp.stateLocked(); st == verbs.QPStateReset {
+		return &verbs.PostError{WRID: wr.WRID, Err: verbs.Errorf("PostRecv", verbs.ErrInvalidState, "QP %d is in RESET; move it to INIT first", qp.qpn)}
+	}
+	i := 0
+	for ; wr != nil; wr = wr.Next {
+		if len(wr.SGList) > int(qp.init.Cap.MaxRecvSGE) {
+			return &verbs.PostError{Index: i, WRID: wr.WRID, Err: verbs.Errorf("PostRecv", verbs.ErrInvalidArgument, "%d SGEs exceed the QP's Cap.MaxRecvSGE %d", len(wr.SGList), qp.init.Cap.MaxRecvSGE)}
+		}
+		if qp.rq.tail-qp.rq.head == uint32(len(qp.rq.wqes)) {
+			return &verbs.PostError{Index: i, WRID: wr.WRID, Err: errRQFull}
+		}
+		w := qp.rq.at(qp.rq.tail)
+		w.wrID = wr.WRID
+		total, ok := w.sgl.load(qp.pd, wr.SGList, true)
+		w.length, w.bad = total, !ok
+		qp.rq.tail++
+		i++
+	}
+	if qp.stateLocked() == verbs.QPStateErr {
+		qp.flushRecvLocked()
+	}
+	return nil
+}
+
+// --- timers ---
+
+// armTimerLocked makes sure the QP's timer fires no later than at.
+func (qp *QP) armTimerLocked(now, at time.Time) {
+	if !qp.timerAt.IsZero() && !at.Before(qp.timerAt) {
+		return
+	}
+	qp.timerAt = at
+	d := at.Sub(now)
+	if qp.timer == nil {
+		qp.timer = time.AfterFunc(d, qp.onTimer)
+	} else {
+		qp.timer.Reset(d)
+	}
+}
+
+func (qp *QP) stopTimerLocked() {
+	if qp.timer != nil {
+		qp.timer.Stop()
+	}
+	qp.timerAt = time.Time{}
+}
+
+func (qp *QP) onTimer() {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.destroyed {
+		return
+	}
+	now := time.Now()
+	qp.timerAt = time.Time{}
+	if qp.stateLocked() == verbs.QPStateRTS || qp.stateLocked() == verbs.QPStateSQD {
+		qp.onTimeoutLocked(now)
+		qp.flushLocked()
+	}
+	qp.rearmLocked(now)
+}
+
+// rearmLocked arms the timer for the earliest pending deadline.
+func (qp *QP) rearmLocked(now time.Time) {
+	var at time.Time
+	if qp.req.rnrWait {
+		at = qp.req.rnrUntil
+	}
+	if !qp.comp.ackDeadline.IsZero() && (at.IsZero() || qp.comp.ackDeadline.Before(at)) {
+		at = qp.comp.ackDeadline
+	}
+	if !at.IsZero() {
+		qp.armTimerLocked(now, at)
+	}
+}

@@ -1,0 +1,179 @@
+package roce
+
+// Receive dispatch (IBTA 9.6, rxe_recv.c): every datagram the transport
+// hands over passes these checks before any protocol state is touched —
+//
+//	ICRC verdict → headers parse (length, opcode, pad) → destination QP
+//	exists → QP state receives → opcode belongs to the QP's transport →
+//	P_Key → for RC/UC, the source address is the QP's peer
+//
+// — and a failure drops the packet and counts it. Packets that pass are
+// grouped per QP: the QP's lock is taken once for a run of its packets, and
+// when the run ends the QP sends one coalesced ACK and whatever the
+// completer's progress let the requester send, in one batch.
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"time"
+
+	"github.com/softrdma/softrdma/transport"
+	"github.com/softrdma/softrdma/verbs"
+	"github.com/softrdma/softrdma/wire"
+)
+
+// grhLen is the size of the network header at the start of a UD receive
+// buffer (IBTA 11.4.1.2: a GRH; on RoCEv2 the IP header, right-aligned).
+const grhLen = 40
+
+// rxState is the receive loop's scratch space.
+type rxState struct {
+	p wire.Packet
+}
+
+func (d *Device) handleBatch(rx *rxState, pkts []transport.Packet) {
+	if len(pkts) == 0 {
+		return
+	}
+	now := time.Now()
+	d.Counters.RcvdPkts.Add(uint64(len(pkts)))
+	var cur *QP
+	for i := range pkts {
+		pk := &pkts[i]
+		switch pk.ICRC {
+		case transport.ICRCOK:
+		case transport.ICRCUnverified:
+			if !d.cfg.AcceptUnverifiedICRC {
+				d.Counters.DropICRCUnverified.Add(1)
+				continue
+			}
+		default:
+			d.Counters.DropICRC.Add(1)
+			continue
+		}
+		if err := wire.Parse(pk.Buf, &rx.p); err != nil {
+			d.Counters.DropMalformed.Add(1)
+			continue
+		}
+		qp := d.qpByNum(rx.p.BTH.DestQP())
+		if qp == nil {
+			d.Counters.DropUnknownQP.Add(1)
+			continue
+		}
+		if qp != cur {
+			if cur != nil {
+				cur.endRxLocked(now)
+				cur.mu.Unlock()
+			}
+			qp.mu.Lock()
+			cur = qp
+		}
+		qp.receiveLocked(&rx.p, pk, now)
+	}
+	if cur != nil {
+		cur.endRxLocked(now)
+		cur.mu.Unlock()
+	}
+}
+
+var qpTransport = map[verbs.QPType]wire.Transport{
+	verbs.QPTypeRC: wire.TransportRC,
+	verbs.QPTypeUC: wire.TransportUC,
+	verbs.QPTypeUD: wire.TransportUD,
+}
+
+func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Packet, now time.Time) {
+	c := &qp.dev.Counters
+	if qp.destroyed {
+		c.DropUnknownQP.Add(1)
+		return
+	}
+	st := qp.stateLocked()
+	if st == verbs.QPStateReset || st == verbs.QPStateInit || st == verbs.QPStateErr {
+		c.DropQPState.Add(1)
+		return
+	}
+	info := p.Info
+	if info.Transport != qpTransport[qp.typ] {
+		c.DropWrongTransport.Add(1)
+		return
+	}
+	if p.BTH.PKey()&0x7FFF != defaultPKey&0x7FFF {
+		c.DropPKey.Add(1)
+		return
+	}
+	if qp.typ != verbs.QPTypeUD && pk.Peer.Addr().Unmap() != qp.destAddr {
+		c.DropWrongSource.Add(1)
+		return
+	}
+	if info.Has(wire.FlagRequest) {
+		switch qp.typ {
+		case verbs.QPTypeRC:
+			qp.onRequestLocked(p)
+		case verbs.QPTypeUC:
+			qp.onUCRequestLocked(p)
+		case verbs.QPTypeUD:
+			qp.onUDRequestLocked(p, pk)
+		}
+		return
+	}
+	if st == verbs.QPStateRTR {
+		c.DropQPState.Add(1)
+		return
+	}
+	qp.onResponseLocked(p, now)
+}
+
+// endRxLocked ends a run of received packets for the QP: the coalesced
+// ACK, then anything the requester may now send, all in one batch.
+func (qp *QP) endRxLocked(now time.Time) {
+	qp.flushAckLocked()
+	if qp.req.kick {
+		qp.req.kick = false
+		qp.runRequesterLocked(now)
+	}
+	qp.flushLocked()
+	qp.rearmLocked(now)
+}
+
+// buildGRH writes the 40-byte network header of a received UD packet:
+// for IPv4, 20 zero bytes then the IPv4 header; for IPv6 the IPv6 header.
+// udpPayload is the length of the RoCEv2 packet (BTH to ICRC).
+func buildGRH(b []byte, pk *transport.Packet, udpPayload int) {
+	clear(b[:grhLen])
+	src, dst := pk.Peer.Addr().Unmap(), pk.Local.Unmap()
+	if src.Is4() {
+		h := b[20:40]
+		h[0] = 0x45
+		binary.BigEndian.PutUint16(h[2:], uint16(20+8+udpPayload))
+		binary.BigEndian.PutUint16(h[6:], 0x4000) // DF
+		h[8] = 64
+		h[9] = 17
+		s4, d4 := src.As4(), addr4(dst)
+		copy(h[12:16], s4[:])
+		copy(h[16:20], d4[:])
+		var sum uint32
+		for i := 0; i < 20; i += 2 {
+			sum += uint32(binary.BigEndian.Uint16(h[i:]))
+		}
+		for sum > 0xFFFF {
+			sum = sum&0xFFFF + sum>>16
+		}
+		binary.BigEndian.PutUint16(h[10:], ^uint16(sum))
+		return
+	}
+	b[0] = 0x60
+	binary.BigEndian.PutUint16(b[4:], uint16(8+udpPayload))
+	b[6] = 17
+	b[7] = 64
+	s16, d16 := src.As16(), dst.As16()
+	copy(b[8:24], s16[:])
+	copy(b[24:40], d16[:])
+}
+
+func addr4(a netip.Addr) [4]byte {
+	if a.Is4() {
+		return a.As4()
+	}
+	return [4]byte{}
+}

@@ -1,0 +1,277 @@
+package roce
+
+// The requester turns send WQEs into packets (IBTA 9.7.4.1):
+//
+//	sq.next ──► start: assign firstPSN, count packets (READ: reserve one
+//	            PSN per expected response)
+//	        ──► one packet at a time: opcode FIRST/MIDDLE/LAST/ONLY from the
+//	            WQE's opcode and position; RETH on the first WRITE packet and
+//	            on READ; ImmDt/IETH on the last; AtomicETH on atomics;
+//	            AckReq on the last packet and every ackReqEvery packets
+//	        ──► qp.tx, sent in batches under the QP lock
+//
+// For RC it stops when ackWindow PSNs are unacknowledged, when max_rd_atomic
+// READ/atomic requests are outstanding, at a fenced WQE while READs or
+// atomics are outstanding, and while an RNR NAK's timer runs. UC and UD
+// WQEs complete as soon as their last packet is queued.
+
+import (
+	"time"
+
+	"github.com/softrdma/softrdma/verbs"
+	"github.com/softrdma/softrdma/wire"
+)
+
+// requester is the sending half of a QP's protocol state.
+type requester struct {
+	psn           wire.PSN // PSN of the next packet
+	maxPSN        wire.PSN // one past the highest PSN ever sent
+	noAck         int      // packets sent since the last AckReq
+	rdOutstanding int      // READ and atomic WQEs started and not retired
+	rnrWait       bool     // an RNR NAK paused the requester ...
+	rnrUntil      time.Time
+	kick          bool // the completer made room: run the requester again
+}
+
+// runRequesterLocked transmits as much of the send queue as the QP may.
+func (qp *QP) runRequesterLocked(now time.Time) {
+	if qp.stateLocked() != verbs.QPStateRTS {
+		return
+	}
+	rc := qp.typ == verbs.QPTypeRC
+	sent := false
+	for qp.sq.next != qp.sq.tail {
+		w := qp.sq.at(qp.sq.next)
+		if w.status != verbs.WCSuccess {
+			// A local error found at post time: the WQE fails and, as
+			// IBTA 10.8.3 wants for local errors, takes the QP with it.
+			if rc && qp.sq.next != qp.sq.head {
+				break // earlier WQEs must complete first
+			}
+			qp.errorLocked()
+			return
+		}
+		if rc {
+			if qp.req.rnrWait {
+				break
+			}
+			if !w.started {
+				if w.isReadOrAtomic() && qp.req.rdOutstanding >= int(max(qp.attr.MaxRdAtomic, 1)) {
+					break
+				}
+				if w.flags&verbs.SendFence != 0 && qp.req.rdOutstanding > 0 {
+					break
+				}
+			}
+			if qp.req.psn.Sub(qp.comp.psn) >= ackWindow {
+				break
+			}
+		}
+		if !w.started {
+			qp.startWQELocked(w)
+		}
+		if !qp.sendPacketLocked(w) {
+			return // the QP went to ERR
+		}
+		sent = true
+		if w.sent == w.npkts {
+			qp.sq.next++
+			if !rc {
+				qp.completeSendLocked(w, verbs.WCSuccess)
+			}
+		}
+	}
+	if sent && rc && qp.comp.ackDeadline.IsZero() {
+		if t := wire.LocalACKTimeout(qp.attr.Timeout); t > 0 {
+			qp.comp.ackDeadline = now.Add(t)
+			qp.armTimerLocked(now, qp.comp.ackDeadline)
+		}
+	}
+}
+
+func (qp *QP) startWQELocked(w *sendWQE) {
+	w.started = true
+	w.sent = 0
+	w.firstPSN = qp.req.psn
+	switch {
+	case w.opcode == verbs.WRAtomicCmpAndSwp || w.opcode == verbs.WRAtomicFetchAndAdd:
+		w.npkts = 1
+	case w.length == 0:
+		w.npkts = 1
+	default:
+		w.npkts = uint32((w.length + uint64(qp.pmtu) - 1) / uint64(qp.pmtu))
+	}
+	w.lastPSN = w.firstPSN.Add(w.npkts - 1)
+	w.nextRespPSN = w.firstPSN
+	if w.isReadOrAtomic() {
+		qp.req.rdOutstanding++
+	}
+}
+
+// Opcodes by WQE opcode and position; UC adds 0x20 to the RC values.
+var (
+	sendOps   = [4]wire.Opcode{wire.RCSendFirst, wire.RCSendMiddle, wire.RCSendLast, wire.RCSendOnly}
+	sendImm   = [4]wire.Opcode{wire.RCSendFirst, wire.RCSendMiddle, wire.RCSendLastImm, wire.RCSendOnlyImm}
+	sendInv   = [4]wire.Opcode{wire.RCSendFirst, wire.RCSendMiddle, wire.RCSendLastInv, wire.RCSendOnlyInv}
+	writeOps  = [4]wire.Opcode{wire.RCWriteFirst, wire.RCWriteMiddle, wire.RCWriteLast, wire.RCWriteOnly}
+	writeImm  = [4]wire.Opcode{wire.RCWriteFirst, wire.RCWriteMiddle, wire.RCWriteLastImm, wire.RCWriteOnlyImm}
+	posFirst  = 0
+	posMiddle = 1
+	posLast   = 2
+	posOnly   = 3
+)
+
+// sendPacketLocked builds the WQE's next packet. It returns false if the
+// packet could not be built and the QP went to ERR.
+func (qp *QP) sendPacketLocked(w *sendWQE) bool {
+	psn := qp.req.psn
+	bth := wire.BTHFields{PSN: psn, DestQP: qp.attr.DestQPNum}
+	dst := qp.dest
+	if qp.typ == verbs.QPTypeUD {
+		dst = w.dest
+		bth.DestQP = w.destQPN
+	}
+
+	switch w.opcode {
+	case verbs.WRRDMARead:
+		bth.AckReq = true
+		b := qp.newPacketLocked(dst, wire.RCReadRequest, &bth, 0)
+		wire.RETH(b[wire.RCReadRequest.Info().RETHOff:]).Encode(&wire.RETHFields{VA: w.raddr, RKey: w.rkey, DMALen: uint32(w.length)})
+		w.sent = w.npkts // one request stands for every response PSN
+		qp.advancePSNLocked(w.npkts, true)
+		return true
+	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
+		op := wire.RCFetchAdd
+		f := wire.AtomicETHFields{VA: w.raddr, RKey: w.rkey, SwapAdd: w.cmpAdd}
+		if w.opcode == verbs.WRAtomicCmpAndSwp {
+			op = wire.RCCompareSwap
+			f = wire.AtomicETHFields{VA: w.raddr, RKey: w.rkey, SwapAdd: w.swap, Compare: w.cmpAdd}
+		}
+		bth.AckReq = true
+		b := qp.newPacketLocked(dst, op, &bth, 0)
+		wire.AtomicETH(b[op.Info().AtomicETHOff:]).Encode(&f)
+		w.sent = 1
+		qp.advancePSNLocked(1, true)
+		return true
+	}
+
+	// SEND and WRITE: one path-MTU segment at a time.
+	off := uint64(w.sent) * uint64(qp.pmtu)
+	n := min(uint64(qp.pmtu), w.length-off)
+	first, last := w.sent == 0, w.sent+1 == w.npkts
+	pos := posMiddle
+	switch {
+	case first && last:
+		pos = posOnly
+	case first:
+		pos = posFirst
+	case last:
+		pos = posLast
+	}
+	var op wire.Opcode
+	switch w.opcode {
+	case verbs.WRSend:
+		op = sendOps[pos]
+	case verbs.WRSendWithImm:
+		op = sendImm[pos]
+	case verbs.WRSendWithInv:
+		op = sendInv[pos]
+	case verbs.WRRDMAWrite:
+		op = writeOps[pos]
+	case verbs.WRRDMAWriteWithImm:
+		op = writeImm[pos]
+	}
+	switch qp.typ {
+	case verbs.QPTypeUC:
+		op |= 0x20
+	case verbs.QPTypeUD:
+		op = wire.UDSendOnly
+		if w.opcode == verbs.WRSendWithImm {
+			op = wire.UDSendOnlyImm
+		}
+	}
+	info := op.Info()
+	ackReq := qp.typ == verbs.QPTypeRC && (last || qp.req.noAck >= ackReqEvery-1)
+	bth.AckReq = ackReq
+	bth.SolicitedEvent = last && w.flags&verbs.SendSolicited != 0 && w.opcode != verbs.WRRDMAWrite
+	b := qp.newPacketLocked(dst, op, &bth, int(n))
+	if info.Has(wire.FlagRETH) {
+		wire.RETH(b[info.RETHOff:]).Encode(&wire.RETHFields{VA: w.raddr, RKey: w.rkey, DMALen: uint32(w.length)})
+	}
+	if info.Has(wire.FlagImm) {
+		wire.ImmDt(b[info.ImmOff:]).SetImm(w.imm)
+	}
+	if info.Has(wire.FlagIETH) {
+		wire.IETH(b[info.IETHOff:]).SetRKey(w.invRKey)
+	}
+	if info.Has(wire.FlagDETH) {
+		wire.DETH(b[info.DETHOff:]).Encode(&wire.DETHFields{QKey: w.qkey, SrcQP: qp.qpn})
+	}
+	payload := b[info.Length : info.Length+int(n)]
+	if w.isInline {
+		copy(payload, w.inline[off:off+n])
+	} else if !w.sgl.copyOut(payload, off) {
+		qp.tx.n-- // unqueue the half-built packet
+		qp.dev.bufPool.Put(qp.tx.bufs[qp.tx.n])
+		qp.tx.bufs[qp.tx.n] = nil
+		w.status = verbs.WCLocProtErr
+		if qp.typ != verbs.QPTypeRC || qp.sq.next == qp.sq.head {
+			qp.errorLocked()
+			return false
+		}
+		return false
+	}
+	w.sent++
+	if last && qp.req.maxPSN.LessEq(psn) && (w.opcode == verbs.WRSend || w.opcode == verbs.WRSendWithImm || w.opcode == verbs.WRSendWithInv) {
+		qp.dev.Counters.RDMASends.Add(1) // first transmissions only, as rxe counts
+	}
+	qp.advancePSNLocked(1, ackReq)
+	return true
+}
+
+// advancePSNLocked moves the next PSN on by n after a packet was queued.
+func (qp *QP) advancePSNLocked(n uint32, ackReq bool) {
+	qp.req.psn = qp.req.psn.Add(n)
+	if qp.req.maxPSN.Less(qp.req.psn) {
+		qp.req.maxPSN = qp.req.psn
+	} else {
+		qp.dev.Counters.Retransmits.Add(1)
+	}
+	if ackReq {
+		qp.req.noAck = 0
+	} else {
+		qp.req.noAck++
+	}
+}
+
+// rewindLocked goes back to PSN psn, the oldest unacknowledged packet, to
+// retransmit everything from there (go-back-N, IBTA 9.7.5.1.4). A SEND or
+// WRITE resumes mid-message at psn; a READ or atomic is requested again
+// whole, which the responder answers from its replay ring.
+func (qp *QP) rewindLocked(psn wire.PSN) {
+	if qp.sq.head == qp.sq.tail {
+		return
+	}
+	head := qp.sq.at(qp.sq.head)
+	if !head.started {
+		return // nothing was sent
+	}
+	qp.req.rdOutstanding = 0
+	end := qp.sq.next
+	if end != qp.sq.tail {
+		end++ // include the partly sent WQE
+	}
+	for i := qp.sq.head; i != end; i++ {
+		w := qp.sq.at(i)
+		w.started = false
+	}
+	qp.sq.next = qp.sq.head
+	if !head.isReadOrAtomic() && head.npkts > 0 && psn.InWindow(head.firstPSN, head.npkts) {
+		head.started = true
+		head.sent = uint32(psn.Sub(head.firstPSN))
+		qp.req.psn = psn
+	} else {
+		qp.req.psn = head.firstPSN
+	}
+	qp.req.noAck = 0
+}

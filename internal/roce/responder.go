@@ -1,0 +1,572 @@
+package roce
+
+// The responder executes incoming requests (IBTA 9.7.5.2 for RC, 9.8 for
+// UC, 9.8.4 for UD). For RC, each packet goes through:
+//
+//	PSN check   ── ahead: one PSN sequence NAK, then drop until the expected
+//	               PSN arrives; behind: a duplicate, answered (ACK again,
+//	               READ responses again, the recorded atomic result) and
+//	               never executed again
+//	opcode      ── FIRST → MIDDLE* → LAST within a message; QP access flags
+//	resources   ── a receive WQE for SEND and WRITE_WITH_IMM (none: RNR NAK
+//	               with min_rnr_timer); a replay slot for READ and atomics
+//	length/rkey ── MTU-sized FIRST/MIDDLE, total within the WQE or DMA
+//	               length; rkey, PD, permission, bounds, alignment
+//	execute     ── copy into the MR (last byte last), read out of it, or the
+//	               atomic; a receive completion when the message ends
+//	acknowledge ── ACK when AckReq is set, coalesced per received batch;
+//	               READ responses and atomic ACKs at once
+//
+// Errors map one to one to NAK codes and completion statuses: no receive
+// WQE → RNR NAK; bad opcode sequence or length → NAK invalid request; bad
+// rkey or bounds → NAK remote access error; a local failure placing data →
+// NAK remote operational error. All but RNR move the QP to ERR.
+
+import (
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/softrdma/softrdma/transport"
+	"github.com/softrdma/softrdma/verbs"
+	"github.com/softrdma/softrdma/wire"
+)
+
+// responder is the receiving half of a QP's protocol state.
+type responder struct {
+	psn       wire.PSN // expected PSN
+	msn       uint32   // message sequence number (24 bits on the wire)
+	nakSent   bool     // a sequence NAK was sent for psn
+	inMsg     bool     // inside a multi-packet SEND or WRITE
+	inSend    bool     // the message in progress is a SEND
+	haveCur   bool     // cur holds the receive WQE the SEND in progress fills
+	cur       recvWQE
+	recvOff   uint64
+	solicited bool
+	writeVA   uint64
+	writeRKey uint32
+	writeLeft uint64
+	writeLen  uint64
+	ucDrop    bool // UC: dropping the rest of a message after a gap
+
+	ackPending bool
+	ackPSN     wire.PSN
+
+	res     []rdRes // replay ring for READ and atomic requests
+	resNext int
+}
+
+// rdRes records an executed READ or atomic request so a duplicate of it is
+// answered again without executing it again.
+type rdRes struct {
+	used        bool
+	atomic      bool
+	first, last wire.PSN
+	orig        uint64
+}
+
+// verdict is the outcome of the checks on a request packet.
+type verdict uint8
+
+const (
+	vOK      verdict = iota
+	vRNR             // no receive WQE: RNR NAK (RC) or drop (UC, UD)
+	vInvalid         // NAK invalid request
+	vAccess          // NAK remote access error
+	vOpErr           // NAK remote operational error
+)
+
+// onRequestLocked handles a request packet on an RC QP.
+func (qp *QP) onRequestLocked(p *wire.Packet) {
+	r := &qp.resp
+	psn := p.BTH.PSN()
+	if d := psn.Sub(r.psn); d > 0 {
+		qp.dev.Counters.OutOfSeqRequest.Add(1)
+		if !r.nakSent {
+			r.nakSent = true
+			qp.sendNAKLocked(r.psn, wire.NAKSyndrome(wire.NAKPSNSeqError))
+		}
+		return
+	} else if d < 0 {
+		qp.onDuplicateLocked(p, psn)
+		return
+	}
+	r.nakSent = false
+	v, recvStatus := qp.executeLocked(p, psn)
+	switch v {
+	case vOK:
+	case vRNR:
+		qp.dev.Counters.SendRNRErr.Add(1)
+		qp.sendNAKLocked(psn, wire.RNRNAKSyndrome(qp.attr.MinRNRTimer))
+	case vInvalid:
+		qp.nakErrorLocked(psn, wire.NAKInvalidRequest, recvStatus)
+	case vAccess:
+		qp.nakErrorLocked(psn, wire.NAKRemoteAccessError, recvStatus)
+	case vOpErr:
+		qp.nakErrorLocked(psn, wire.NAKRemoteOperationalError, recvStatus)
+	}
+}
+
+// executeLocked checks and executes a request with the expected PSN. On
+// success it advances the expected PSN and arranges the acknowledgement.
+// recvStatus is the status a consumed receive WQE completes with on error.
+func (qp *QP) executeLocked(p *wire.Packet, psn wire.PSN) (v verdict, recvStatus verbs.WCStatus) {
+	r := &qp.resp
+	info := p.Info
+	rc := qp.typ == verbs.QPTypeRC
+	// Opcode sequence (IBTA C9-91..C9-93).
+	first, last := info.Has(wire.FlagFirst), info.Has(wire.FlagLast)
+	if r.inMsg {
+		if first || (r.inSend != info.Has(wire.FlagSend)) || !(info.Has(wire.FlagSend) || info.Has(wire.FlagWrite)) {
+			return vInvalid, verbs.WCRemInvReqErr
+		}
+	} else if !first {
+		return vInvalid, verbs.WCRemInvReqErr
+	}
+	// Payload length (IBTA C9-95): FIRST and MIDDLE carry exactly one MTU.
+	n := len(p.Payload)
+	switch {
+	case first && last:
+		if n > qp.pmtu {
+			return vInvalid, verbs.WCLocLenErr
+		}
+	case first || info.Has(wire.FlagMiddle):
+		if n != qp.pmtu {
+			return vInvalid, verbs.WCLocLenErr
+		}
+	case n == 0 || n > qp.pmtu:
+		return vInvalid, verbs.WCLocLenErr
+	}
+	access := qp.attr.QPAccessFlags
+	switch {
+	case info.Has(wire.FlagSend):
+		v, recvStatus = qp.recvSendLocked(p, first, last)
+	case info.Has(wire.FlagWrite):
+		if access&verbs.AccessRemoteWrite == 0 {
+			return vInvalid, verbs.WCRemInvReqErr
+		}
+		v, recvStatus = qp.recvWriteLocked(p, first, last)
+	case info.Has(wire.FlagRead) && rc:
+		if access&verbs.AccessRemoteRead == 0 {
+			return vInvalid, verbs.WCRemInvReqErr
+		}
+		return qp.recvReadLocked(p, psn), 0
+	case info.Has(wire.FlagAtomic) && rc:
+		if access&verbs.AccessRemoteAtomic == 0 {
+			return vInvalid, verbs.WCRemInvReqErr
+		}
+		return qp.recvAtomicLocked(p, psn), 0
+	default:
+		return vInvalid, verbs.WCRemInvReqErr
+	}
+	if v != vOK {
+		return v, recvStatus
+	}
+	r.psn = psn.Add(1)
+	if last {
+		r.msn++
+		r.inMsg = false
+	} else {
+		r.inMsg = true
+		r.inSend = info.Has(wire.FlagSend)
+	}
+	if rc && p.BTH.AckReq() {
+		r.ackPending, r.ackPSN = true, psn
+	}
+	return vOK, 0
+}
+
+// takeRecvWQELocked moves the next receive WQE (from the SRQ or the QP's
+// own queue) into resp.cur. It returns false if there is none.
+func (qp *QP) takeRecvWQELocked() bool {
+	r := &qp.resp
+	if r.haveCur {
+		return true // kept from a UC message that was cut short
+	}
+	if qp.srq != nil {
+		if !qp.srq.pop(&r.cur) {
+			return false
+		}
+	} else {
+		if qp.rq.head == qp.rq.tail {
+			return false
+		}
+		w := qp.rq.at(qp.rq.head)
+		r.cur.wrID, r.cur.length, r.cur.bad = w.wrID, w.length, w.bad
+		r.cur.sgl.reset()
+		r.cur.sgl.sges = append(r.cur.sgl.sges, w.sgl.sges...)
+		r.cur.sgl.mrs = append(r.cur.sgl.mrs, w.sgl.mrs...)
+		w.sgl.reset()
+		qp.rq.head++
+	}
+	r.haveCur = true
+	r.recvOff = 0
+	return true
+}
+
+func (qp *QP) recvSendLocked(p *wire.Packet, first, last bool) (verdict, verbs.WCStatus) {
+	r := &qp.resp
+	if first {
+		if !qp.takeRecvWQELocked() {
+			return vRNR, 0
+		}
+		if r.cur.bad {
+			return vOpErr, verbs.WCLocProtErr
+		}
+	}
+	n := uint64(len(p.Payload))
+	if n > r.cur.length-r.recvOff {
+		return vInvalid, verbs.WCLocLenErr
+	}
+	if !r.cur.sgl.copyIn(p.Payload, r.recvOff) {
+		return vOpErr, verbs.WCLocProtErr
+	}
+	r.recvOff += n
+	if last {
+		var flags verbs.WCFlags
+		var imm uint32
+		if p.ImmDt != nil {
+			flags, imm = verbs.WCWithImm, p.ImmDt.Imm()
+		}
+		if p.IETH != nil {
+			flags, imm = verbs.WCWithInv, p.IETH.RKey()
+			qp.invalidateLocked(imm)
+		}
+		r.solicited = p.BTH.SolicitedEvent()
+		r.haveCur = false
+		qp.completeRecvLocked(&r.cur, verbs.WCSuccess, verbs.WCRecv, uint32(r.recvOff), imm, flags)
+		r.solicited = false
+		qp.dev.Counters.RDMARecvs.Add(1)
+	}
+	return vOK, 0
+}
+
+// invalidateLocked revokes remote access through rkey, for SEND_WITH_INV.
+func (qp *QP) invalidateLocked(rkey uint32) {
+	mr := qp.dev.lookupKey(rkey)
+	if mr == nil || mr.rkey != rkey || mr.pd != qp.pd {
+		return
+	}
+	mr.mu.Lock()
+	mr.rkeyRevoke = true
+	mr.mu.Unlock()
+}
+
+func (qp *QP) recvWriteLocked(p *wire.Packet, first, last bool) (verdict, verbs.WCStatus) {
+	r := &qp.resp
+	if first {
+		va, rkey, dlen := p.RETH.VA(), p.RETH.RKey(), uint64(p.RETH.DMALen())
+		if dlen > 0 {
+			mr, _, ok := qp.pd.remoteMR(rkey, va, dlen, verbs.AccessRemoteWrite)
+			if !ok {
+				return vAccess, verbs.WCRemAccessErr
+			}
+			mr.mu.RUnlock()
+		}
+		r.writeVA, r.writeRKey, r.writeLeft, r.writeLen = va, rkey, dlen, dlen
+	}
+	if p.ImmDt != nil && !qp.takeRecvWQELocked() {
+		return vRNR, 0 // checked before any byte is written
+	}
+	n := uint64(len(p.Payload))
+	if n > r.writeLeft || (last && n != r.writeLeft) {
+		return vInvalid, verbs.WCLocLenErr
+	}
+	if n > 0 {
+		mr, b, ok := qp.pd.remoteMR(r.writeRKey, r.writeVA, n, verbs.AccessRemoteWrite)
+		if !ok {
+			return vAccess, verbs.WCRemAccessErr
+		}
+		copyLastByteLast(b, p.Payload)
+		mr.mu.RUnlock()
+	}
+	r.writeVA += n
+	r.writeLeft -= n
+	if last && p.ImmDt != nil {
+		r.solicited = p.BTH.SolicitedEvent()
+		r.haveCur = false
+		qp.completeRecvLocked(&r.cur, verbs.WCSuccess, verbs.WCRecvRDMAWithImm, uint32(r.writeLen), p.ImmDt.Imm(), verbs.WCWithImm)
+		r.solicited = false
+	}
+	return vOK, 0
+}
+
+func (qp *QP) recvReadLocked(p *wire.Packet, psn wire.PSN) verdict {
+	r := &qp.resp
+	if len(r.res) == 0 {
+		return vInvalid // max_dest_rd_atomic is 0
+	}
+	va, rkey, dlen := p.RETH.VA(), p.RETH.RKey(), uint64(p.RETH.DMALen())
+	if dlen > 0 {
+		mr, _, ok := qp.pd.remoteMR(rkey, va, dlen, verbs.AccessRemoteRead)
+		if !ok {
+			return vAccess
+		}
+		mr.mu.RUnlock()
+	}
+	npkts := qp.packetsFor(dlen)
+	slot := qp.nextResLocked()
+	*slot = rdRes{used: true, first: psn, last: psn.Add(npkts - 1)}
+	r.psn = psn.Add(npkts)
+	r.msn++
+	qp.sendReadResponsesLocked(va, rkey, dlen, psn)
+	return vOK
+}
+
+func (qp *QP) packetsFor(n uint64) uint32 {
+	if n == 0 {
+		return 1
+	}
+	return uint32((n + uint64(qp.pmtu) - 1) / uint64(qp.pmtu))
+}
+
+func (qp *QP) nextResLocked() *rdRes {
+	r := &qp.resp
+	slot := &r.res[r.resNext]
+	r.resNext++
+	if r.resNext == len(r.res) {
+		r.resNext = 0
+	}
+	return slot
+}
+
+// sendReadResponsesLocked sends the responses to a READ of dlen bytes at va,
+// numbered from psn. If the memory became inaccessible meanwhile it sends a
+// remote access NAK instead and fails the QP.
+func (qp *QP) sendReadResponsesLocked(va uint64, rkey uint32, dlen uint64, psn wire.PSN) {
+	qp.flushAckLocked()
+	npkts := qp.packetsFor(dlen)
+	for i := uint32(0); i < npkts; i++ {
+		off := uint64(i) * uint64(qp.pmtu)
+		n := min(uint64(qp.pmtu), dlen-off)
+		var op wire.Opcode
+		switch {
+		case npkts == 1:
+			op = wire.RCReadResponseOnly
+		case i == 0:
+			op = wire.RCReadResponseFirst
+		case i+1 == npkts:
+			op = wire.RCReadResponseLast
+		default:
+			op = wire.RCReadResponseMiddle
+		}
+		var mr *MR
+		var src []byte
+		if n > 0 {
+			var ok bool
+			mr, src, ok = qp.pd.remoteMR(rkey, va+off, n, verbs.AccessRemoteRead)
+			if !ok {
+				qp.nakErrorLocked(psn.Add(i), wire.NAKRemoteAccessError, 0)
+				return
+			}
+		}
+		bth := wire.BTHFields{PSN: psn.Add(i), DestQP: qp.attr.DestQPNum}
+		b := qp.newPacketLocked(qp.dest, op, &bth, int(n))
+		info := op.Info()
+		if info.Has(wire.FlagAETH) {
+			wire.AETH(b[info.AETHOff:]).Encode(&wire.AETHFields{Syndrome: wire.ACKSyndrome(0x1F), MSN: qp.resp.msn & 0xFFFFFF})
+		}
+		if mr != nil {
+			copy(b[info.Length:info.Length+int(n)], src)
+			mr.mu.RUnlock()
+		}
+	}
+}
+
+func (qp *QP) recvAtomicLocked(p *wire.Packet, psn wire.PSN) verdict {
+	r := &qp.resp
+	if len(r.res) == 0 {
+		return vInvalid
+	}
+	a := p.AtomicETH
+	va := a.VA()
+	if va%8 != 0 {
+		return vInvalid // IBTA C9-?: misaligned atomic → invalid request
+	}
+	mr, b, ok := qp.pd.remoteMR(a.RKey(), va, 8, verbs.AccessRemoteAtomic)
+	if !ok {
+		return vAccess
+	}
+	// The target is 8-byte aligned in memory (va is its real address), so
+	// the operation is atomic against other QPs and the CPU as well.
+	word := (*uint64)(unsafe.Pointer(&b[0]))
+	var orig uint64
+	if p.BTH.Opcode() == wire.RCFetchAdd {
+		add := a.SwapAdd()
+		orig = atomic.AddUint64(word, add) - add
+	} else {
+		cmp, swap := a.Compare(), a.SwapAdd()
+		for {
+			orig = atomic.LoadUint64(word)
+			if orig != cmp || atomic.CompareAndSwapUint64(word, orig, swap) {
+				break
+			}
+		}
+	}
+	mr.mu.RUnlock()
+	slot := qp.nextResLocked()
+	*slot = rdRes{used: true, atomic: true, first: psn, last: psn, orig: orig}
+	r.psn = psn.Add(1)
+	r.msn++
+	qp.sendAtomicAckLocked(psn, orig)
+	return vOK
+}
+
+func (qp *QP) sendAtomicAckLocked(psn wire.PSN, orig uint64) {
+	qp.flushAckLocked()
+	bth := wire.BTHFields{PSN: psn, DestQP: qp.attr.DestQPNum}
+	b := qp.newPacketLocked(qp.dest, wire.RCAtomicAck, &bth, 0)
+	info := wire.RCAtomicAck.Info()
+	wire.AETH(b[info.AETHOff:]).Encode(&wire.AETHFields{Syndrome: wire.ACKSyndrome(0x1F), MSN: qp.resp.msn & 0xFFFFFF})
+	wire.AtomicAckETH(b[info.AtomicAckETHOff:]).SetOrigData(orig)
+}
+
+// onDuplicateLocked answers a request whose PSN is older than expected
+// (IBTA 9.7.5.2.2): SEND and WRITE are acknowledged again, READ is
+// answered again from the request's own RETH, an atomic gets its recorded
+// result. Nothing is executed twice.
+func (qp *QP) onDuplicateLocked(p *wire.Packet, psn wire.PSN) {
+	qp.dev.Counters.DuplicateRequest.Add(1)
+	r := &qp.resp
+	info := p.Info
+	switch {
+	case info.Has(wire.FlagSend) || info.Has(wire.FlagWrite):
+		if p.BTH.AckReq() {
+			r.ackPending, r.ackPSN = true, r.psn.Add(^uint32(0))
+		}
+	case info.Has(wire.FlagRead):
+		va, rkey, dlen := p.RETH.VA(), p.RETH.RKey(), uint64(p.RETH.DMALen())
+		for i := range r.res {
+			s := &r.res[i]
+			if s.used && !s.atomic && psn.InWindow(s.first, uint32(s.last.Sub(s.first))+1) {
+				if !psn.Add(qp.packetsFor(dlen)-1).InWindow(s.first, uint32(s.last.Sub(s.first))+1) {
+					return // asks for more than the original request covered
+				}
+				qp.sendReadResponsesLocked(va, rkey, dlen, psn)
+				return
+			}
+		}
+	case info.Has(wire.FlagAtomic):
+		for i := range r.res {
+			s := &r.res[i]
+			if s.used && s.atomic && s.first == psn {
+				qp.sendAtomicAckLocked(psn, s.orig)
+				return
+			}
+		}
+	}
+}
+
+// sendNAKLocked sends an ACK packet with a NAK or RNR NAK syndrome.
+func (qp *QP) sendNAKLocked(psn wire.PSN, syndrome uint8) {
+	qp.flushAckLocked()
+	qp.sendAckLocked(psn, syndrome)
+}
+
+func (qp *QP) sendAckLocked(psn wire.PSN, syndrome uint8) {
+	bth := wire.BTHFields{PSN: psn, DestQP: qp.attr.DestQPNum}
+	b := qp.newPacketLocked(qp.dest, wire.RCAck, &bth, 0)
+	wire.AETH(b[wire.RCAck.Info().AETHOff:]).Encode(&wire.AETHFields{Syndrome: syndrome, MSN: qp.resp.msn & 0xFFFFFF})
+}
+
+// flushAckLocked sends the coalesced ACK, if one is due.
+func (qp *QP) flushAckLocked() {
+	if qp.resp.ackPending {
+		qp.resp.ackPending = false
+		qp.sendAckLocked(qp.resp.ackPSN, wire.ACKSyndrome(0x1F))
+	}
+}
+
+// nakErrorLocked reports a responder error: a NAK with code, the receive
+// WQE in use (if any) completed with recvStatus, and the QP moved to ERR.
+func (qp *QP) nakErrorLocked(psn wire.PSN, code wire.NAKCode, recvStatus verbs.WCStatus) {
+	qp.dev.Counters.NAKsSent.Add(1)
+	qp.sendNAKLocked(psn, wire.NAKSyndrome(code))
+	r := &qp.resp
+	if r.haveCur {
+		if recvStatus == verbs.WCSuccess {
+			recvStatus = verbs.WCRemInvReqErr
+		}
+		r.haveCur = false
+		qp.completeRecvLocked(&r.cur, recvStatus, 0, 0, 0, 0)
+	}
+	r.inMsg = false
+	qp.errorLocked()
+}
+
+// onUCRequestLocked handles a request on a UC QP: no acknowledgements; a
+// PSN gap drops the message in progress and everything until the next
+// FIRST or ONLY packet.
+func (qp *QP) onUCRequestLocked(p *wire.Packet) {
+	r := &qp.resp
+	psn := p.BTH.PSN()
+	first := p.Info.Has(wire.FlagFirst)
+	if psn != r.psn {
+		qp.dev.Counters.DropUC.Add(1)
+		r.inMsg = false // the receive WQE (if any) stays for the next message
+		r.psn = psn
+		if !first {
+			r.ucDrop = true
+			r.psn = psn.Add(1)
+			return
+		}
+	}
+	if r.ucDrop && !first {
+		qp.dev.Counters.DropUC.Add(1)
+		r.psn = psn.Add(1)
+		return
+	}
+	r.ucDrop = false
+	if v, _ := qp.executeLocked(p, psn); v != vOK {
+		// UC drops what it cannot place (IBTA 9.8.3.2); the QP stays up.
+		if v == vRNR {
+			qp.dev.Counters.DropNoRecvWQE.Add(1)
+		} else {
+			qp.dev.Counters.DropUC.Add(1)
+		}
+		r.inMsg = false
+		r.ucDrop = !p.Info.Has(wire.FlagLast)
+		r.psn = psn.Add(1)
+	}
+}
+
+// onUDRequestLocked delivers a UD SEND: Q_Key check, a receive WQE, the
+// 40-byte network header, then the payload.
+func (qp *QP) onUDRequestLocked(p *wire.Packet, pk *transport.Packet) {
+	if p.DETH == nil || p.DETH.QKey() != qp.attr.QKey {
+		qp.dev.Counters.DropQKey.Add(1)
+		return
+	}
+	r := &qp.resp
+	if !qp.takeRecvWQELocked() {
+		qp.dev.Counters.DropNoRecvWQE.Add(1)
+		return
+	}
+	r.haveCur = false
+	w := &r.cur
+	n := uint64(grhLen + len(p.Payload))
+	wc := verbs.WC{WRID: w.wrID, QPNum: qp.qpn, Opcode: verbs.WCRecv, SrcQP: p.DETH.SrcQP(), WCFlags: verbs.WCWithGRH}
+	switch {
+	case w.bad:
+		wc.Status = verbs.WCLocProtErr
+	case n > w.length:
+		wc.Status = verbs.WCLocLenErr
+	default:
+		var grh [grhLen]byte
+		buildGRH(grh[:], pk, len(p.Raw))
+		if !w.sgl.copyIn(grh[:], 0) || !w.sgl.copyIn(p.Payload, grhLen) {
+			wc.Status = verbs.WCLocProtErr
+			break
+		}
+		wc.ByteLen = uint32(n)
+		if p.ImmDt != nil {
+			wc.WCFlags |= verbs.WCWithImm
+			wc.ImmData = p.ImmDt.Imm()
+		}
+		qp.dev.Counters.RDMARecvs.Add(1)
+	}
+	if wc.Status != verbs.WCSuccess {
+		wc.Opcode, wc.ByteLen, wc.WCFlags = verbs.WCRecv, 0, 0
+	}
+	qp.recvCQ.push(&wc, wc.Status != verbs.WCSuccess || p.BTH.SolicitedEvent())
+	w.sgl.reset()
+}
