@@ -180,7 +180,8 @@ func (qp *QP) executeLocked(p *wire.Packet, psn wire.PSN) (v verdict, recvStatus
 func (qp *QP) takeRecvWQELocked() bool {
 	r := &qp.resp
 	if r.haveCur {
-		return true // kept from a UC message that was cut short
+		r.recvOff = 0 // kept from a UC message that was cut short: start over
+		return true
 	}
 	if qp.srq != nil {
 		if !qp.srq.pop(&r.cur) {
