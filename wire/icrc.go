@@ -123,8 +123,20 @@ func icrcTail(buf []byte, n int, pkt []byte) uint32 {
 	if b > bthFECN {
 		buf[n+bthFECN] = 0xFF
 	}
-	crc := crc32.Update(crcFF, crc32.IEEETable, buf[:n+b])
+	crc := updateSmall(crcFF, buf[:n+b])
 	return crc32.Update(crc, crc32.IEEETable, pkt[b:])
+}
+
+// updateSmall is crc32.Update for the few dozen bytes of pseudo-header. It
+// is a plain table loop because crc32.Update's assembly makes its argument
+// escape, which would move the callers' stack buffers to the heap.
+func updateSmall(crc uint32, p []byte) uint32 {
+	tab := crc32.IEEETable
+	crc = ^crc
+	for _, v := range p {
+		crc = tab[byte(crc)^v] ^ crc>>8
+	}
+	return ^crc
 }
 
 // PutICRC computes the ICRC of pkt, which includes the 4 trailing ICRC

@@ -2,9 +2,9 @@ package wire
 
 import "fmt"
 
-// MTU is the InfiniBand path MTU enumeration that QP attributes carry
-// (IBTA PortInfo and PathRecord MTU encoding): a payload size of 256 << (m-1) bytes. The zero
-// value is not a valid MTU.
+// MTU is the InfiniBand path MTU enumeration that QP attributes carry (the
+// IBTA PortInfo and PathRecord MTU encoding): at most 256 << (m-1) bytes of
+// payload per packet. The zero value is not a valid MTU.
 type MTU uint8
 
 // Path MTUs.

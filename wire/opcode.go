@@ -141,6 +141,7 @@ type OpInfo struct {
 	Transport Transport // the opcode's top three bits
 	Length    int       // BTH and all extension headers: the offset of the payload
 
+	// Offsets of the extension headers present, 0 for those absent.
 	RETHOff, AETHOff, AtomicETHOff, AtomicAckETHOff, ImmOff, IETHOff, DETHOff int
 }
 

@@ -97,8 +97,8 @@ func Parse(b []byte, p *Packet) error {
 	return nil
 }
 
-// PadFor returns the number of pad bytes that bring a payload of n bytes to
-// a multiple of 4 (IBTA 9.2.4): (4 - n%4) % 4.
+// PadFor returns the number of pad bytes that bring a payload of payloadLen
+// bytes to a multiple of 4 (IBTA 9.2.4): (4 - payloadLen%4) % 4.
 func PadFor(payloadLen int) int { return -payloadLen & 3 }
 
 // PacketLen returns the length of a whole RoCEv2 UDP payload with opcode op

@@ -3,9 +3,9 @@ package wire
 import "time"
 
 // LocalACKTimeout returns the local ACK timeout that the 5-bit QP attribute
-// code t stands for: 4.096 µs × 2^t (IBTA 9.7.6, the transport timer). t == 0 means the
-// timer is disabled (infinite) and returns 0. Codes above 31 are treated as
-// 31, the largest the attribute holds.
+// code t stands for: 4.096 µs × 2^t (IBTA 9.7.6, the transport timer).
+// t == 0 means the timer is disabled (infinite) and returns 0. Codes above
+// 31 are treated as 31, the largest the attribute holds.
 func LocalACKTimeout(t uint8) time.Duration {
 	if t == 0 {
 		return 0
