@@ -24,13 +24,16 @@ var rules = []struct {
 }{
 	{"wire", nil, nil},
 	{"verbs", nil, nil},
-	{"transport/udp", []string{"transport"}, []string{"golang.org/x/sys", "golang.org/x/net"}},
+	{"transport/udp", []string{"transport", "wire"}, []string{"golang.org/x/sys", "golang.org/x/net"}},
 	{"transport", nil, nil},
-	{"internal/netsim", []string{"transport"}, nil},
+	{"internal/netsim", []string{"transport", "wire"}, nil},
+	{"internal/bench", []string{"verbs"}, nil},
+	{"examples", []string{""}, []string{""}},
 	{"internal/roce", []string{"wire", "verbs", "transport"}, nil},
 	{"internal/perftest", nil, nil},
 	{"internal/pingpong", nil, nil},
 	{"provider", []string{"wire", "verbs", "transport", "internal/roce", "internal/netsim"}, []string{"golang.org/x/sys"}},
+	{"cmd", []string{""}, []string{""}}, // the CLI may import anything
 	{"cmd", []string{""}, []string{""}}, // the CLI may import anything
 	{"internal/layering", nil, nil},
 	{"test", []string{""}, []string{""}},

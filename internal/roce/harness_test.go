@@ -25,7 +25,7 @@ type node struct {
 	mr   verbs.MR
 	buf  []byte
 	wcs  []verbs.WC
-	pend []verbs.WC // completions polled but not yet claimed
+	peer *node // set by pair
 }
 
 type qpOpts struct {
@@ -165,6 +165,7 @@ func must(t testing.TB, err error) {
 // pair builds two connected nodes over the two transports.
 func pair(t testing.TB, ta, tb transport.Transport, o qpOpts) (*node, *node) {
 	a, b := newNode(t, ta, o), newNode(t, tb, o)
+	a.peer, b.peer = b, a
 	connect(t, a, b, o)
 	connect(t, b, a, o)
 	return a, b
@@ -188,6 +189,20 @@ func (n *node) waitWC(cq verbs.CQ) verbs.WC {
 	}
 }
 
+// settle orders the test's accesses to n's memory against the engine's in
+// the memory model's sense. Over real sockets the chain "responder writes,
+// sends ACK, requester completes" (and "test reads, posts the next WRITE,
+// responder writes") passes through the kernel, which the race detector
+// cannot see. The engine touches MR memory only under the MR's read lock,
+// so taking its write lock orders the test's reads after earlier writes
+// (call settle before reading) and later writes after the reads (call it
+// again after).
+func (n *node) settle() {
+	mr := n.mr.(*MR)
+	mr.mu.Lock()
+	mr.mu.Unlock()
+}
+
 func (n *node) postRecv(id uint64, off, length int) {
 	n.t.Helper()
 	must(n.t, n.qp.PostRecv(&verbs.RecvWR{WRID: id, SGList: []verbs.SGE{n.mr.SGE(off, length)}}))
@@ -195,6 +210,9 @@ func (n *node) postRecv(id uint64, off, length int) {
 
 func (n *node) post(wr *verbs.SendWR) {
 	n.t.Helper()
+	if n.peer != nil {
+		n.peer.settle() // the test may have just written the peer's memory
+	}
 	must(n.t, n.qp.PostSend(wr))
 }
 

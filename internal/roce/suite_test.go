@@ -101,9 +101,11 @@ func testWriteSizes(t *testing.T, a, b *node) {
 			RemoteAddr: b.mr.Addr() + uint64(off), RKey: b.mr.RKey()})
 		wc := a.waitWC(a.scq)
 		expectWC(t, wc, uint64(i), verbs.WCSuccess, verbs.WCRDMAWrite)
+		b.settle()
 		if !bytes.Equal(b.buf[off:off+n], a.buf[:n]) {
 			t.Fatalf("size %d: written bytes differ", n)
 		}
+		b.settle()
 	}
 }
 
@@ -149,9 +151,11 @@ func testAtomics(t *testing.T, a, b *node) {
 	a.post(&verbs.SendWR{WRID: 3, Opcode: verbs.WRAtomicCmpAndSwp, SendFlags: verbs.SendSignaled, CompareAdd: 105, Swap: 7,
 		SGList: []verbs.SGE{a.mr.SGE(16, 8)}, RemoteAddr: b.mr.Addr() + 64, RKey: b.mr.RKey()})
 	expectWC(t, a.waitWC(a.scq), 3, verbs.WCSuccess, verbs.WCCompSwap)
+	b.settle()
 	if o1, o2, v := binary.LittleEndian.Uint64(a.buf[8:]), binary.LittleEndian.Uint64(a.buf[16:]), binary.LittleEndian.Uint64(b.buf[64:]); o1 != 105 || o2 != 105 || v != 7 {
 		t.Fatalf("cmp-swap: originals %d, %d and final %d; want 105, 105, 7", o1, o2, v)
 	}
+	b.settle()
 	// A misaligned atomic is an invalid request.
 	a.post(&verbs.SendWR{WRID: 4, Opcode: verbs.WRAtomicFetchAndAdd, SendFlags: verbs.SendSignaled, CompareAdd: 1,
 		SGList: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr() + 65, RKey: b.mr.RKey()})
@@ -170,9 +174,11 @@ func testUnsignaledFence(t *testing.T, a, b *node) {
 	if k, _ := a.scq.Poll(a.wcs); k != 0 {
 		t.Fatalf("unsignaled WQEs produced %d completions", k)
 	}
+	b.settle()
 	if !bytes.Equal(b.buf[8192:8192+4096], b.buf[:4096]) {
 		t.Fatal("fenced WRITE did not carry the data the READ fetched")
 	}
+	b.settle()
 }
 
 func testSendWithInv(t *testing.T, a, b *node) {
@@ -197,11 +203,12 @@ func testBadRKey(t *testing.T, a, b *node) {
 	if a.qp.State() != verbs.QPStateErr {
 		t.Fatalf("requester QP in %v, want ERR", a.qp.State())
 	}
-	// Out of bounds on a second pair is the same error; here check that
-	// nothing was written and later posts flush at once.
+	// Check that nothing was written and that later posts flush at once.
+	b.settle()
 	if !bytes.Equal(before, b.buf[:4096]) {
 		t.Fatal("a write with a bad rkey changed memory")
 	}
+	b.settle()
 	a.post(&verbs.SendWR{WRID: 3, Opcode: verbs.WRSend, SGList: []verbs.SGE{a.mr.SGE(0, 1)}})
 	expectWC(t, a.waitWC(a.scq), 3, verbs.WCWRFlushErr, 0)
 	// The responder went to ERR too (IBTA class C error).
@@ -313,6 +320,7 @@ func testWriteStream(t *testing.T, a, b *node, n int) {
 		return &verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
 			SGList: []verbs.SGE{a.mr.SGE(off, lens[i])}, RemoteAddr: b.mr.Addr() + uint64(off), RKey: b.mr.RKey()}
 	}, verbs.WCRDMAWrite)
+	b.settle()
 	for i := range lens {
 		off := i * slot % len(a.buf)
 		if !bytes.Equal(b.buf[off:off+lens[i]], a.buf[off:off+lens[i]]) {
@@ -347,6 +355,7 @@ func testFetchAddN(t *testing.T, a, b *node, n int) {
 		return &verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRAtomicFetchAndAdd, SendFlags: verbs.SendSignaled, CompareAdd: 1,
 			SGList: []verbs.SGE{a.mr.SGE(8*i, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
 	}, verbs.WCFetchAdd)
+	b.settle()
 	if got := binary.LittleEndian.Uint64(b.buf[:8]); got != uint64(n) {
 		t.Fatalf("%d fetch-adds of 1 left the counter at %d", n, got)
 	}
@@ -418,6 +427,7 @@ func testMixed(t *testing.T, a, b *node) {
 			t.Fatalf("mixed receive %d: %v", i, wc.Status)
 		}
 	}
+	b.settle()
 	if got := binary.LittleEndian.Uint64(b.buf[len(b.buf)-8:]); got != uint64(adds) {
 		t.Fatalf("%d fetch-adds left %d", adds, got)
 	}

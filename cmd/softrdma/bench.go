@@ -1,0 +1,236 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/softrdma/softrdma/internal/bench"
+	"github.com/softrdma/softrdma/provider/soft"
+	"github.com/softrdma/softrdma/verbs"
+)
+
+// benchReport is what bench writes as JSON.
+type benchReport struct {
+	Time    time.Time         `json:"time"`
+	AddrA   string            `json:"addr_a"`
+	AddrB   string            `json:"addr_b"`
+	MTU     int               `json:"mtu"`
+	BW      []bench.BWResult  `json:"bw"`
+	Lat     []bench.LatResult `json:"lat"`
+	Counter map[string]uint64 `json:"counters,omitempty"`
+}
+
+func runBench(args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	ops := fs.String("ops", "write,read,send", "operations to measure: write, read, send")
+	sizesFlag := fs.String("sizes", "2,64,1024,4096,65536,1048576", "message sizes in bytes, comma separated")
+	iters := fs.Int("n", 2000, "iterations per bandwidth test")
+	latIters := fs.Int("lat-n", 2000, "round trips per latency test")
+	mtu := fs.Int("m", 4096, "IB path MTU: 256, 512, 1024, 2048 or 4096")
+	addrA := fs.String("a", "127.0.0.1", "address of the first device")
+	addrB := fs.String("b", "127.0.0.2", "address of the second device")
+	port := fs.Uint("port", 4791, "UDP port both devices use")
+	block := fs.Bool("block", false, "wait for completions (spin, then sleep) instead of busy polling")
+	plotFile := fs.String("plot", "softrdma-bench.png", "write a plot of the results to this PNG file (empty: none)")
+	jsonFile := fs.String("json", "", "write the results as JSON to this file")
+	noLat := fs.Bool("no-lat", false, "skip latency tests")
+	noBW := fs.Bool("no-bw", false, "skip bandwidth tests")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	var opList []bench.Op
+	for _, s := range strings.Split(*ops, ",") {
+		op, err := bench.ParseOp(strings.TrimSpace(s))
+		if err != nil {
+			return err
+		}
+		opList = append(opList, op)
+	}
+	var sizes []int
+	for _, s := range strings.Split(*sizesFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > 1<<26 {
+			return fmt.Errorf("-sizes: %q is not a size from 1 to 64 MiB", s)
+		}
+		sizes = append(sizes, n)
+	}
+	pmtu := verbs.MTUFromBytes(*mtu)
+	if pmtu.Bytes() != *mtu {
+		return fmt.Errorf("-m %d: the IB MTU is one of 256, 512, 1024, 2048, 4096", *mtu)
+	}
+	a, b, err := openPair(*addrA, *addrB, uint16(*port))
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	defer b.Close()
+	maxSize := 0
+	for _, s := range sizes {
+		maxSize = max(maxSize, s)
+	}
+	sa, err := bench.NewSide(a, 2*maxSize)
+	if err != nil {
+		return err
+	}
+	defer sa.Close()
+	sb, err := bench.NewSide(b, 2*maxSize)
+	if err != nil {
+		return err
+	}
+	defer sb.Close()
+	if err := bench.Connect(sa, sb, pmtu); err != nil {
+		return err
+	}
+	rep := benchReport{Time: time.Now(), AddrA: a.LocalAddr().String(), AddrB: b.LocalAddr().String(), MTU: pmtu.Bytes()}
+	w := os.Stdout
+	fmt.Fprintf(w, "softrdma bench: %s ⇄ %s over UDP port %d, IB MTU %d, %s completions\n",
+		rep.AddrA, rep.AddrB, *port, pmtu.Bytes(), map[bool]string{false: "busy-polled", true: "spin-then-block"}[*block])
+	if !*noBW {
+		for _, op := range opList {
+			printBWHeader(w, op)
+			for _, size := range sizes {
+				n := *iters
+				if size >= 1<<20 {
+					n = max(64, n/20) // keep large sizes to a few seconds
+				}
+				r, err := bench.BW(sa, sb, bench.Config{Op: op, Size: size, Iters: n, Block: *block})
+				if err != nil {
+					return fmt.Errorf("%v bandwidth, %d bytes: %w", op, size, err)
+				}
+				printBWRow(w, r)
+				rep.BW = append(rep.BW, r)
+			}
+		}
+	}
+	if !*noLat {
+		for _, op := range opList {
+			printLatHeader(w, op)
+			for _, size := range sizes {
+				if size > 65536 {
+					continue
+				}
+				r, err := bench.Lat(sa, sb, bench.Config{Op: op, Size: size, Iters: *latIters, Block: *block})
+				if err != nil {
+					return fmt.Errorf("%v latency, %d bytes: %w", op, size, err)
+				}
+				printLatRow(w, r)
+				r.Samples = nil
+				rep.Lat = append(rep.Lat, r)
+			}
+		}
+	}
+	fmt.Fprintln(w, dashes)
+	rep.Counter = map[string]uint64{}
+	for _, c := range a.Counters.Snapshot() {
+		if c.Value != 0 {
+			rep.Counter["a."+c.Name] = c.Value
+		}
+	}
+	for _, c := range b.Counters.Snapshot() {
+		if c.Value != 0 {
+			rep.Counter["b."+c.Name] = c.Value
+		}
+	}
+	if *jsonFile != "" {
+		if err := writeJSON(*jsonFile, rep); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "results written to %s\n", *jsonFile)
+	}
+	if *plotFile != "" {
+		if err := plotBench(*plotFile, rep); err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+		fmt.Fprintf(w, "plot written to %s\n", *plotFile)
+	}
+	return nil
+}
+
+// openPair opens the two devices. If an address is taken (another softrdma
+// or rxe bound port 4791 there), it says so and suggests -a/-b.
+func openPair(addrA, addrB string, port uint16) (*soft.Device, *soft.Device, error) {
+	pa, err := netip.ParseAddr(addrA)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-a %q: %v", addrA, err)
+	}
+	pb, err := netip.ParseAddr(addrB)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-b %q: %v", addrB, err)
+	}
+	a, err := soft.Open(soft.Config{Name: "softrdma_a", Addr: pa, Port: port})
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w (choose other loopback addresses with -a and -b)", err)
+	}
+	b, err := soft.Open(soft.Config{Name: "softrdma_b", Addr: pb, Port: port})
+	if err != nil {
+		a.Close()
+		return nil, nil, fmt.Errorf("%w (choose other loopback addresses with -a and -b)", err)
+	}
+	return a, b, nil
+}
+
+func writeJSON(path string, v any) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(f)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+const dashes = "---------------------------------------------------------------------------------------"
+
+func printBWHeader(w io.Writer, op bench.Op) {
+	fmt.Fprintln(w, dashes)
+	fmt.Fprintf(w, "                    %v BW Test\n", op)
+	fmt.Fprintln(w, dashes)
+	fmt.Fprintf(w, " %-10s %-14s %-18s %-20s %-14s %s\n", "#bytes", "#iterations", "BW peak[MB/sec]", "BW average[MB/sec]", "MsgRate[Mpps]", "CPU[s/GB]")
+}
+
+func printBWRow(w io.Writer, r bench.BWResult) {
+	gb := float64(r.Iters*r.Size) / 1e9
+	fmt.Fprintf(w, " %-10d %-14d %-18.2f %-20.2f %-14.6f %.3f\n", r.Size, r.Iters, r.PeakMBps, r.AvgMBps, r.MsgRate, r.CPUTime.Seconds()/gb)
+}
+
+func printLatHeader(w io.Writer, op bench.Op) {
+	fmt.Fprintln(w, dashes)
+	fmt.Fprintf(w, "                    %v Latency Test\n", op)
+	if op == bench.Read {
+		fmt.Fprintf(w, "                    (round trip)\n")
+	} else {
+		fmt.Fprintf(w, "                    (one way: half the round trip)\n")
+	}
+	fmt.Fprintln(w, dashes)
+	fmt.Fprintf(w, " %-7s %-12s %-12s %-12s %-16s %-12s %-14s %-22s %s\n", "#bytes", "#iterations", "t_min[usec]", "t_max[usec]", "t_typical[usec]", "t_avg[usec]", "t_stdev[usec]", "99% percentile[usec]", "99.9% percentile[usec]")
+}
+
+func us(d time.Duration) float64 { return float64(d) / 1e3 }
+
+func printLatRow(w io.Writer, r bench.LatResult) {
+	fmt.Fprintf(w, " %-7d %-12d %-12.2f %-12.2f %-16.2f %-12.2f %-14.2f %-22.2f %.2f\n", r.Size, r.Iters,
+		us(r.Min), us(r.Max), us(r.Typical), us(r.Avg), us(r.Stdev), us(r.P99), us(r.P999))
+}

@@ -1,0 +1,69 @@
+// Command softrdma is softrdma's command-line tool: device listings in the
+// style of rdma-core's ibv_devices and ibv_devinfo, and bench, which runs
+// RDMA WRITE, READ and SEND bandwidth and latency tests with both ends in
+// one process over UDP loopback.
+//
+// The binary also dispatches on the name it is called by, so a symlink
+// named ibv_devinfo behaves like "softrdma ibv_devinfo".
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+type command struct {
+	summary string
+	run     func(args []string) error
+}
+
+var commands = map[string]command{
+	"ibv_devices":     {"list RDMA devices (like rdma-core's ibv_devices)", runDevices},
+	"ibv_devinfo":     {"show device and port attributes (like ibv_devinfo -v)", runDevinfo},
+	"bench":           {"WRITE/READ/SEND bandwidth and latency, both ends in this process over UDP loopback", runBench},
+	"ibv_rc_pingpong": {"RC SEND ping-pong, compatible with rdma-core's ibv_rc_pingpong", runRCPingpong},
+	"ibv_uc_pingpong": {"UC SEND ping-pong, compatible with rdma-core's ibv_uc_pingpong", runUCPingpong},
+	"ibv_ud_pingpong": {"UD SEND ping-pong, compatible with rdma-core's ibv_ud_pingpong", runUDPingpong},
+}
+
+func usage() {
+	fmt.Fprintf(os.Stderr, "usage: softrdma <command> [flags]\n\ncommands:\n")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %-14s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintf(os.Stderr, "\nRun 'softrdma <command> -h' for a command's flags.\n")
+}
+
+func main() {
+	name := strings.TrimSuffix(filepath.Base(os.Args[0]), ".exe")
+	args := os.Args[1:]
+	cmd, ok := commands[name]
+	if !ok {
+		if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+			usage()
+			if len(args) == 0 {
+				os.Exit(2)
+			}
+			return
+		}
+		cmd, ok = commands[args[0]]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "softrdma: unknown command %q\n\n", args[0])
+			usage()
+			os.Exit(2)
+		}
+		name, args = args[0], args[1:]
+	}
+	if err := cmd.run(args); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,253 @@
+package main
+
+// ibv_rc_pingpong, ibv_uc_pingpong and ibv_ud_pingpong, with rdma-core's
+// flags, TCP exchange (port 18515) and output, so either end can be the
+// rdma-core tool.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/softrdma/softrdma/internal/pingpong"
+	"github.com/softrdma/softrdma/verbs"
+)
+
+const (
+	recvWRID = 1
+	sendWRID = 2
+)
+
+type ppFlags struct {
+	port    int
+	dev     string
+	ibPort  int
+	size    int
+	mtu     int
+	rxDepth int
+	iters   int
+	sl      int
+	events  bool
+	gidx    int
+	check   bool
+	server  string
+}
+
+func parsePPFlags(name string, args []string, defSize int) (*ppFlags, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	f := &ppFlags{}
+	fs.IntVar(&f.port, "p", pingpong.DefaultPort, "listen on/connect to port")
+	fs.StringVar(&f.dev, "d", "", "use IB device (default first device found)")
+	fs.IntVar(&f.ibPort, "i", 1, "use port of IB device")
+	fs.IntVar(&f.size, "s", defSize, "size of message to exchange")
+	fs.IntVar(&f.mtu, "m", 1024, "path MTU")
+	fs.IntVar(&f.rxDepth, "r", 500, "number of receives to post at a time")
+	fs.IntVar(&f.iters, "n", 1000, "number of exchanges")
+	fs.IntVar(&f.sl, "l", 0, "service level value")
+	fs.BoolVar(&f.events, "e", false, "sleep on CQ events (default poll)")
+	fs.IntVar(&f.gidx, "g", -1, "local port gid index")
+	fs.BoolVar(&f.check, "c", false, "validate received buffer")
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage:\n  %s            start a server and wait for connection\n  %s <host>     connect to server at <host>\n\nOptions:\n", name, name)
+		fs.PrintDefaults()
+		fmt.Fprintf(os.Stderr, "\nThe device is a softrdma device: softrdma_<netdev>, or set SOFTRDMA_ADDR to the IP address to use.\n")
+	}
+	if err := fs.Parse(reorderArgs(fs, args)); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 1 {
+		fs.Usage()
+		return nil, errors.New("too many arguments")
+	}
+	f.server = fs.Arg(0)
+	if verbs.MTUFromBytes(f.mtu).Bytes() != f.mtu {
+		return nil, fmt.Errorf("invalid MTU %d", f.mtu)
+	}
+	if f.size < 1 || f.iters < 1 || f.rxDepth < 1 {
+		return nil, errors.New("size, iterations and rx depth must be positive")
+	}
+	return f, nil
+}
+
+// reorderArgs lets flags follow the positional server name, as getopt does.
+func reorderArgs(fs *flag.FlagSet, args []string) []string {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if len(a) > 1 && a[0] == '-' {
+			flags = append(flags, a)
+			name := a[1:]
+			if len(name) > 0 && name[0] == '-' {
+				name = name[1:]
+			}
+			if f := fs.Lookup(name); f != nil && !isBool(f) && i+1 < len(args) && !containsEq(a) {
+				i++
+				flags = append(flags, args[i])
+			}
+			continue
+		}
+		pos = append(pos, a)
+	}
+	return append(flags, pos...)
+}
+
+func isBool(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+func containsEq(s string) bool {
+	for _, c := range s {
+		if c == '=' {
+			return true
+		}
+	}
+	return false
+}
+
+func runRCPingpong(args []string) error { return runPingpong("ibv_rc_pingpong", verbs.QPTypeRC, args) }
+func runUCPingpong(args []string) error { return runPingpong("ibv_uc_pingpong", verbs.QPTypeUC, args) }
+
+// ppConn is the TCP connection of the exchange: the client dials, the
+// server listens for one connection.
+func ppConn(f *ppFlags) (net.Conn, error) {
+	addr := net.JoinHostPort(f.server, strconv.Itoa(f.port))
+	if f.server != "" {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("Couldn't connect to %s: %w", addr, err)
+		}
+		return c, nil
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(f.port)))
+	if err != nil {
+		return nil, fmt.Errorf("Couldn't listen to port %d: %w", f.port, err)
+	}
+	defer ln.Close()
+	return ln.Accept()
+}
+
+func runPingpong(name string, typ verbs.QPType, args []string) error {
+	f, err := parsePPFlags(name, args, 4096)
+	if err != nil {
+		return err
+	}
+	dev, err := openToolDevice(f.dev)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	r, err := newResources(dev, typ, f.size, f.rxDepth, 1, f.events)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	for i := range r.buf {
+		r.buf[i] = 0x7b
+	}
+	local := pingpong.Dest{QPN: r.qp.QPNum(), PSN: rand.Uint32() & 0xFFFFFF}
+	if f.gidx >= 0 {
+		g, err := dev.QueryGID(uint8(f.ibPort), f.gidx)
+		if err != nil {
+			return fmt.Errorf("can't read sgid of index %d: %w", f.gidx, err)
+		}
+		local.GID = g
+	}
+	fmt.Print(pingpong.LocalAddressLine(local))
+	conn, err := ppConn(f)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	// Post the receives before the peer can send.
+	routs, err := r.postRecvs(f.rxDepth, f.size)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	connectQP := func(rem pingpong.Dest) error {
+		return r.connectRC(typ, local.PSN, rem.QPN, rem.PSN, verbs.GID(rem.GID), f)
+	}
+	var remote pingpong.Dest
+	if f.server != "" {
+		if remote, err = pingpong.ClientExchange(ctx, conn, local); err != nil {
+			return err
+		}
+		if err := connectQP(remote); err != nil {
+			return fmt.Errorf("Couldn't connect to remote QP: %w", err)
+		}
+	} else if remote, err = pingpong.ServerExchange(ctx, conn, local, connectQP); err != nil {
+		return err
+	}
+	fmt.Print(pingpong.RemoteAddressLine(remote))
+	return r.loop(f, routs, nil, 0, 0)
+}
+
+// loop runs the ping-pong: whoever has both its last send completed and a
+// receive in hand sends the next message (pingpong.c's pending logic).
+func (r *resources) loop(f *ppFlags, routs int, ah verbs.AH, remoteQPN, qkey uint32) error {
+	pending := recvWRID
+	send := func() error {
+		wr := verbs.SendWR{WRID: sendWRID, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{r.mr.SGE(r.sendOff, f.size)},
+			AH: ah, RemoteQPN: remoteQPN, RemoteQKey: qkey}
+		return r.qp.PostSend(&wr)
+	}
+	if f.server != "" {
+		if err := send(); err != nil {
+			return fmt.Errorf("Couldn't post send: %w", err)
+		}
+		pending |= sendWRID
+	}
+	start := time.Now()
+	rcnt, scnt := 0, 0
+	wcs := make([]verbs.WC, 2)
+	ctx := context.Background()
+	for rcnt < f.iters || scnt < f.iters {
+		if f.events {
+			if err := r.cq.Wait(ctx); err != nil {
+				return err
+			}
+		}
+		n, err := r.cq.Poll(wcs)
+		if err != nil {
+			return fmt.Errorf("poll CQ failed: %w", err)
+		}
+		for _, wc := range wcs[:n] {
+			if wc.Status != verbs.WCSuccess {
+				return fmt.Errorf("Failed status %s (%d) for wr_id %d", wc.Status, wc.Status, wc.WRID)
+			}
+			switch wc.WRID {
+			case sendWRID:
+				scnt++
+			case recvWRID:
+				routs--
+				if routs <= 1 {
+					k, err := r.postRecvs(f.rxDepth-routs, f.size)
+					if err != nil {
+						return err
+					}
+					routs += k
+				}
+				rcnt++
+			default:
+				return fmt.Errorf("Completion for unknown wr_id %d", wc.WRID)
+			}
+			pending &^= int(wc.WRID)
+			if scnt < f.iters && pending == 0 {
+				if err := send(); err != nil {
+					return fmt.Errorf("Couldn't post send: %w", err)
+				}
+				pending = recvWRID | sendWRID
+			}
+		}
+	}
+	fmt.Print(pingpong.ResultLines(f.size, f.iters, time.Since(start)))
+	return nil
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/softrdma/softrdma/internal/pingpong"
+	"github.com/softrdma/softrdma/verbs"
+)
+
+// udQKey is the Q_Key ibv_ud_pingpong uses.
+const udQKey = 0x11111111
+
+func runUDPingpong(args []string) error {
+	f, err := parsePPFlags("ibv_ud_pingpong", args, 2048)
+	if err != nil {
+		return err
+	}
+	dev, err := openToolDevice(f.dev)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	port, err := dev.QueryPort(uint8(f.ibPort))
+	if err != nil {
+		return err
+	}
+	if f.size > port.ActiveMTU.Bytes() {
+		return fmt.Errorf("Requested size larger than port MTU (%d)", port.ActiveMTU.Bytes())
+	}
+	r, err := newResources(dev, verbs.QPTypeUD, f.size, f.rxDepth, 1, f.events)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	if err := r.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: uint8(f.ibPort), QKey: udQKey},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrQKey); err != nil {
+		return fmt.Errorf("Failed to modify QP to INIT: %w", err)
+	}
+	routs, err := r.postRecvs(f.rxDepth, f.size)
+	if err != nil {
+		return err
+	}
+	local := pingpong.Dest{QPN: r.qp.QPNum(), PSN: rand.Uint32() & 0xFFFFFF}
+	if f.gidx >= 0 {
+		g, err := dev.QueryGID(uint8(f.ibPort), f.gidx)
+		if err != nil {
+			return fmt.Errorf("Could not get local gid for gid index %d: %w", f.gidx, err)
+		}
+		local.GID = g
+	}
+	fmt.Print(pingpong.UDLocalAddressLine(local))
+	conn, err := ppConn(f)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var ah verbs.AH
+	connect := func(rem pingpong.Dest) error {
+		if err := r.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR}, verbs.QPAttrState); err != nil {
+			return fmt.Errorf("Failed to modify QP to RTR: %w", err)
+		}
+		if err := r.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: local.PSN}, verbs.QPAttrState|verbs.QPAttrSQPSN); err != nil {
+			return fmt.Errorf("Failed to modify QP to RTS: %w", err)
+		}
+		var err error
+		ah, err = r.pd.CreateAH(&verbs.AHAttr{IsGlobal: true, SL: uint8(f.sl), PortNum: uint8(f.ibPort),
+			GRH: verbs.GlobalRoute{DGID: verbs.GID(rem.GID), SGIDIndex: uint8(max(f.gidx, 0)), HopLimit: 1}})
+		if err != nil {
+			return fmt.Errorf("Failed to create AH: %w", err)
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var remote pingpong.Dest
+	if f.server != "" {
+		if remote, err = pingpong.ClientExchange(ctx, conn, local); err == nil {
+			err = connect(remote)
+		}
+	} else {
+		remote, err = pingpong.ServerExchange(ctx, conn, local, connect)
+	}
+	if err != nil {
+		return err
+	}
+	defer ah.Destroy()
+	fmt.Print(pingpong.RemoteAddressLine(remote))
+	return r.loop(f, routs, ah, remote.QPN, udQKey)
+}

@@ -1,0 +1,211 @@
+// Package soft is softrdma's software RoCEv2 provider: the protocol engine
+// (internal/roce) over UDP port 4791, bit-compatible with Linux soft-RoCE
+// (rxe) and RoCE NICs.
+//
+// Open creates a device bound to one IP address:
+//
+//	dev, err := soft.Open(soft.Config{Addr: netip.MustParseAddr("127.0.0.2")})
+//	pd, err := dev.AllocPD()
+//	...
+//
+// Several processes on one host each open their own device on their own
+// address (127.0.0.1, 127.0.0.2, ... all reach loopback on Linux): RoCEv2
+// addresses peers by IP address and always uses UDP port 4791, so two
+// devices cannot share one address.
+//
+// The package also registers a verbs.Provider that lists one device per
+// network interface with an IP address (softrdma_lo, softrdma_eth0, ...);
+// opening one of those binds the interface's first address.
+package soft
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+
+	"github.com/softrdma/softrdma/internal/roce"
+	"github.com/softrdma/softrdma/transport"
+	"github.com/softrdma/softrdma/transport/udp"
+	"github.com/softrdma/softrdma/verbs"
+)
+
+// Device is an open softrdma device. It is a verbs.Device and its own
+// verbs.Context; Counters holds its statistics.
+type Device = roce.Device
+
+// Config says where a device lives.
+type Config struct {
+	// Name is the device name; default "softrdma_<netdev>" or "softrdma0".
+	Name string
+	// Addr is the IP address to bind. Required unless Transport is set.
+	Addr netip.Addr
+	// Port is the UDP port; 0 means 4791. All peers must use the same port
+	// (RoCEv2 has no way to name another); only tests change it.
+	Port uint16
+	// AcceptUnverifiedICRC accepts IPv4 packets whose ICRC the UDP socket
+	// cannot verify because the sender used a non-zero IP identification,
+	// as Linux rxe does. Needed to talk to rxe; see roce.Config.
+	AcceptUnverifiedICRC bool
+	// Transport, if set, is used instead of a UDP socket (tests use
+	// internal/netsim).
+	Transport transport.Transport
+	// UDP tunes the UDP transport.
+	UDP udp.Config
+}
+
+// Open creates a device and starts its receive loop.
+func Open(cfg Config) (*Device, error) {
+	tr := cfg.Transport
+	netdev := ""
+	if tr == nil {
+		if !cfg.Addr.IsValid() {
+			return nil, verbs.Errorf("soft.Open", verbs.ErrInvalidArgument, "Config.Addr is required: the IP address the device sends from and receives on")
+		}
+		ucfg := cfg.UDP
+		ucfg.Addr = cfg.Addr
+		ucfg.Port = cfg.Port
+		t, err := udp.Listen(ucfg)
+		if err != nil {
+			return nil, err
+		}
+		tr = t
+		netdev, _ = interfaceOf(cfg.Addr)
+	}
+	name := cfg.Name
+	if name == "" {
+		name = "softrdma0"
+		if netdev != "" {
+			name = "softrdma_" + netdev
+		}
+	}
+	var ll netip.Addr
+	if ifi, err := net.InterfaceByName(netdev); err == nil {
+		ll = roce.LinkLocalFromMAC(ifi.HardwareAddr)
+	}
+	d, err := roce.New(roce.Config{Name: name, Transport: tr, NetDev: netdev, LinkLocal: ll, AcceptUnverifiedICRC: cfg.AcceptUnverifiedICRC})
+	if err != nil {
+		tr.Close()
+		return nil, err
+	}
+	go d.Serve()
+	opened.add(d)
+	return d, nil
+}
+
+// interfaceOf returns the name of the interface that has address a.
+func interfaceOf(a netip.Addr) (string, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return "", err
+	}
+	for _, ifi := range ifs {
+		addrs, _ := ifi.Addrs()
+		for _, ad := range addrs {
+			if p, err := netip.ParsePrefix(ad.String()); err == nil {
+				if p.Addr().Unmap() == a.Unmap() {
+					return ifi.Name, nil
+				}
+				if ifi.Flags&net.FlagLoopback != 0 && a.Is4() && p.Contains(a) {
+					return ifi.Name, nil // 127.0.0.0/8 is all loopback
+				}
+			}
+		}
+	}
+	return "", fmt.Errorf("no interface has address %v", a)
+}
+
+// openedDevices are the devices this process opened, for the provider.
+type openedDevices struct {
+	mu   sync.Mutex
+	devs []*Device
+}
+
+var opened openedDevices
+
+func (o *openedDevices) add(d *Device) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.devs = append(o.devs, d)
+}
+
+// provider lists opened devices and one candidate per interface.
+type provider struct{}
+
+func (provider) Name() string { return "soft" }
+
+// Devices lists the devices opened in this process, then one unopened
+// device per network interface that has an address and is up.
+func (provider) Devices() ([]verbs.Device, error) {
+	var out []verbs.Device
+	seen := map[string]bool{}
+	opened.mu.Lock()
+	for _, d := range opened.devs {
+		out = append(out, d)
+		seen[d.Name()] = true
+	}
+	opened.mu.Unlock()
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return out, nil
+	}
+	for _, ifi := range ifs {
+		if ifi.Flags&net.FlagUp == 0 {
+			continue
+		}
+		addr, ok := firstAddr(ifi)
+		name := "softrdma_" + ifi.Name
+		if !ok || seen[name] {
+			continue
+		}
+		out = append(out, &ifaceDevice{name: name, addr: addr})
+	}
+	return out, nil
+}
+
+func firstAddr(ifi net.Interface) (netip.Addr, bool) {
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	var v6 netip.Addr
+	for _, ad := range addrs {
+		p, err := netip.ParsePrefix(ad.String())
+		if err != nil {
+			continue
+		}
+		a := p.Addr()
+		if a.Is4() {
+			return a, true
+		}
+		if !a.IsLinkLocalUnicast() && !v6.IsValid() {
+			v6 = a
+		}
+	}
+	return v6, v6.IsValid()
+}
+
+// ifaceDevice is a device not yet opened: opening binds the address.
+type ifaceDevice struct {
+	name string
+	addr netip.Addr
+}
+
+func (d *ifaceDevice) Name() string { return d.name }
+func (d *ifaceDevice) GUID() uint64 { return 0 }
+func (d *ifaceDevice) Open() (verbs.Context, error) {
+	return Open(Config{Name: d.name, Addr: d.addr})
+}
+
+func init() { verbs.Register(provider{}) }
+
+// DeviceAddr returns the IP address a listed device binds (or has bound).
+func DeviceAddr(d verbs.Device) (netip.Addr, bool) {
+	switch d := d.(type) {
+	case *ifaceDevice:
+		return d.addr, true
+	case *Device:
+		return d.LocalAddr(), true
+	}
+	return netip.Addr{}, false
+}

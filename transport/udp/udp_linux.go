@@ -1,0 +1,403 @@
+// Package udp carries RoCEv2 over UDP sockets: port 4791 on one IP address,
+// batched with sendmmsg and recvmmsg, the ICRC written on send and checked
+// on receive.
+//
+// The IPv4 identification is covered by the ICRC but invisible to a UDP
+// socket. Linux sends identification 0 from an unconnected socket with
+// Don't Fragment set (IP_PMTUDISC_DO), so every packet this transport sends
+// carries an ICRC computed for ID 0, DF set; received IPv4 packets are
+// checked under the same assumption, and a mismatch is reported as
+// transport.ICRCUnverified (the sender may be Linux rxe, which uses
+// non-zero IDs). IPv6 has no identification: its ICRC is always checked.
+package udp
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softrdma/softrdma/transport"
+	"github.com/softrdma/softrdma/wire"
+)
+
+// Config says where the transport lives.
+type Config struct {
+	// Addr is the local IP address to bind; required.
+	Addr netip.Addr
+	// Port is the UDP port; 0 means 4791. Peers are addressed on the port
+	// they give; softrdma devices use their own port for peers too.
+	Port uint16
+	// BatchSize is the most packets one Send or Recv system call moves;
+	// default 64.
+	BatchSize int
+	// SocketBuffer sets SO_RCVBUF and SO_SNDBUF; default 4 MiB.
+	SocketBuffer int
+}
+
+// Stats counts what the transport did. Read it with Transport.Stats.
+type Stats struct {
+	Sent, Received, SendErrors, Truncated, ICRCBad, ICRCUnverified, SendCalls, RecvCalls uint64
+}
+
+// Transport is a transport.Transport over one UDP socket. Send and Recv
+// are safe for concurrent use; each serialises its callers.
+type Transport struct {
+	conn  *net.UDPConn
+	raw   syscall.RawConn
+	local netip.AddrPort
+	v6    bool
+	mtu   int
+	batch int
+
+	sendMu  sync.Mutex
+	sbuf    batchBuf
+	sendFn  func(fd uintptr) bool
+	sendN   int
+	sbufOff int
+	sendOK  int
+	sendErr error
+
+	recvMu  sync.Mutex
+	rbuf    batchBuf
+	recvFn  func(fd uintptr) bool
+	recvN   int
+	recvErr error
+
+	closed atomic.Bool
+	stats  struct {
+		sent, received, sendErrors, truncated, icrcBad, icrcUnverified, sendCalls, recvCalls atomic.Uint64
+	}
+}
+
+// mmsghdr is struct mmsghdr of sendmmsg(2)/recvmmsg(2).
+type mmsghdr struct {
+	hdr unix.Msghdr
+	len uint32
+	_   [4]byte
+}
+
+// batchBuf holds the system call arrays of one direction, allocated once.
+type batchBuf struct {
+	hdrs  []mmsghdr
+	iovs  []unix.Iovec
+	addr4 []unix.RawSockaddrInet4
+	addr6 []unix.RawSockaddrInet6
+}
+
+func newBatchBuf(n int) batchBuf {
+	return batchBuf{
+		hdrs:  make([]mmsghdr, n),
+		iovs:  make([]unix.Iovec, n),
+		addr4: make([]unix.RawSockaddrInet4, n),
+		addr6: make([]unix.RawSockaddrInet6, n),
+	}
+}
+
+// Listen opens the transport on cfg.Addr.
+func Listen(cfg Config) (*Transport, error) {
+	if !cfg.Addr.IsValid() {
+		return nil, errors.New("udp.Listen: Config.Addr is required")
+	}
+	if cfg.Port == 0 {
+		cfg.Port = transport.Port
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 64
+	}
+	if cfg.SocketBuffer <= 0 {
+		cfg.SocketBuffer = 4 << 20
+	}
+	addr := netip.AddrPortFrom(cfg.Addr.Unmap(), cfg.Port)
+	network := "udp4"
+	if addr.Addr().Is6() {
+		network = "udp6"
+	}
+	conn, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(addr))
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("udp.Listen: %v is in use: another softrdma device or Linux rxe is bound there; use another address", addr)
+		}
+		if errors.Is(err, syscall.EADDRNOTAVAIL) {
+			return nil, fmt.Errorf("udp.Listen: %v: no interface has this address", addr)
+		}
+		return nil, fmt.Errorf("udp.Listen: %w", err)
+	}
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	t := &Transport{conn: conn, raw: raw, local: addr, v6: addr.Addr().Is6(), batch: cfg.BatchSize, mtu: linkMTU(addr.Addr())}
+	var serr error
+	raw.Control(func(fd uintptr) {
+		if t.v6 {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
+		} else {
+			// DF set on an unconnected socket: Linux then sends IP ID 0,
+			// the value the ICRC is computed for.
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+		}
+		for _, opt := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
+			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt[0], cfg.SocketBuffer) != nil {
+				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt[1], cfg.SocketBuffer)
+			}
+		}
+	})
+	if serr != nil {
+		conn.Close()
+		return nil, fmt.Errorf("udp.Listen: setting Don't Fragment: %w", serr)
+	}
+	t.sbuf = newBatchBuf(cfg.BatchSize)
+	t.rbuf = newBatchBuf(cfg.BatchSize)
+	t.sendFn = t.sendmmsg
+	t.recvFn = t.recvmmsg
+	return t, nil
+}
+
+// linkMTU returns the MTU of the interface that has addr (65536 for
+// loopback), or 1500 if none is found.
+func linkMTU(addr netip.Addr) int {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return 1500
+	}
+	for _, ifi := range ifs {
+		addrs, _ := ifi.Addrs()
+		for _, a := range addrs {
+			p, err := netip.ParsePrefix(a.String())
+			if err != nil {
+				continue
+			}
+			if p.Addr() == addr || (ifi.Flags&net.FlagLoopback != 0 && p.Contains(addr)) {
+				return ifi.MTU
+			}
+		}
+	}
+	return 1500
+}
+
+// LocalAddr returns the bound address and port.
+func (t *Transport) LocalAddr() netip.AddrPort { return t.local }
+
+// LinkMTU returns the MTU of the interface under the bound address.
+func (t *Transport) LinkMTU() int { return t.mtu }
+
+// BatchSize returns the batch size.
+func (t *Transport) BatchSize() int { return t.batch }
+
+// Stats returns the counters.
+func (t *Transport) Stats() Stats {
+	s := &t.stats
+	return Stats{Sent: s.sent.Load(), Received: s.received.Load(), SendErrors: s.sendErrors.Load(), Truncated: s.truncated.Load(),
+		ICRCBad: s.icrcBad.Load(), ICRCUnverified: s.icrcUnverified.Load(), SendCalls: s.sendCalls.Load(), RecvCalls: s.recvCalls.Load()}
+}
+
+// Close closes the socket, unblocking Recv.
+func (t *Transport) Close() error {
+	if !t.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	return t.conn.Close()
+}
+
+func (t *Transport) ipInfo(peer netip.AddrPort, local netip.Addr, incoming bool) wire.IPInfo {
+	if incoming {
+		return wire.IPInfo{Src: peer.Addr().Unmap(), Dst: local, SrcPort: peer.Port(), DstPort: t.local.Port(), DF: true}
+	}
+	return wire.IPInfo{Src: t.local.Addr(), Dst: peer.Addr().Unmap(), SrcPort: t.local.Port(), DstPort: peer.Port(), DF: true}
+}
+
+// Send sends pkts in batches of at most BatchSize with sendmmsg.
+func (t *Transport) Send(pkts []transport.Packet) (int, error) {
+	if t.closed.Load() {
+		return 0, transport.ErrClosed
+	}
+	t.sendMu.Lock()
+	defer t.sendMu.Unlock()
+	total := 0
+	for len(pkts) > 0 {
+		n := min(len(pkts), t.batch)
+		b := &t.sbuf
+		for i := 0; i < n; i++ {
+			p := &pkts[i]
+			if len(p.Buf) < wire.BTHLen+wire.ICRCLen {
+				return total, fmt.Errorf("udp: packet %d of %d bytes is shorter than a BTH and an ICRC", i, len(p.Buf))
+			}
+			ip := t.ipInfo(p.Peer, netip.Addr{}, false)
+			wire.PutICRC(p.Buf, &ip)
+			b.iovs[i].Base = &p.Buf[0]
+			b.iovs[i].SetLen(len(p.Buf))
+			h := &b.hdrs[i].hdr
+			h.Iov = &b.iovs[i]
+			h.SetIovlen(1)
+			if t.v6 {
+				sa := &b.addr6[i]
+				sa.Family = unix.AF_INET6
+				sa.Addr = p.Peer.Addr().As16()
+				putPort(&sa.Port, p.Peer.Port())
+				h.Name = (*byte)(unsafe.Pointer(sa))
+				h.Namelen = unix.SizeofSockaddrInet6
+			} else {
+				sa := &b.addr4[i]
+				sa.Family = unix.AF_INET
+				sa.Addr = p.Peer.Addr().Unmap().As4()
+				putPort(&sa.Port, p.Peer.Port())
+				h.Name = (*byte)(unsafe.Pointer(sa))
+				h.Namelen = unix.SizeofSockaddrInet4
+			}
+		}
+		sent, err := t.sendBatch(n)
+		t.stats.sent.Add(uint64(sent))
+		if err != nil {
+			return total + sent, err
+		}
+		total += n
+		pkts = pkts[n:]
+	}
+	return total, nil
+}
+
+// sendBatch sends the first n prepared messages. A message the kernel
+// refuses (an unreachable peer, a too-large packet) is dropped and counted,
+// as a network would drop it.
+func (t *Transport) sendBatch(n int) (int, error) {
+	off := 0
+	for off < n {
+		t.sendN, t.sendOK, t.sendErr = n-off, 0, nil
+		t.sbufOff = off
+		t.stats.sendCalls.Add(1)
+		if err := t.raw.Write(t.sendFn); err != nil {
+			return off, transport.ErrClosed
+		}
+		if t.sendErr != nil {
+			// The message at off+sendOK failed: skip it.
+			t.stats.sendErrors.Add(1)
+			off += t.sendOK + 1
+			continue
+		}
+		off += t.sendOK
+	}
+	return n, nil
+}
+
+func (t *Transport) sendmmsg(fd uintptr) bool {
+	hdrs := t.sbuf.hdrs[t.sbufOff:]
+	r, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(t.sendN), 0, 0, 0)
+	switch {
+	case errno == unix.EAGAIN || errno == unix.ENOBUFS:
+		return false // wait until the socket is writable
+	case errno == unix.EINTR:
+		return false
+	case errno != 0:
+		t.sendErr = errno
+		t.sendOK = 0
+	default:
+		t.sendOK = int(r)
+	}
+	return true
+}
+
+func putPort(p *uint16, port uint16) {
+	b := (*[2]byte)(unsafe.Pointer(p))
+	b[0], b[1] = byte(port>>8), byte(port)
+}
+
+func getPort(p uint16) uint16 {
+	b := (*[2]byte)(unsafe.Pointer(&p))
+	return uint16(b[0])<<8 | uint16(b[1])
+}
+
+// Recv receives a batch with recvmmsg, blocking in the network poller
+// until at least one datagram is there.
+func (t *Transport) Recv(pkts []transport.Packet) (int, error) {
+	t.recvMu.Lock()
+	defer t.recvMu.Unlock()
+	n := min(len(pkts), t.batch)
+	if n == 0 {
+		return 0, nil
+	}
+	b := &t.rbuf
+	for i := 0; i < n; i++ {
+		buf := pkts[i].Buf[:cap(pkts[i].Buf)]
+		b.iovs[i].Base = &buf[0]
+		b.iovs[i].SetLen(len(buf))
+		h := &b.hdrs[i].hdr
+		h.Iov = &b.iovs[i]
+		h.SetIovlen(1)
+		h.Flags = 0
+		if t.v6 {
+			h.Name = (*byte)(unsafe.Pointer(&b.addr6[i]))
+			h.Namelen = unix.SizeofSockaddrInet6
+		} else {
+			h.Name = (*byte)(unsafe.Pointer(&b.addr4[i]))
+			h.Namelen = unix.SizeofSockaddrInet4
+		}
+	}
+	t.recvN, t.recvErr = n, nil
+	if err := t.raw.Read(t.recvFn); err != nil {
+		return 0, transport.ErrClosed
+	}
+	if t.recvErr != nil {
+		if t.closed.Load() {
+			return 0, transport.ErrClosed
+		}
+		return 0, t.recvErr
+	}
+	got := t.recvN
+	t.stats.recvCalls.Add(1)
+	t.stats.received.Add(uint64(got))
+	local := t.local.Addr()
+	for i := 0; i < got; i++ {
+		p := &pkts[i]
+		mh := &b.hdrs[i]
+		p.Buf = p.Buf[:cap(p.Buf)][:mh.len]
+		if t.v6 {
+			sa := &b.addr6[i]
+			p.Peer = netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), getPort(sa.Port))
+		} else {
+			sa := &b.addr4[i]
+			p.Peer = netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), getPort(sa.Port))
+		}
+		p.Local = local
+		p.Flow = 0
+		switch {
+		case mh.hdr.Flags&unix.MSG_TRUNC != 0 || len(p.Buf) < wire.BTHLen+wire.ICRCLen:
+			t.stats.truncated.Add(1)
+			p.ICRC = transport.ICRCBad
+		default:
+			ip := t.ipInfo(p.Peer, local, true)
+			switch {
+			case wire.CheckICRC(p.Buf, &ip):
+				p.ICRC = transport.ICRCOK
+			case t.v6:
+				t.stats.icrcBad.Add(1)
+				p.ICRC = transport.ICRCBad
+			default:
+				t.stats.icrcUnverified.Add(1)
+				p.ICRC = transport.ICRCUnverified
+			}
+		}
+	}
+	return got, nil
+}
+
+func (t *Transport) recvmmsg(fd uintptr) bool {
+	r, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&t.rbuf.hdrs[0])), uintptr(t.recvN), 0, 0, 0)
+	switch {
+	case errno == unix.EAGAIN || errno == unix.EINTR:
+		return false
+	case errno != 0:
+		t.recvErr = errno
+		t.recvN = 0
+	default:
+		t.recvN = int(r)
+	}
+	return true
+}
