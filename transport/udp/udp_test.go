@@ -1,0 +1,222 @@
+package udp
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/softrdma/softrdma/transport"
+	"github.com/softrdma/softrdma/wire"
+)
+
+// testAddrs returns two loopback addresses unique to this process.
+func testAddrs(t *testing.T, k byte) (netip.Addr, netip.Addr) {
+	base := byte(os.Getpid()%200 + 20)
+	return netip.AddrFrom4([4]byte{127, base, 200 + k, 1}), netip.AddrFrom4([4]byte{127, base, 200 + k, 2})
+}
+
+func packet(n int, seed byte) []byte {
+	b := make([]byte, wire.PacketLen(wire.RCSendOnly, n))
+	wire.BTH(b).Encode(&wire.BTHFields{Opcode: wire.RCSendOnly, PKey: 0xFFFF, DestQP: 0x11, PadCount: wire.PadFor(n)})
+	for i := 0; i < n; i++ {
+		b[wire.BTHLen+i] = seed + byte(i)
+	}
+	return b
+}
+
+func listenPair(t *testing.T, a, b netip.Addr) (*Transport, *Transport) {
+	ta, err := Listen(Config{Addr: a, Port: 4791})
+	if err != nil {
+		t.Skipf("cannot bind %v: %v", a, err)
+	}
+	tb, err := Listen(Config{Addr: b, Port: 4791})
+	if err != nil {
+		ta.Close()
+		t.Skipf("cannot bind %v: %v", b, err)
+	}
+	t.Cleanup(func() { ta.Close(); tb.Close() })
+	return ta, tb
+}
+
+func recvBufs(n int) []transport.Packet {
+	pkts := make([]transport.Packet, n)
+	for i := range pkts {
+		pkts[i].Buf = make([]byte, 9000)
+	}
+	return pkts
+}
+
+func TestSendRecvBatch(t *testing.T) {
+	a, b := testAddrs(t, 1)
+	ta, tb := listenPair(t, a, b)
+	if ta.LinkMTU() != 65536 {
+		t.Errorf("loopback link MTU %d, want 65536", ta.LinkMTU())
+	}
+	const n = 40
+	out := make([]transport.Packet, n)
+	for i := range out {
+		out[i] = transport.Packet{Buf: packet(100+i, byte(i)), Peer: tb.LocalAddr(), Flow: uint32(i)}
+	}
+	if sent, err := ta.Send(out); err != nil || sent != n {
+		t.Fatalf("Send = %d, %v", sent, err)
+	}
+	in := recvBufs(64)
+	got := 0
+	for got < n {
+		k, err := tb.Recv(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range in[:k] {
+			want := out[got].Buf
+			if string(p.Buf) != string(want) {
+				t.Fatalf("packet %d differs", got)
+			}
+			if p.ICRC != transport.ICRCOK || p.Peer != ta.LocalAddr() || p.Local != b {
+				t.Fatalf("packet %d: icrc %v peer %v local %v", got, p.ICRC, p.Peer, p.Local)
+			}
+			got++
+		}
+	}
+	if s := tb.Stats(); s.Received != n || s.RecvCalls == 0 || s.RecvCalls > n {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestICRCVerdicts: a packet whose ICRC does not match the headers is
+// reported unverified on IPv4 (the sender's IP ID is invisible) and bad on
+// IPv6; a truncated one is bad.
+func TestICRCVerdicts(t *testing.T) {
+	a, b := testAddrs(t, 2)
+	_, tb := listenPair(t, a, b)
+	c, err := net.DialUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, 0)), net.UDPAddrFromAddrPort(tb.LocalAddr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write(packet(16, 1)) // ICRC left zero
+	in := recvBufs(4)
+	if k, err := tb.Recv(in); err != nil || k != 1 || in[0].ICRC != transport.ICRCUnverified {
+		t.Fatalf("Recv = %d, %v, %v; want one unverified packet", k, err, in[0].ICRC)
+	}
+	in[0].Buf = make([]byte, 20)
+	c.Write(packet(64, 1))
+	if k, _ := tb.Recv(in[:1]); k != 1 || in[0].ICRC != transport.ICRCBad {
+		t.Fatalf("truncated packet: %v", in[0].ICRC)
+	}
+
+	v6a, v6b := netip.MustParseAddr("::1"), netip.MustParseAddr("::1")
+	t6a, err := Listen(Config{Addr: v6a, Port: 4792 + uint16(os.Getpid()%1000)})
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	defer t6a.Close()
+	_ = v6b
+	good := []transport.Packet{{Buf: packet(33, 2), Peer: t6a.LocalAddr()}}
+	if _, err := t6a.Send(good); err != nil {
+		t.Fatal(err)
+	}
+	in = recvBufs(4)
+	if k, _ := t6a.Recv(in); k != 1 || in[0].ICRC != transport.ICRCOK {
+		t.Fatalf("IPv6 packet: %v", in[0].ICRC)
+	}
+	c6, err := net.DialUDP("udp6", nil, net.UDPAddrFromAddrPort(t6a.LocalAddr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c6.Close()
+	c6.Write(packet(16, 1))
+	if k, _ := t6a.Recv(in); k != 1 || in[0].ICRC != transport.ICRCBad {
+		t.Fatalf("corrupt IPv6 packet: %v", in[0].ICRC)
+	}
+}
+
+func TestCloseUnblocksRecv(t *testing.T) {
+	a, b := testAddrs(t, 3)
+	ta, _ := listenPair(t, a, b)
+	done := make(chan error, 1)
+	go func() {
+		_, err := ta.Recv(recvBufs(4))
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	ta.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, transport.ErrClosed) {
+			t.Fatalf("Recv after Close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not unblock Recv")
+	}
+	if _, err := ta.Send([]transport.Packet{{Buf: packet(1, 1), Peer: ta.LocalAddr()}}); !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("Send after Close: %v", err)
+	}
+}
+
+func TestAddressInUse(t *testing.T) {
+	a, b := testAddrs(t, 4)
+	listenPair(t, a, b)
+	if _, err := Listen(Config{Addr: a, Port: 4791}); err == nil {
+		t.Fatal("a second transport on the same address succeeded")
+	}
+}
+
+// TestZeroAllocs: Send and Recv allocate nothing per call.
+func TestZeroAllocs(t *testing.T) {
+	a, b := testAddrs(t, 5)
+	ta, tb := listenPair(t, a, b)
+	out := make([]transport.Packet, 32)
+	for i := range out {
+		out[i] = transport.Packet{Buf: packet(1024, byte(i)), Peer: tb.LocalAddr()}
+	}
+	in := recvBufs(64)
+	round := func() {
+		if _, err := ta.Send(out); err != nil {
+			t.Fatal(err)
+		}
+		for got := 0; got < len(out); {
+			k, err := tb.Recv(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += k
+		}
+	}
+	round()
+	if n := testing.AllocsPerRun(50, round); n != 0 {
+		t.Fatalf("%.1f allocations per batch, want 0", n)
+	}
+}
+
+func BenchmarkSendRecv1024(b *testing.B) {
+	a, c := netip.MustParseAddr("127.0.99.1"), netip.MustParseAddr("127.0.99.2")
+	ta, err := Listen(Config{Addr: a})
+	if err != nil {
+		b.Skip(err)
+	}
+	defer ta.Close()
+	tc, err := Listen(Config{Addr: c})
+	if err != nil {
+		b.Skip(err)
+	}
+	defer tc.Close()
+	out := make([]transport.Packet, 32)
+	for i := range out {
+		out[i] = transport.Packet{Buf: packet(1024, byte(i)), Peer: tc.LocalAddr()}
+	}
+	in := recvBufs(64)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(out) * 1024))
+	for b.Loop() {
+		ta.Send(out)
+		for got := 0; got < len(out); {
+			k, _ := tc.Recv(in)
+			got += k
+		}
+	}
+	b.ReportMetric(float64(b.N*len(out))/b.Elapsed().Seconds(), "pkts/s")
+}
