@@ -39,6 +39,20 @@ type Config struct {
 	BatchSize int
 	// SocketBuffer sets SO_RCVBUF and SO_SNDBUF; default 4 MiB.
 	SocketBuffer int
+	// SourcePorts is how many sockets send, each from its own ephemeral
+	// UDP port; a packet's Flow (its QP number) picks one, so one QP always
+	// uses one source port and many QPs spread over several, which gives
+	// ECMP and RSS the entropy rxe's 0xC000+hash source ports give. 0 means
+	// 8; a negative value sends from the receiving socket (source port =
+	// Port).
+	SourcePorts int
+}
+
+// sender is one sending socket.
+type sender struct {
+	conn *net.UDPConn
+	raw  syscall.RawConn
+	port uint16
 }
 
 // Stats counts what the transport did. Read it with Transport.Stats.
@@ -57,6 +71,7 @@ type Transport struct {
 	batch int
 
 	sendMu  sync.Mutex
+	senders []sender
 	sbuf    batchBuf
 	sendFn  func(fd uintptr) bool
 	sendN   int
@@ -135,30 +150,60 @@ func Listen(cfg Config) (*Transport, error) {
 		return nil, err
 	}
 	t := &Transport{conn: conn, raw: raw, local: addr, v6: addr.Addr().Is6(), batch: cfg.BatchSize, mtu: linkMTU(addr.Addr())}
-	var serr error
-	raw.Control(func(fd uintptr) {
-		if t.v6 {
-			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
-		} else {
-			// DF set on an unconnected socket: Linux then sends IP ID 0,
-			// the value the ICRC is computed for.
-			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
-		}
-		for _, opt := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
-			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt[0], cfg.SocketBuffer) != nil {
-				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt[1], cfg.SocketBuffer)
-			}
-		}
-	})
-	if serr != nil {
+	if serr := setSockopts(raw, t.v6, cfg.SocketBuffer); serr != nil {
 		conn.Close()
 		return nil, fmt.Errorf("udp.Listen: setting Don't Fragment: %w", serr)
+	}
+	if cfg.SourcePorts < 0 {
+		t.senders = []sender{{conn: conn, raw: raw, port: addr.Port()}}
+	} else {
+		n := cfg.SourcePorts
+		if n == 0 {
+			n = 8
+		}
+		for i := 0; i < n; i++ {
+			sc, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(netip.AddrPortFrom(addr.Addr(), 0)))
+			if err == nil {
+				var sr syscall.RawConn
+				if sr, err = sc.SyscallConn(); err == nil {
+					err = setSockopts(sr, t.v6, cfg.SocketBuffer)
+					t.senders = append(t.senders, sender{conn: sc, raw: sr, port: uint16(sc.LocalAddr().(*net.UDPAddr).Port)})
+				}
+			}
+			if err != nil {
+				t.Close()
+				return nil, fmt.Errorf("udp.Listen: opening sending socket %d on %v: %w", i, addr.Addr(), err)
+			}
+		}
 	}
 	t.sbuf = newBatchBuf(cfg.BatchSize)
 	t.rbuf = newBatchBuf(cfg.BatchSize)
 	t.sendFn = t.sendmmsg
 	t.recvFn = t.recvmmsg
 	return t, nil
+}
+
+// setSockopts sets Don't Fragment and the buffer sizes. DF on an
+// unconnected socket makes Linux send IP ID 0, the value the ICRC is
+// computed for.
+func setSockopts(raw syscall.RawConn, v6 bool, bufSize int) error {
+	var serr error
+	err := raw.Control(func(fd uintptr) {
+		if v6 {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
+		} else {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+		}
+		for _, opt := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
+			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt[0], bufSize) != nil {
+				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt[1], bufSize)
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return serr
 }
 
 // linkMTU returns the MTU of the interface that has addr (65536 for
@@ -204,14 +249,21 @@ func (t *Transport) Close() error {
 	if !t.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	for _, s := range t.senders {
+		if s.conn != t.conn {
+			s.conn.Close()
+		}
+	}
 	return t.conn.Close()
 }
 
-func (t *Transport) ipInfo(peer netip.AddrPort, local netip.Addr, incoming bool) wire.IPInfo {
-	if incoming {
-		return wire.IPInfo{Src: peer.Addr().Unmap(), Dst: local, SrcPort: peer.Port(), DstPort: t.local.Port(), DF: true}
-	}
-	return wire.IPInfo{Src: t.local.Addr(), Dst: peer.Addr().Unmap(), SrcPort: t.local.Port(), DstPort: peer.Port(), DF: true}
+func (t *Transport) ipInfo(peer netip.AddrPort, local netip.Addr) wire.IPInfo {
+	return wire.IPInfo{Src: peer.Addr().Unmap(), Dst: local, SrcPort: peer.Port(), DstPort: t.local.Port(), DF: true}
+}
+
+// senderFor picks the sending socket of a flow.
+func (t *Transport) senderFor(flow uint32) int {
+	return int((flow * 2654435761) >> 16 % uint32(len(t.senders)))
 }
 
 // Send sends pkts in batches of at most BatchSize with sendmmsg.
@@ -223,14 +275,20 @@ func (t *Transport) Send(pkts []transport.Packet) (int, error) {
 	defer t.sendMu.Unlock()
 	total := 0
 	for len(pkts) > 0 {
-		n := min(len(pkts), t.batch)
+		// A run of packets of one flow goes out in one call.
+		si := t.senderFor(pkts[0].Flow)
+		s := &t.senders[si]
+		n := 1
+		for n < len(pkts) && n < t.batch && t.senderFor(pkts[n].Flow) == si {
+			n++
+		}
 		b := &t.sbuf
 		for i := 0; i < n; i++ {
 			p := &pkts[i]
 			if len(p.Buf) < wire.BTHLen+wire.ICRCLen {
 				return total, fmt.Errorf("udp: packet %d of %d bytes is shorter than a BTH and an ICRC", i, len(p.Buf))
 			}
-			ip := t.ipInfo(p.Peer, netip.Addr{}, false)
+			ip := wire.IPInfo{Src: t.local.Addr(), Dst: p.Peer.Addr().Unmap(), SrcPort: s.port, DstPort: p.Peer.Port(), DF: true}
 			wire.PutICRC(p.Buf, &ip)
 			b.iovs[i].Base = &p.Buf[0]
 			b.iovs[i].SetLen(len(p.Buf))
@@ -253,7 +311,7 @@ func (t *Transport) Send(pkts []transport.Packet) (int, error) {
 				h.Namelen = unix.SizeofSockaddrInet4
 			}
 		}
-		sent, err := t.sendBatch(n)
+		sent, err := t.sendBatch(s, n)
 		t.stats.sent.Add(uint64(sent))
 		if err != nil {
 			return total + sent, err
@@ -267,13 +325,13 @@ func (t *Transport) Send(pkts []transport.Packet) (int, error) {
 // sendBatch sends the first n prepared messages. A message the kernel
 // refuses (an unreachable peer, a too-large packet) is dropped and counted,
 // as a network would drop it.
-func (t *Transport) sendBatch(n int) (int, error) {
+func (t *Transport) sendBatch(s *sender, n int) (int, error) {
 	off := 0
 	for off < n {
 		t.sendN, t.sendOK, t.sendErr = n-off, 0, nil
 		t.sbufOff = off
 		t.stats.sendCalls.Add(1)
-		if err := t.raw.Write(t.sendFn); err != nil {
+		if err := s.raw.Write(t.sendFn); err != nil {
 			return off, transport.ErrClosed
 		}
 		if t.sendErr != nil {
@@ -372,7 +430,7 @@ func (t *Transport) Recv(pkts []transport.Packet) (int, error) {
 			t.stats.truncated.Add(1)
 			p.ICRC = transport.ICRCBad
 		default:
-			ip := t.ipInfo(p.Peer, local, true)
+			ip := t.ipInfo(p.Peer, local)
 			switch {
 			case wire.CheckICRC(p.Buf, &ip):
 				p.ICRC = transport.ICRCOK

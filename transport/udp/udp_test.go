@@ -75,7 +75,7 @@ func TestSendRecvBatch(t *testing.T) {
 			if string(p.Buf) != string(want) {
 				t.Fatalf("packet %d differs", got)
 			}
-			if p.ICRC != transport.ICRCOK || p.Peer != ta.LocalAddr() || p.Local != b {
+			if p.ICRC != transport.ICRCOK || p.Peer.Addr() != a || p.Local != b {
 				t.Fatalf("packet %d: icrc %v peer %v local %v", got, p.ICRC, p.Peer, p.Local)
 			}
 			got++
@@ -219,4 +219,34 @@ func BenchmarkSendRecv1024(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*len(out))/b.Elapsed().Seconds(), "pkts/s")
+}
+
+// TestSourcePortPerFlow: one flow always leaves from one source port, and
+// many flows use several.
+func TestSourcePortPerFlow(t *testing.T) {
+	a, b := testAddrs(t, 6)
+	ta, tb := listenPair(t, a, b)
+	in := recvBufs(64)
+	ports := map[uint32]uint16{}
+	distinct := map[uint16]bool{}
+	for round := 0; round < 2; round++ {
+		for flow := uint32(0x11); flow < 0x11+32; flow++ {
+			if _, err := ta.Send([]transport.Packet{{Buf: packet(8, 1), Peer: tb.LocalAddr(), Flow: flow}}); err != nil {
+				t.Fatal(err)
+			}
+			k, err := tb.Recv(in[:1])
+			if err != nil || k != 1 || in[0].ICRC != transport.ICRCOK {
+				t.Fatalf("flow %d: %d %v %v", flow, k, err, in[0].ICRC)
+			}
+			p := in[0].Peer.Port()
+			if old, ok := ports[flow]; ok && old != p {
+				t.Fatalf("flow %d moved from port %d to %d", flow, old, p)
+			}
+			ports[flow] = p
+			distinct[p] = true
+		}
+	}
+	if len(distinct) < 4 {
+		t.Fatalf("32 flows used only %d source ports", len(distinct))
+	}
 }
