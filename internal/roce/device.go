@@ -32,6 +32,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -68,6 +69,11 @@ type Config struct {
 	// LinkLocal, if valid, is GID index 0; otherwise a link-local GID is
 	// derived from the node GUID.
 	LinkLocal netip.Addr
+	// SpinPolls is how many empty non-blocking polls the receive loop makes
+	// after the last packet before it sleeps in the kernel, when the
+	// transport can poll (transport.Poller). 0 means 2000 (tens of
+	// microseconds); a negative value never polls.
+	SpinPolls int
 	// AcceptUnverifiedICRC accepts packets whose ICRC the transport could
 	// not check (an IPv4 peer that sends a non-zero IP identification, as
 	// Linux rxe does, received on a plain UDP socket). Off, such packets are
@@ -102,6 +108,7 @@ type Device struct {
 	nPD, nCQ, nMR, nAH, nSRQ atomic.Int32
 	closed                   atomic.Bool
 	serveDone                chan struct{}
+	spinPolls                int
 	serving                  atomic.Bool
 
 	Counters Counters
@@ -127,6 +134,10 @@ func New(cfg Config) (*Device, error) {
 		port:      cfg.Transport.LocalAddr().Port(),
 		rng:       mrand.New(mrand.NewChaCha8(seed)),
 		serveDone: make(chan struct{}),
+	}
+	d.spinPolls = cfg.SpinPolls
+	if d.spinPolls == 0 {
+		d.spinPolls = 2000
 	}
 	d.guid = binary.BigEndian.Uint64(seed[24:]) &^ (0xFF << 56) // locally administered range
 	d.guid |= 0x02 << 56
@@ -173,14 +184,30 @@ func (d *Device) Serve() {
 		bufs[i] = make([]byte, maxPacketSize+64)
 	}
 	rx := &rxState{}
+	poller, _ := d.tr.(transport.Poller)
+	idle := 0
 	for {
 		for i := range pkts {
 			pkts[i].Buf = bufs[i][:cap(bufs[i])]
 		}
-		got, err := d.tr.Recv(pkts)
+		var got int
+		var err error
+		if poller != nil && idle < d.spinPolls {
+			// Poll while traffic flows: an answer is usually a round trip
+			// away, and catching it here saves a wake-up.
+			got, err = poller.TryRecv(pkts)
+			if got == 0 && err == nil {
+				idle++
+				runtime.Gosched()
+				continue
+			}
+		} else {
+			got, err = d.tr.Recv(pkts)
+		}
 		if err != nil {
 			return
 		}
+		idle = 0
 		d.handleBatch(rx, pkts[:got])
 	}
 }

@@ -79,11 +79,12 @@ type Transport struct {
 	sendOK  int
 	sendErr error
 
-	recvMu  sync.Mutex
-	rbuf    batchBuf
-	recvFn  func(fd uintptr) bool
-	recvN   int
-	recvErr error
+	recvMu    sync.Mutex
+	rbuf      batchBuf
+	recvFn    func(fd uintptr) bool
+	recvN     int
+	recvErr   error
+	recvBlock bool
 
 	closed atomic.Bool
 	stats  struct {
@@ -375,8 +376,20 @@ func getPort(p uint16) uint16 {
 // Recv receives a batch with recvmmsg, blocking in the network poller
 // until at least one datagram is there.
 func (t *Transport) Recv(pkts []transport.Packet) (int, error) {
+	return t.recv(pkts, true)
+}
+
+// TryRecv receives what is waiting, without blocking; see transport.Poller.
+func (t *Transport) TryRecv(pkts []transport.Packet) (int, error) {
+	return t.recv(pkts, false)
+}
+
+func (t *Transport) recv(pkts []transport.Packet, block bool) (int, error) {
 	t.recvMu.Lock()
 	defer t.recvMu.Unlock()
+	if t.closed.Load() {
+		return 0, transport.ErrClosed
+	}
 	n := min(len(pkts), t.batch)
 	if n == 0 {
 		return 0, nil
@@ -398,7 +411,7 @@ func (t *Transport) Recv(pkts []transport.Packet) (int, error) {
 			h.Namelen = unix.SizeofSockaddrInet4
 		}
 	}
-	t.recvN, t.recvErr = n, nil
+	t.recvN, t.recvErr, t.recvBlock = n, nil, block
 	if err := t.raw.Read(t.recvFn); err != nil {
 		return 0, transport.ErrClosed
 	}
@@ -409,6 +422,9 @@ func (t *Transport) Recv(pkts []transport.Packet) (int, error) {
 		return 0, t.recvErr
 	}
 	got := t.recvN
+	if got == 0 {
+		return 0, nil
+	}
 	t.stats.recvCalls.Add(1)
 	t.stats.received.Add(uint64(got))
 	local := t.local.Addr()
@@ -449,6 +465,8 @@ func (t *Transport) Recv(pkts []transport.Packet) (int, error) {
 func (t *Transport) recvmmsg(fd uintptr) bool {
 	r, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&t.rbuf.hdrs[0])), uintptr(t.recvN), 0, 0, 0)
 	switch {
+	case errno == unix.EAGAIN && !t.recvBlock:
+		t.recvN = 0
 	case errno == unix.EAGAIN || errno == unix.EINTR:
 		return false
 	case errno != 0:
