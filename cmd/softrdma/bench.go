@@ -14,6 +14,7 @@ import (
 
 	"github.com/softrdma/softrdma/internal/bench"
 	"github.com/softrdma/softrdma/provider/soft"
+	"github.com/softrdma/softrdma/transport/udp"
 	"github.com/softrdma/softrdma/verbs"
 )
 
@@ -44,6 +45,7 @@ func runBench(args []string) error {
 	noLat := fs.Bool("no-lat", false, "skip latency tests")
 	noBW := fs.Bool("no-bw", false, "skip bandwidth tests")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file")
+	noGSO := fs.Bool("no-gso", false, "send one datagram per packet (no UDP GSO/GRO)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -77,7 +79,7 @@ func runBench(args []string) error {
 	if pmtu.Bytes() != *mtu {
 		return fmt.Errorf("-m %d: the IB MTU is one of 256, 512, 1024, 2048, 4096", *mtu)
 	}
-	a, b, err := openPair(*addrA, *addrB, uint16(*port))
+	a, b, err := openPair(*addrA, *addrB, uint16(*port), *noGSO)
 	if err != nil {
 		return err
 	}
@@ -167,7 +169,7 @@ func runBench(args []string) error {
 
 // openPair opens the two devices. If an address is taken (another softrdma
 // or rxe bound port 4791 there), it says so and suggests -a/-b.
-func openPair(addrA, addrB string, port uint16) (*soft.Device, *soft.Device, error) {
+func openPair(addrA, addrB string, port uint16, noGSO bool) (*soft.Device, *soft.Device, error) {
 	pa, err := netip.ParseAddr(addrA)
 	if err != nil {
 		return nil, nil, fmt.Errorf("-a %q: %v", addrA, err)
@@ -176,11 +178,12 @@ func openPair(addrA, addrB string, port uint16) (*soft.Device, *soft.Device, err
 	if err != nil {
 		return nil, nil, fmt.Errorf("-b %q: %v", addrB, err)
 	}
-	a, err := soft.Open(soft.Config{Name: "softrdma_a", Addr: pa, Port: port})
+	ucfg := udp.Config{DisableGSO: noGSO}
+	a, err := soft.Open(soft.Config{Name: "softrdma_a", Addr: pa, Port: port, UDP: ucfg})
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w (choose other loopback addresses with -a and -b)", err)
 	}
-	b, err := soft.Open(soft.Config{Name: "softrdma_b", Addr: pb, Port: port})
+	b, err := soft.Open(soft.Config{Name: "softrdma_b", Addr: pb, Port: port, UDP: ucfg})
 	if err != nil {
 		a.Close()
 		return nil, nil, fmt.Errorf("%w (choose other loopback addresses with -a and -b)", err)

@@ -46,6 +46,13 @@ type Config struct {
 	// 8; a negative value sends from the receiving socket (source port =
 	// Port).
 	SourcePorts int
+	// DisableGSO turns off UDP generic segmentation offload. With it on,
+	// runs of equal-sized packets of one QP to a loopback peer leave in one
+	// sendmsg (UDP_SEGMENT) and arrive in one recvmsg (UDP_GRO), which
+	// spares the kernel's per-packet cost. Only loopback peers get GSO:
+	// every segment's ICRC is computed for IP ID 0, which holds when the
+	// super-packet is never split on a wire.
+	DisableGSO bool
 }
 
 // sender is one sending socket.
@@ -70,6 +77,7 @@ type Transport struct {
 	mtu   int
 	batch int
 
+	gso     bool
 	sendMu  sync.Mutex
 	senders []sender
 	sbuf    batchBuf
@@ -85,6 +93,13 @@ type Transport struct {
 	recvN     int
 	recvErr   error
 	recvBlock bool
+	rbig      [][]byte // receive buffers, one per message slot
+	rlen      []int    // datagram length per slot
+	rgso      []int    // GRO segment size per slot (0: one packet)
+	rtrunc    []bool
+	pendMsg   int // next slot to hand out
+	pendEnd   int // slots filled by the last recvmmsg
+	pendOff   int // offset of the next packet in slot pendMsg
 
 	closed atomic.Bool
 	stats  struct {
@@ -105,7 +120,12 @@ type batchBuf struct {
 	iovs  []unix.Iovec
 	addr4 []unix.RawSockaddrInet4
 	addr6 []unix.RawSockaddrInet6
+	ctrl  []byte // one control-message slot of ctrlSlot bytes per message
+	segs  []int  // packets in each message (GSO)
 }
+
+// ctrlSlot fits one UDP_SEGMENT (uint16) or UDP_GRO (int) control message.
+var ctrlSlot = unix.CmsgSpace(4)
 
 func newBatchBuf(n int) batchBuf {
 	return batchBuf{
@@ -113,8 +133,20 @@ func newBatchBuf(n int) batchBuf {
 		iovs:  make([]unix.Iovec, n),
 		addr4: make([]unix.RawSockaddrInet4, n),
 		addr6: make([]unix.RawSockaddrInet6, n),
+		ctrl:  make([]byte, n*ctrlSlot),
+		segs:  make([]int, n),
 	}
 }
+
+// GSO limits: the kernel takes at most 64 segments per send (UDP_MAX_SEGMENTS)
+// and a datagram's payload must fit the 16-bit UDP length.
+const (
+	maxSegments = 64
+	maxGSOBytes = 65000
+	// bigBuf is the size of a receive buffer: a whole GRO-coalesced
+	// datagram fits.
+	bigBuf = 65536
+)
 
 // Listen opens the transport on cfg.Addr.
 func Listen(cfg Config) (*Transport, error) {
@@ -179,6 +211,20 @@ func Listen(cfg Config) (*Transport, error) {
 	}
 	t.sbuf = newBatchBuf(cfg.BatchSize)
 	t.rbuf = newBatchBuf(cfg.BatchSize)
+	t.rbig = make([][]byte, cfg.BatchSize)
+	for i := range t.rbig {
+		t.rbig[i] = make([]byte, bigBuf)
+	}
+	t.rlen = make([]int, cfg.BatchSize)
+	t.rgso = make([]int, cfg.BatchSize)
+	t.rtrunc = make([]bool, cfg.BatchSize)
+	if !cfg.DisableGSO {
+		// Receiving coalesced datagrams needs UDP_GRO; without it the
+		// kernel splits them again before delivery.
+		raw.Control(func(fd uintptr) {
+			t.gso = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1) == nil
+		})
+	}
 	t.sendFn = t.sendmmsg
 	t.recvFn = t.recvmmsg
 	return t, nil
@@ -267,7 +313,8 @@ func (t *Transport) senderFor(flow uint32) int {
 	return int((flow * 2654435761) >> 16 % uint32(len(t.senders)))
 }
 
-// Send sends pkts in batches of at most BatchSize with sendmmsg.
+// Send sends pkts in batches of at most BatchSize packets with sendmmsg,
+// runs of a QP's equal-sized packets to a loopback peer as one GSO message.
 func (t *Transport) Send(pkts []transport.Packet) (int, error) {
 	if t.closed.Load() {
 		return 0, transport.ErrClosed
@@ -279,48 +326,84 @@ func (t *Transport) Send(pkts []transport.Packet) (int, error) {
 		// A run of packets of one flow goes out in one call.
 		si := t.senderFor(pkts[0].Flow)
 		s := &t.senders[si]
-		n := 1
-		for n < len(pkts) && n < t.batch && t.senderFor(pkts[n].Flow) == si {
-			n++
-		}
 		b := &t.sbuf
-		for i := 0; i < n; i++ {
-			p := &pkts[i]
-			if len(p.Buf) < wire.BTHLen+wire.ICRCLen {
-				return total, fmt.Errorf("udp: packet %d of %d bytes is shorter than a BTH and an ICRC", i, len(p.Buf))
+		nmsg, npkt := 0, 0
+		for npkt < len(pkts) && npkt < t.batch && t.senderFor(pkts[npkt].Flow) == si {
+			first := &pkts[npkt]
+			seg := len(first.Buf)
+			k := 1
+			if t.gso && first.Peer.Addr().Unmap().IsLoopback() {
+				size := seg
+				for npkt+k < len(pkts) && npkt+k < t.batch && k < maxSegments {
+					q := &pkts[npkt+k]
+					if q.Peer != first.Peer || len(q.Buf) > seg || size+len(q.Buf) > maxGSOBytes || t.senderFor(q.Flow) != si {
+						break
+					}
+					size += len(q.Buf)
+					k++
+					if len(q.Buf) < seg {
+						break // only the last segment may be shorter
+					}
+				}
 			}
-			ip := wire.IPInfo{Src: t.local.Addr(), Dst: p.Peer.Addr().Unmap(), SrcPort: s.port, DstPort: p.Peer.Port(), DF: true}
-			wire.PutICRC(p.Buf, &ip)
-			b.iovs[i].Base = &p.Buf[0]
-			b.iovs[i].SetLen(len(p.Buf))
-			h := &b.hdrs[i].hdr
-			h.Iov = &b.iovs[i]
-			h.SetIovlen(1)
-			if t.v6 {
-				sa := &b.addr6[i]
-				sa.Family = unix.AF_INET6
-				sa.Addr = p.Peer.Addr().As16()
-				putPort(&sa.Port, p.Peer.Port())
-				h.Name = (*byte)(unsafe.Pointer(sa))
-				h.Namelen = unix.SizeofSockaddrInet6
+			for j := npkt; j < npkt+k; j++ {
+				p := &pkts[j]
+				if len(p.Buf) < wire.BTHLen+wire.ICRCLen {
+					return total, fmt.Errorf("udp: packet %d of %d bytes is shorter than a BTH and an ICRC", j, len(p.Buf))
+				}
+				ip := wire.IPInfo{Src: t.local.Addr(), Dst: p.Peer.Addr().Unmap(), SrcPort: s.port, DstPort: p.Peer.Port(), DF: true}
+				wire.PutICRC(p.Buf, &ip)
+				b.iovs[j].Base = &p.Buf[0]
+				b.iovs[j].SetLen(len(p.Buf))
+			}
+			h := &b.hdrs[nmsg].hdr
+			h.Iov = &b.iovs[npkt]
+			h.SetIovlen(k)
+			t.setName(b, nmsg, first.Peer)
+			if k > 1 {
+				ctrl := b.ctrl[nmsg*ctrlSlot : (nmsg+1)*ctrlSlot]
+				cm := (*unix.Cmsghdr)(unsafe.Pointer(&ctrl[0]))
+				cm.Level, cm.Type = unix.SOL_UDP, unix.UDP_SEGMENT
+				cm.SetLen(unix.CmsgLen(2))
+				*(*uint16)(unsafe.Pointer(&ctrl[unix.CmsgLen(0)])) = uint16(seg)
+				h.Control = &ctrl[0]
+				h.SetControllen(unix.CmsgSpace(2))
 			} else {
-				sa := &b.addr4[i]
-				sa.Family = unix.AF_INET
-				sa.Addr = p.Peer.Addr().Unmap().As4()
-				putPort(&sa.Port, p.Peer.Port())
-				h.Name = (*byte)(unsafe.Pointer(sa))
-				h.Namelen = unix.SizeofSockaddrInet4
+				h.Control = nil
+				h.SetControllen(0)
 			}
+			b.segs[nmsg] = k
+			nmsg++
+			npkt += k
 		}
-		sent, err := t.sendBatch(s, n)
-		t.stats.sent.Add(uint64(sent))
-		if err != nil {
-			return total + sent, err
+		if _, err := t.sendBatch(s, nmsg); err != nil {
+			return total, err
 		}
-		total += n
-		pkts = pkts[n:]
+		t.stats.sent.Add(uint64(npkt))
+		total += npkt
+		pkts = pkts[npkt:]
 	}
 	return total, nil
+}
+
+// setName points message i's address at peer.
+func (t *Transport) setName(b *batchBuf, i int, peer netip.AddrPort) {
+	h := &b.hdrs[i].hdr
+	if t.v6 {
+		sa := &b.addr6[i]
+		sa.Family = unix.AF_INET6
+		sa.Addr = peer.Addr().As16()
+		putPort(&sa.Port, peer.Port())
+		h.Name = (*byte)(unsafe.Pointer(sa))
+		h.Namelen = unix.SizeofSockaddrInet6
+		return
+	}
+	sa := &b.addr4[i]
+	sa.Family = unix.AF_INET
+	sa.Addr = peer.Addr().Unmap().As4()
+	putPort(&sa.Port, peer.Port())
+	h.Name = (*byte)(unsafe.Pointer(sa))
+	h.Namelen = unix.SizeofSockaddrInet4
 }
 
 // sendBatch sends the first n prepared messages. A message the kernel
@@ -390,19 +473,23 @@ func (t *Transport) recv(pkts []transport.Packet, block bool) (int, error) {
 	if t.closed.Load() {
 		return 0, transport.ErrClosed
 	}
-	n := min(len(pkts), t.batch)
-	if n == 0 {
+	if len(pkts) == 0 {
 		return 0, nil
 	}
+	if t.pendMsg < t.pendEnd {
+		return t.drain(pkts), nil
+	}
 	b := &t.rbuf
+	n := t.batch
 	for i := 0; i < n; i++ {
-		buf := pkts[i].Buf[:cap(pkts[i].Buf)]
-		b.iovs[i].Base = &buf[0]
-		b.iovs[i].SetLen(len(buf))
+		b.iovs[i].Base = &t.rbig[i][0]
+		b.iovs[i].SetLen(bigBuf)
 		h := &b.hdrs[i].hdr
 		h.Iov = &b.iovs[i]
 		h.SetIovlen(1)
 		h.Flags = 0
+		h.Control = &b.ctrl[i*ctrlSlot]
+		h.SetControllen(ctrlSlot)
 		if t.v6 {
 			h.Name = (*byte)(unsafe.Pointer(&b.addr6[i]))
 			h.Namelen = unix.SizeofSockaddrInet6
@@ -426,12 +513,47 @@ func (t *Transport) recv(pkts []transport.Packet, block bool) (int, error) {
 		return 0, nil
 	}
 	t.stats.recvCalls.Add(1)
-	t.stats.received.Add(uint64(got))
-	local := t.local.Addr()
 	for i := 0; i < got; i++ {
-		p := &pkts[i]
 		mh := &b.hdrs[i]
-		p.Buf = p.Buf[:cap(p.Buf)][:mh.len]
+		t.rlen[i] = int(mh.len)
+		t.rtrunc[i] = mh.hdr.Flags&unix.MSG_TRUNC != 0
+		t.rgso[i] = 0
+		if mh.hdr.Controllen >= uint64(unix.CmsgLen(4)) {
+			ctrl := b.ctrl[i*ctrlSlot:]
+			cm := (*unix.Cmsghdr)(unsafe.Pointer(&ctrl[0]))
+			if cm.Level == unix.SOL_UDP && cm.Type == unix.UDP_GRO {
+				t.rgso[i] = int(*(*int32)(unsafe.Pointer(&ctrl[unix.CmsgLen(0)])))
+			}
+		}
+	}
+	t.pendMsg, t.pendEnd, t.pendOff = 0, got, 0
+	return t.drain(pkts), nil
+}
+
+// drain hands out received packets, splitting GRO-coalesced datagrams at
+// their segment size, and copies each into the caller's buffer.
+func (t *Transport) drain(pkts []transport.Packet) int {
+	b := &t.rbuf
+	local := t.local.Addr()
+	k := 0
+	for k < len(pkts) && t.pendMsg < t.pendEnd {
+		i := t.pendMsg
+		end := t.rlen[i]
+		seg := end - t.pendOff
+		if g := t.rgso[i]; g > 0 && g < seg {
+			seg = g
+		}
+		data := t.rbig[i][t.pendOff : t.pendOff+seg]
+		t.pendOff += seg
+		if t.pendOff >= end {
+			t.pendMsg++
+			t.pendOff = 0
+		}
+		p := &pkts[k]
+		k++
+		buf := p.Buf[:cap(p.Buf)]
+		n := copy(buf, data)
+		p.Buf = buf[:n]
 		if t.v6 {
 			sa := &b.addr6[i]
 			p.Peer = netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), getPort(sa.Port))
@@ -441,8 +563,9 @@ func (t *Transport) recv(pkts []transport.Packet, block bool) (int, error) {
 		}
 		p.Local = local
 		p.Flow = 0
+		t.stats.received.Add(1)
 		switch {
-		case mh.hdr.Flags&unix.MSG_TRUNC != 0 || len(p.Buf) < wire.BTHLen+wire.ICRCLen:
+		case t.rtrunc[i] || n < len(data) || n < wire.BTHLen+wire.ICRCLen:
 			t.stats.truncated.Add(1)
 			p.ICRC = transport.ICRCBad
 		default:
@@ -459,7 +582,7 @@ func (t *Transport) recv(pkts []transport.Packet, block bool) (int, error) {
 			}
 		}
 	}
-	return got, nil
+	return k
 }
 
 func (t *Transport) recvmmsg(fd uintptr) bool {
