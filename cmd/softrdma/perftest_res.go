@@ -1,0 +1,298 @@
+package main
+
+// The verbs resources of a perftest-compatible benchmark, laid out as
+// perftest 4.5 lays them out (alloc_ctx, create_single_mr, ctx_init,
+// set_up_connection, ctx_connect), so that the addresses and keys a peer
+// receives mean what perftest means by them:
+//
+//	one MR of 2·N·INC(BUFF_SIZE) bytes, N = number of QPs:
+//	  [ send 0 | send 1 | … | send N−1 | recv 0 | recv 1 | … | recv N−1 ]
+//	  send region i at i·BUFF_SIZE: what QP i writes, reads into, sends
+//	  recv region i at (N+i)·BUFF_SIZE: the VAddr QP i advertises, which the
+//	  peer writes to, reads from or targets with atomics
+//
+// BUFF_SIZE is the larger of the message size (8 MiB with -a) and the
+// "cycle buffer" (the page size). Messages of at most half a cycle buffer
+// step through it in cache-line-aligned slots, in lockstep on both ends.
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/softrdma/softrdma/internal/perftest"
+	"github.com/softrdma/softrdma/verbs"
+)
+
+// ptMinRNRTimer is perftest's MIN_RNR_TIMER.
+const ptMinRNRTimer = 12
+
+// ptResources are one test's PD, MR, CQs and QPs (struct pingpong_context).
+type ptResources struct {
+	ctx    verbs.Context
+	pd     verbs.PD
+	mr     verbs.MR
+	buf    []byte
+	sendCQ verbs.CQ
+	recvCQ verbs.CQ // SEND tests; the send CQ otherwise
+	qps    []verbs.QP
+
+	base      uint64 // the MR's address
+	buffSize  uint64 // BUFF_SIZE(size, cycle buffer)
+	qpBuff    uint64 // INC(BUFF_SIZE, cache line): send_qp_buff_size
+	cycle     uint64 // the cycle buffer (page size, negotiated)
+	cacheLine uint64
+}
+
+// ptInc is perftest's INC: size rounded up to a whole number of cache
+// lines, at least one.
+func ptInc(size, cacheLine uint64) uint64 {
+	if size <= cacheLine {
+		return cacheLine
+	}
+	return (size + cacheLine - 1) / cacheLine * cacheLine
+}
+
+// ptAccess is the MR and QP access perftest gives each verb.
+func ptAccess(v perftest.Verb) (mr, qp verbs.Access) {
+	switch v {
+	case perftest.Write:
+		return verbs.AccessLocalWrite | verbs.AccessRemoteWrite, verbs.AccessRemoteWrite
+	case perftest.Read:
+		return verbs.AccessLocalWrite | verbs.AccessRemoteRead, verbs.AccessRemoteRead
+	case perftest.Atomic:
+		return verbs.AccessLocalWrite | verbs.AccessRemoteAtomic, verbs.AccessRemoteAtomic
+	}
+	return verbs.AccessLocalWrite, verbs.AccessRemoteWrite | verbs.AccessLocalWrite
+}
+
+// newPTResources creates the resources of a test whose largest message is
+// o.size (8 MiB with -a). The buffer is zero for ib_write_lat, which polls
+// its last byte, and otherwise filled with this side's pattern (seed).
+func newPTResources(ctx verbs.Context, o *ptOptions, cycle, cacheLine uint64, inline int, seed uint64) (*ptResources, error) {
+	r := &ptResources{ctx: ctx, cycle: cycle, cacheLine: cacheLine}
+	ok := false
+	defer func() {
+		if !ok {
+			r.close()
+		}
+	}()
+	n := uint64(o.numQPs)
+	r.buffSize = max(o.size, cycle)
+	r.qpBuff = ptInc(r.buffSize, cacheLine)
+	total := r.qpBuff * 2 * n
+	if total > 1<<40 {
+		return nil, fmt.Errorf("Couldn't allocate work buf: %d bytes", total)
+	}
+	var err error
+	if r.pd, err = ctx.AllocPD(); err != nil {
+		return nil, fmt.Errorf("Couldn't allocate PD: %w", err)
+	}
+	mrAccess, qpAccess := ptAccess(o.test.verb)
+	if r.mr, err = r.pd.AllocMR(int(total), mrAccess); err != nil {
+		return nil, fmt.Errorf("Couldn't allocate MR: %w", err)
+	}
+	r.buf = r.mr.Bytes()
+	r.base = r.mr.Addr()
+	if !(o.test.verb == perftest.Write && o.test.kind == perftest.Lat) {
+		ptFill(r.buf, r.base, seed)
+	}
+	if r.sendCQ, err = ctx.CreateCQ(o.txDepth*o.numQPs, nil); err != nil {
+		return nil, fmt.Errorf("Couldn't create CQ: %w", err)
+	}
+	r.recvCQ = r.sendCQ
+	if o.test.verb == perftest.Send {
+		if r.recvCQ, err = ctx.CreateCQ(o.rxDepth*o.numQPs, nil); err != nil {
+			return nil, fmt.Errorf("Couldn't create a receiver CQ: %w", err)
+		}
+	}
+	for i := 0; i < o.numQPs; i++ {
+		qp, err := r.pd.CreateQP(&verbs.QPInitAttr{
+			SendCQ: r.sendCQ, RecvCQ: r.recvCQ, QPType: verbs.QPTypeRC,
+			Cap: verbs.QPCap{MaxSendWR: uint32(o.txDepth), MaxRecvWR: uint32(o.rxDepth),
+				MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: uint32(inline)},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("Couldn't create QP: %w", err)
+		}
+		r.qps = append(r.qps, qp)
+		if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: uint8(o.ibPort), QPAccessFlags: qpAccess},
+			verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+			return nil, fmt.Errorf("Failed to modify QP to INIT: %w", err)
+		}
+	}
+	ok = true
+	return r, nil
+}
+
+// close destroys whatever was created, QPs first.
+func (r *ptResources) close() {
+	for _, qp := range r.qps {
+		qp.Destroy()
+	}
+	if r.recvCQ != nil && r.recvCQ != r.sendCQ {
+		r.recvCQ.Destroy()
+	}
+	if r.sendCQ != nil {
+		r.sendCQ.Destroy()
+	}
+	if r.mr != nil {
+		r.mr.Dereg()
+	}
+	if r.pd != nil {
+		r.pd.Dealloc()
+	}
+}
+
+// sendOff is the buffer offset of QP i's send region (ctx->buf[i]).
+func (r *ptResources) sendOff(i int) uint64 { return uint64(i) * r.buffSize }
+
+// vaddrOff is the offset of QP i's advertised region (my_dest.vaddr).
+func (r *ptResources) vaddrOff(i int) uint64 {
+	return uint64(len(r.qps)+i) * r.buffSize
+}
+
+// recvOff is the offset of QP i's receive WQEs (ctx_set_recv_wqes).
+func (r *ptResources) recvOff(i int) uint64 { return uint64(len(r.qps)+i) * r.qpBuff }
+
+// slots returns the slot stride and count of size-byte messages: messages of
+// at most half a cycle buffer step through it (increase_loc_addr), larger
+// ones always use the start of their region.
+func (r *ptResources) slots(size uint64) (stride, n uint64) {
+	if size > r.cycle/2 {
+		return 0, 1
+	}
+	stride = ptInc(size, r.cacheLine)
+	return stride, r.cycle / stride
+}
+
+// localDests returns this side's keys (set_up_connection).
+func (r *ptResources) localDests(lid uint16, outReads int, gid verbs.GID, psns []uint32) []perftest.Dest {
+	d := make([]perftest.Dest, len(r.qps))
+	for i, qp := range r.qps {
+		d[i] = perftest.Dest{LID: lid, OutReads: outReads, QPN: qp.QPNum(), PSN: psns[i], RKey: r.mr.RKey(),
+			VAddr: r.base + r.vaddrOff(i), GID: [16]byte(gid)}
+	}
+	return d
+}
+
+// connect moves QP i to RTR towards rem and, if rts, on to RTS, with
+// perftest's attributes (ctx_modify_qp_to_rtr/rts).
+func (r *ptResources) connect(i int, o *ptOptions, my, rem perftest.Dest, mtu perftest.MTU, gidIndex int, maxRdAtom int, rts bool) error {
+	qp := r.qps[i]
+	rtr := &verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: verbs.MTU(mtu), DestQPNum: rem.QPN, RQPSN: rem.PSN,
+		MaxDestRdAtomic: uint8(min(max(my.OutReads, 1), maxRdAtom)), MinRNRTimer: ptMinRNRTimer,
+		AHAttr: verbs.AHAttr{IsGlobal: true, DLID: rem.LID, SL: uint8(o.sl), PortNum: uint8(o.ibPort),
+			GRH: verbs.GlobalRoute{DGID: verbs.GID(rem.GID), SGIDIndex: uint8(gidIndex), HopLimit: 0xFF}}}
+	if err := qp.Modify(rtr, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|
+		verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
+		return fmt.Errorf("Failed to modify QP %d to RTR: %w", qp.QPNum(), err)
+	}
+	if !rts {
+		return nil
+	}
+	if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: my.PSN, Timeout: uint8(o.timeout),
+		RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: uint8(min(max(rem.OutReads, 1), maxRdAtom))},
+		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
+			verbs.QPAttrMaxQPRdAtomic); err != nil {
+		return fmt.Errorf("Failed to modify QP to RTS: %w", err)
+	}
+	return nil
+}
+
+// ptRandPSN draws a 24-bit PSN, as perftest's lrand48() & 0xffffff.
+func ptRandPSN() uint32 { return rand.Uint32() & 0xFFFFFF }
+
+// The buffer pattern: softrdma fills its buffers with bytes that depend on
+// a seed (the PSN of the side's first QP, which the peer learns in the key
+// exchange) and on each byte's virtual address. A peer that reads or
+// receives data can thus tell whether it came from a softrdma peer (the
+// first bytes match) and, if so, check every byte. Real perftest fills its
+// buffers with rand() bytes, which never match, so checks are skipped
+// against it.
+
+// ptPatternWord is the pattern of the 8-byte word at address 8·word.
+func ptPatternWord(seed, word uint64) uint64 {
+	z := seed*0x9E3779B97F4A7C15 ^ word ^ 0x736f667472646d61 // "softrdma"
+	z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
+	z = (z ^ z>>27) * 0x94D049BB133111EB
+	return z ^ z>>31
+}
+
+// ptFill fills b, which starts at virtual address addr, with the pattern.
+func ptFill(b []byte, addr, seed uint64) {
+	for i := 0; i < len(b); {
+		a := addr + uint64(i)
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], ptPatternWord(seed, a/8))
+		i += copy(b[i:], w[a%8:])
+	}
+}
+
+// ptPatternByte is the pattern byte at address a.
+func ptPatternByte(seed, a uint64) byte {
+	return byte(ptPatternWord(seed, a/8) >> (8 * (a % 8)))
+}
+
+// ptMatch compares b with the pattern of seed at address addr. ours is
+// false when the first bytes (up to 16) differ: the data did not come from
+// a softrdma peer with this seed. Otherwise bad is the offset of the first
+// differing byte, or -1.
+func ptMatch(b []byte, addr, seed uint64) (ours bool, bad int) {
+	head := min(len(b), 16)
+	for i := 0; i < head; i++ {
+		if b[i] != ptPatternByte(seed, addr+uint64(i)) {
+			return false, i
+		}
+	}
+	for i := head; i < len(b); i++ {
+		if b[i] != ptPatternByte(seed, addr+uint64(i)) {
+			return true, i
+		}
+	}
+	return true, -1
+}
+
+// ptSeed is the pattern seed of a side whose first QP has the given PSN.
+func ptSeed(psn uint32) uint64 { return uint64(psn) | 0x5eed<<32 }
+
+// verifySlots checks, for QP i, that the first nSlots slots of size bytes
+// at local offset localOff hold the peer's pattern as it is at peerAddr
+// (the peer's address of slot 0), slot for slot. It returns nil when the
+// data is not from a softrdma peer.
+func (r *ptResources) verifySlots(what string, i int, localOff, peerAddr, peerSeed, size, nSlots uint64) error {
+	stride, _ := r.slots(size)
+	for s := uint64(0); s < nSlots; s++ {
+		off := localOff + s*stride
+		b := r.buf[off : off+size]
+		ours, bad := ptMatch(b, peerAddr+s*stride, peerSeed)
+		if !ours {
+			if s == 0 {
+				return nil // not a softrdma peer (or slot 0's first bytes corrupt)
+			}
+			bad = 0
+		}
+		if bad >= 0 {
+			return fmt.Errorf("data check failed: %s of QP %d, message size %d, slot %d: byte %d is 0x%02x, want 0x%02x",
+				what, i, size, s, bad, b[bad], ptPatternByte(peerSeed, peerAddr+s*stride+uint64(bad)))
+		}
+	}
+	return nil
+}
+
+// ptLoad8 reads the byte at b[off] with an atomic load of the aligned
+// 32-bit word holding it: the peer's RDMA WRITE fills the buffer behind the
+// Go memory model's back. b must start 4-byte aligned (MR memory is page
+// aligned).
+func ptLoad8(b []byte, off uint64) byte {
+	word := (*uint32)(unsafe.Pointer(&b[off&^3]))
+	var w [4]byte
+	binary.NativeEndian.PutUint32(w[:], atomic.LoadUint32(word))
+	return w[off&3]
+}
+
+// ptNativeUint64 reads b as the CPU stores a uint64, as the responder's
+// atomics see memory.
+func ptNativeUint64(b [8]byte) uint64 { return binary.NativeEndian.Uint64(b[:]) }

@@ -1,0 +1,526 @@
+package main
+
+// The flow of a perftest-compatible benchmark, step by step as perftest 4.5's
+// main() of write_bw.c, read_lat.c, send_bw.c, ... runs it:
+//
+//	device checks (link, MTU, GID index, inline size, outstanding reads)
+//	→ TCP: the server accepts, the client connects
+//	→ Session.Negotiate: versions, page and cache line sizes, MTU
+//	→ resources (perftest_res.go), banner (WriteTestInfo)
+//	→ Session.ExchangeKeys, moving the QPs to RTR/RTS at the right point,
+//	  printing the local and remote address lines
+//	→ table header; per message size: post receives (SEND), BeforeRun,
+//	  the measurement (perftest_bw.go, perftest_lat.go), the report row,
+//	  AfterRun
+//	→ table footer, Session.Finish
+//
+// The server of a non-duplex WRITE/READ/atomic bandwidth test and of a
+// READ/atomic latency test does not measure: it waits in Finish, and the
+// bandwidth server prints the client's report, as perftest does.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/softrdma/softrdma/internal/perftest"
+	"github.com/softrdma/softrdma/verbs"
+)
+
+// ptTicksPerUsec is the rate of ptTicks: nanoseconds stand in for
+// perftest's CPU cycles.
+const ptTicksPerUsec = perftest.NanosecondTicksPerUsec
+
+var ptEpoch = time.Now()
+
+// ptTicks is the benchmarks' clock: monotonic nanoseconds.
+func ptTicks() uint64 { return uint64(time.Since(ptEpoch)) }
+
+// ptStallTimeout is how long a measurement waits without progress before
+// it gives up (perftest's check_alive waits 60 s in bandwidth tests).
+var ptStallTimeout = 60 * time.Second
+
+// ptRun is one benchmark run.
+type ptRun struct {
+	o   *ptOptions
+	env ptEnv
+	out io.Writer
+
+	dev      verbs.Context
+	port     verbs.PortAttr
+	gid      verbs.GID
+	gidIndex int
+	mtu      perftest.MTU
+	inline   int
+	outReads int
+	maxRd    int // the device's max_qp_rd_atom
+
+	sess   *perftest.Session
+	res    *ptResources
+	local  []perftest.Dest
+	remote []perftest.Dest
+	ti     perftest.TestInfo
+}
+
+// runPT runs the benchmark o describes in env.
+func runPT(env ptEnv, o *ptOptions) error {
+	if env.ctx == nil {
+		env.ctx = context.Background()
+	}
+	if env.errOut == nil {
+		env.errOut = io.Discard
+	}
+	r := &ptRun{o: o, env: env, out: env.out, dev: env.dev}
+	if r.dev == nil {
+		d, err := openToolDevice(o.devName)
+		if err != nil {
+			return fmt.Errorf("Unable to find the Infiniband/RoCE device: %w", err)
+		}
+		defer d.Close()
+		r.dev = d
+	}
+	if err := r.checkDevice(); err != nil {
+		return err
+	}
+	conn, err := r.establish()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return r.run(conn)
+}
+
+// checkDevice is check_link: port state and link layer, MTU, GID index,
+// inline size and outstanding reads.
+func (r *ptRun) checkDevice() error {
+	o := r.o
+	var err error
+	if r.port, err = r.dev.QueryPort(uint8(o.ibPort)); err != nil {
+		return fmt.Errorf(" Unable to query port %d attributes: %w", o.ibPort, err)
+	}
+	if r.port.State != verbs.PortActive {
+		return fmt.Errorf(" Port number %d state is %v", o.ibPort, r.port.State)
+	}
+	attr, err := r.dev.QueryDevice()
+	if err != nil {
+		return err
+	}
+	r.maxRd = max(attr.MaxQPRdAtom, 1)
+	r.mtu = r.setMTU()
+
+	r.gidIndex = o.gidIndex
+	if r.gidIndex < 0 {
+		r.gidIndex = ptBestGID(r.dev, uint8(o.ibPort), r.port.GIDTblLen)
+	}
+	if r.gid, err = r.dev.QueryGID(uint8(o.ibPort), r.gidIndex); err != nil {
+		return fmt.Errorf(" Couldn't query GID index %d: %w", r.gidIndex, err)
+	}
+
+	// perftest gives devices it does not recognize (rxe among them) no
+	// inline data unless asked; softrdma honours -I up to its limit.
+	r.inline = max(o.inline, 0)
+	if r.inline > attr.MaxInlineData {
+		fmt.Fprint(r.out, perftest.ResultLine)
+		fmt.Fprintf(r.env.errOut, " Max inline data %d is above the device's maximum %d; using %d\n", r.inline, attr.MaxInlineData, attr.MaxInlineData)
+		r.inline = attr.MaxInlineData
+	}
+	r.outReads = 1
+	if o.test.verb == perftest.Read || o.test.verb == perftest.Atomic {
+		r.outReads = o.outReads
+		if r.outReads > r.maxRd {
+			fmt.Fprint(r.out, perftest.ResultLine)
+			fmt.Fprintf(r.env.errOut, " Number of outstanding reads is above max = %d\n Changing to that max value\n", r.maxRd)
+			r.outReads = r.maxRd
+		} else if r.outReads <= 0 {
+			r.outReads = r.maxRd
+		}
+	}
+	return nil
+}
+
+// setMTU is perftest's set_mtu: -m if it is an MTU and not above the port's
+// active MTU, the active MTU otherwise.
+func (r *ptRun) setMTU() perftest.MTU {
+	active := perftest.MTU(r.port.ActiveMTU)
+	if r.o.mtu == 0 {
+		return active
+	}
+	m, err := perftest.MTUFromBytes(r.o.mtu)
+	if err != nil {
+		fmt.Fprintf(r.env.errOut, " Invalid MTU - %d \n Please choose mtu from {256,512,1024,2048,4096}\n Will run with the port active mtu - %d\n", r.o.mtu, int(active))
+		return active
+	}
+	if m > active {
+		fmt.Fprintf(r.out, "Requested mtu is higher than active mtu \nChanging to active mtu - %d\n", int(active))
+		return active
+	}
+	return m
+}
+
+// ptBestGID is get_best_gid_index for softrdma: the first IPv4-mapped GID,
+// else the first that is not link-local (a softrdma device sends from its
+// address, GID index 1, only).
+func ptBestGID(ctx verbs.Context, port uint8, n int) int {
+	best := -1
+	for i := 0; i < n; i++ {
+		g, err := ctx.QueryGID(port, i)
+		if err != nil || g.IsZero() {
+			continue
+		}
+		if g.Addr().Is4() {
+			return i
+		}
+		if best < 0 && !g.Addr().IsLinkLocalUnicast() {
+			best = i
+		}
+	}
+	return max(best, 0)
+}
+
+// establish opens the exchange's TCP connection: the server prints
+// perftest's banner and accepts one connection, the client connects.
+func (r *ptRun) establish() (net.Conn, error) {
+	o := r.o
+	if o.role() == perftest.Client {
+		addr := net.JoinHostPort(o.server, strconv.Itoa(o.port))
+		var d net.Dialer
+		c, err := d.DialContext(r.env.ctx, "tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("Couldn't connect to %s: %w", addr, err)
+		}
+		return c, nil
+	}
+	fmt.Fprintf(r.out, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
+	ln := r.env.ln
+	if ln == nil {
+		l, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(o.port)))
+		if err != nil {
+			return nil, fmt.Errorf("Couldn't listen to port %d: %w", o.port, err)
+		}
+		defer l.Close()
+		ln = l
+	}
+	stop := context.AfterFunc(r.env.ctx, func() { ln.Close() })
+	defer stop()
+	c, err := ln.Accept()
+	if err != nil {
+		if r.env.ctx.Err() != nil {
+			return nil, r.env.ctx.Err()
+		}
+		return nil, fmt.Errorf("Couldn't accept a connection on port %d: %w", o.port, err)
+	}
+	return c, nil
+}
+
+// run does everything after the TCP connection is up.
+func (r *ptRun) run(conn net.Conn) error {
+	o := r.o
+	ctx := r.env.ctx
+	sess, err := perftest.NewSession(conn, perftest.Config{
+		Role: o.role(), Verb: o.test.verb, Kind: o.test.kind, NumQPs: o.numQPs,
+		Duplex: o.duplex, RunAll: o.runAll, Duration: o.duration > 0, WithGID: true,
+	})
+	if err != nil {
+		return err
+	}
+	r.sess = sess
+	neg, err := sess.Negotiate(ctx, perftest.DefaultSysInfo(r.mtu))
+	if err != nil {
+		return err
+	}
+	r.mtu = neg.MTU
+	if neg.PageSize <= 0 || neg.CacheLineSize <= 0 || neg.PageSize > 1<<30 || neg.CacheLineSize > 1<<20 {
+		return fmt.Errorf("perftest: peer sent page size %d and cache line size %d", neg.PageSize, neg.CacheLineSize)
+	}
+
+	psns := make([]uint32, o.numQPs)
+	for i := range psns {
+		psns[i] = ptRandPSN()
+	}
+	r.res, err = newPTResources(r.dev, o, uint64(neg.PageSize), uint64(neg.CacheLineSize), r.inline, ptSeed(psns[0]))
+	if err != nil {
+		return err
+	}
+	defer r.res.close()
+	if o.onResources != nil {
+		o.onResources(r.res)
+	}
+	r.local = r.res.localDests(r.port.LID, r.outReads, r.gid, psns)
+
+	r.ti = perftest.TestInfo{
+		Verb: o.test.verb, AtomicOp: o.atomicOp, Kind: o.test.kind, Role: o.role(), Duplex: o.duplex,
+		Device: r.dev.Device().Name(), NumQPs: o.numQPs, Connection: perftest.RC,
+		TXDepth: o.txDepth, RXDepth: o.rxDepth, CQMod: o.cqMod, MTU: r.mtu,
+		LinkType: ptLinkType(r.port.LinkLayer), GIDIndex: r.gidIndex, InlineSize: r.inline, OutReads: r.outReads,
+	}
+	if err := perftest.WriteTestInfo(r.out, r.ti); err != nil {
+		return err
+	}
+	rts := o.test.kind == perftest.Lat || o.role() == perftest.Client || o.duplex
+	connect := func(remote []perftest.Dest) error {
+		for i := range remote {
+			if err := r.res.connect(i, o, r.local[i], remote[i], r.mtu, r.gidIndex, r.maxRd, rts); err != nil {
+				return err
+			}
+		}
+		for _, d := range r.local {
+			io.WriteString(r.out, perftest.AddressLines(perftest.Local, d, o.test.verb, true))
+		}
+		return nil
+	}
+	if r.remote, err = sess.ExchangeKeys(ctx, r.local, connect); err != nil {
+		return err
+	}
+	for _, d := range r.remote {
+		io.WriteString(r.out, perftest.AddressLines(perftest.Remote, d, o.test.verb, true))
+	}
+	if o.test.kind == perftest.BW {
+		return r.runBW()
+	}
+	return r.runLat()
+}
+
+func ptLinkType(l verbs.LinkLayer) string {
+	if l == verbs.LinkLayerEthernet {
+		return "Ethernet"
+	}
+	return "IB"
+}
+
+// runBW runs a bandwidth test from the table header to the end.
+func (r *ptRun) runBW() error {
+	o, ctx := r.o, r.env.ctx
+	f := perftest.BWFormat{Gbits: o.gbits}
+	if err := perftest.WriteBWHeader(r.out, f); err != nil {
+		return err
+	}
+	if !r.sess.Runs() {
+		// The server of a one-sided test: wait for the client, print its
+		// report.
+		rem, ok, err := r.sess.Finish(ctx, perftest.BWReport{})
+		if err != nil {
+			return err
+		}
+		if ok {
+			if err := r.printBW(rem, f); err != nil {
+				return err
+			}
+		}
+		if err := perftest.WriteBWFooter(r.out, f); err != nil {
+			return err
+		}
+		return r.verifyServer(rem)
+	}
+	ptSpinners.Add(1)
+	defer ptSpinners.Add(-1)
+	var my perftest.BWReport
+	sender := o.role() == perftest.Client || o.duplex
+	receiver := o.test.verb == perftest.Send && (o.role() == perftest.Server || o.duplex)
+	for _, size := range o.sizes() {
+		bw := newPTBW(r, size)
+		if sender {
+			bw.setSendWQEs()
+		}
+		if receiver {
+			if err := bw.setRecvWQEs(); err != nil {
+				return err
+			}
+		}
+		if err := r.sess.BeforeRun(ctx); err != nil {
+			return err
+		}
+		var err error
+		switch {
+		case o.test.verb == perftest.Send && o.duplex:
+			err = bw.runBi()
+		case o.test.verb == perftest.Send && o.role() == perftest.Server:
+			err = bw.runServer()
+		default:
+			err = bw.run()
+		}
+		if err != nil {
+			return err
+		}
+		if my, err = bw.report(); err != nil {
+			return err
+		}
+		if !o.duplex || (o.test.verb == perftest.Send && o.duration > 0) {
+			if err := r.printBW(my, f); err != nil {
+				return err
+			}
+		}
+		rem, ok, err := r.sess.AfterRun(ctx, my)
+		if err != nil {
+			return err
+		}
+		if ok {
+			if err := r.printBW(perftest.SumBW(my, rem), f); err != nil {
+				return err
+			}
+		}
+		if err := bw.verifyRead(); err != nil {
+			return err
+		}
+	}
+	if err := perftest.WriteBWFooter(r.out, f); err != nil {
+		return err
+	}
+	_, _, err := r.sess.Finish(ctx, my)
+	return err
+}
+
+// printBW prints a table row and, with --out_json, rewrites the JSON file,
+// as print_full_bw_report does.
+func (r *ptRun) printBW(rep perftest.BWReport, f perftest.BWFormat) error {
+	if err := perftest.WriteBWRow(r.out, rep, f); err != nil {
+		return err
+	}
+	if r.o.outJSON {
+		return r.writeJSON(func(w io.Writer) error {
+			return perftest.WriteBWJSON(w, perftest.JSONValid, r.ti, rep, r.o.gbits)
+		})
+	}
+	return nil
+}
+
+// writeJSON replaces the --out_json file with what write writes.
+func (r *ptRun) writeJSON(write func(io.Writer) error) error {
+	f, err := os.Create(r.o.jsonFile)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// runLat runs a latency test from the table header to the end.
+func (r *ptRun) runLat() error {
+	o, ctx := r.o, r.env.ctx
+	if !r.sess.Runs() {
+		// READ and atomic latency: only the client measures.
+		if _, _, err := r.sess.Finish(ctx, perftest.BWReport{}); err != nil {
+			return err
+		}
+		_, err := io.WriteString(r.out, perftest.ResultLine)
+		return err
+	}
+	ptSpinners.Add(1)
+	defer ptSpinners.Add(-1)
+	var err error
+	if o.duration > 0 {
+		err = perftest.WriteLatDurationHeader(r.out)
+	} else {
+		err = perftest.WriteLatHeader(r.out)
+	}
+	if err != nil {
+		return err
+	}
+	for _, size := range o.sizes() {
+		lat := newPTLat(r, size)
+		if o.test.verb == perftest.Send {
+			if err := lat.setRecvWQEs(); err != nil {
+				return err
+			}
+		}
+		if err := r.sess.BeforeRun(ctx); err != nil {
+			return err
+		}
+		switch o.test.verb {
+		case perftest.Write:
+			err = lat.runWrite()
+		case perftest.Send:
+			err = lat.runSend()
+		default:
+			err = lat.runRead()
+		}
+		if err != nil {
+			return err
+		}
+		if err := lat.report(); err != nil {
+			return err
+		}
+		if _, _, err := r.sess.AfterRun(ctx, perftest.BWReport{}); err != nil {
+			return err
+		}
+		if err := lat.verify(); err != nil {
+			return err
+		}
+	}
+	if err := perftest.WriteLatFooter(r.out); err != nil {
+		return err
+	}
+	_, _, err = r.sess.Finish(ctx, perftest.BWReport{})
+	return err
+}
+
+// errPTStall reports a measurement that stopped making progress.
+var errPTStall = errors.New("no completion for a long time; is the peer alive?")
+
+// ptSpinners counts the measurements busy polling in this process: the
+// two ends of a test in one process, or one end of the CLI.
+var ptSpinners atomic.Int32
+
+// ptWatch is the idle policy of the polling loops: busy polling, as
+// perftest does, but without starving the devices' receive loops, and with
+// stall and cancellation checks that do not read the clock on every empty
+// poll.
+type ptWatch struct {
+	ctx    context.Context
+	spins  int
+	last   uint64 // ticks of the last progress; 0: not yet known
+	nprocs int32
+}
+
+func newPTWatch(ctx context.Context) ptWatch {
+	return ptWatch{ctx: ctx, last: ptTicks(), nprocs: int32(runtime.GOMAXPROCS(0))}
+}
+
+// progress records that something completed.
+func (w *ptWatch) progress() { w.spins = 0; w.last = 0 }
+
+// idle is called after an empty poll; it returns an error once the loop
+// has stalled for ptStallTimeout or the context is done.
+func (w *ptWatch) idle() error {
+	w.spins++
+	if w.spins&15 == 0 {
+		// The receive loops wait in the Go network poller, which runs only
+		// when a processor has nothing else to do: when the spinners take
+		// every processor, step aside for a moment (until the next packet
+		// or timer); otherwise let other goroutines run and, less often,
+		// other threads (the peer may be another process on a machine with
+		// few CPUs).
+		if ptSpinners.Load() >= w.nprocs {
+			time.Sleep(time.Microsecond)
+		} else {
+			runtime.Gosched()
+			if w.spins&63 == 0 {
+				ptYield()
+			}
+		}
+	}
+	if w.spins&1023 != 0 {
+		return nil
+	}
+	now := ptTicks()
+	if w.last == 0 {
+		w.last = now
+		return nil
+	}
+	if err := w.ctx.Err(); err != nil {
+		return err
+	}
+	if time.Duration(now-w.last) > ptStallTimeout {
+		return fmt.Errorf("%w (%v)", errPTStall, ptStallTimeout)
+	}
+	return nil
+}
