@@ -195,7 +195,12 @@ func (qp *QP) onReadResponseLocked(p *wire.Packet, psn wire.PSN, now time.Time) 
 	idx := uint32(psn.Sub(w.firstPSN))
 	off := uint64(idx) * uint64(qp.pmtu)
 	want := min(uint64(qp.pmtu), w.length-off)
-	posOK := (idx == 0) == info.Has(wire.FlagFirst) && (idx+1 == w.npkts) == info.Has(wire.FlagLast)
+	// The data at a PSN is the same whichever request produced it (the
+	// first, or a resumed one), so a late response of an earlier attempt
+	// is as good as one of the current: only the end must be the end, and
+	// a FIRST must start some request.
+	posOK := (idx+1 == w.npkts) == info.Has(wire.FlagLast) &&
+		(!info.Has(wire.FlagFirst) || psn == w.firstPSN || psn == w.respStart)
 	if !posOK || uint64(len(p.Payload)) != want {
 		qp.failHeadLocked(verbs.WCBadRespErr)
 		return
@@ -205,7 +210,9 @@ func (qp *QP) onReadResponseLocked(p *wire.Packet, psn wire.PSN, now time.Time) 
 		return
 	}
 	w.nextRespPSN = psn.Add(1)
+	// A response in order is forward progress: restore the retry budget.
 	qp.comp.retrying = false
+	qp.comp.retryCnt = qp.attr.RetryCnt
 	if info.Has(wire.FlagLast) {
 		qp.comp.psn = w.lastPSN.Add(1)
 		qp.completeSendLocked(w, verbs.WCSuccess)

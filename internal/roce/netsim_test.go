@@ -2,6 +2,8 @@ package roce
 
 import (
 	"net/netip"
+	"os"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -58,15 +60,16 @@ func TestSuiteNetsim(t *testing.T) {
 	}
 }
 
-// TestReliabilityNetsim: under 10% loss plus reordering and duplication in
+// TestReliabilityNetsim: under 10% loss plus reordering, duplication and 2%
+// corruption (caught by the ICRC) in
 // both directions, every message arrives once, in order, with its bytes,
 // and N fetch-adds add exactly N.
 func TestReliabilityNetsim(t *testing.T) {
-	for _, seed := range []uint64{1, 2, 3} {
+	for _, seed := range reliabilitySeeds() {
 		for _, c := range reliabilitySuite {
 			t.Run(c.name+"/"+seedName(seed), func(t *testing.T) {
 				runNetsim(t, netsim.Config{
-					Loss: 0.10, Duplicate: 0.05, Reorder: 0.05, ReorderDelay: 30 * time.Microsecond,
+					Loss: 0.10, Duplicate: 0.05, Reorder: 0.05, Corrupt: 0.02, ReorderDelay: 30 * time.Microsecond,
 					Delay: 5 * time.Microsecond, Jitter: 3 * time.Microsecond, Seed: seed,
 				}, c)
 			})
@@ -98,4 +101,18 @@ func TestRetryExceeded(t *testing.T) {
 			t.Fatalf("%d timeouts and %d retransmissions, want 4 and 3", got, re)
 		}
 	})
+}
+
+// reliabilitySeeds are the seeds the reliability suite runs: 1..3, or
+// 1..N with SOFTRDMA_SEEDS=N for a longer soak.
+func reliabilitySeeds() []uint64 {
+	n := 3
+	if v, err := strconv.Atoi(os.Getenv("SOFTRDMA_SEEDS")); err == nil && v > 0 {
+		n = v
+	}
+	seeds := make([]uint64, n)
+	for i := range seeds {
+		seeds[i] = uint64(i + 1)
+	}
+	return seeds
 }

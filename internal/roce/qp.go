@@ -73,6 +73,7 @@ type sendWQE struct {
 	npkts       uint32
 	sent        uint32   // packets of the message sent in the current attempt
 	nextRespPSN wire.PSN // READ: next response expected
+	respStart   wire.PSN // READ: PSN of the (re)issued request, whose response is FIRST/ONLY
 }
 
 func (w *sendWQE) isReadOrAtomic() bool {
@@ -470,13 +471,19 @@ func (qp *QP) completeSendLocked(w *sendWQE, st verbs.WCStatus) {
 		}
 		qp.sendCQ.push(&wc, st != verbs.WCSuccess)
 	}
+	if w.started && qp.sq.next == qp.sq.head {
+		// A go-back-N rewind had put the requester back inside this WQE,
+		// and a late response completed it before it was sent again: the
+		// next WQE must start after its PSNs, not inside them.
+		if qp.req.psn.LessEq(w.lastPSN) {
+			qp.req.psn = w.lastPSN.Add(1)
+		}
+		qp.sq.next++
+	}
 	w.sgl.reset()
 	w.started = false
 	w.status = verbs.WCSuccess
 	qp.sq.head++
-	if qp.sq.next-qp.sq.head > qp.sq.tail-qp.sq.head { // next fell behind head
-		qp.sq.next = qp.sq.head
-	}
 }
 
 func (qp *QP) completeRecvLocked(w *recvWQE, st verbs.WCStatus, op verbs.WCOpcode, n uint32, imm uint32, flags verbs.WCFlags) {

@@ -103,6 +103,7 @@ func (qp *QP) startWQELocked(w *sendWQE) {
 	}
 	w.lastPSN = w.firstPSN.Add(w.npkts - 1)
 	w.nextRespPSN = w.firstPSN
+	w.respStart = w.firstPSN
 	if w.isReadOrAtomic() {
 		qp.req.rdOutstanding++
 	}
@@ -134,11 +135,15 @@ func (qp *QP) sendPacketLocked(w *sendWQE) bool {
 
 	switch w.opcode {
 	case verbs.WRRDMARead:
+		// A READ resumed after lost responses asks only for the rest, from
+		// the PSN of the first missing response (as rxe does); the
+		// responder finds that PSN in its replay ring.
+		off := uint64(w.respStart.Sub(w.firstPSN)) * uint64(qp.pmtu)
 		bth.AckReq = true
 		b := qp.newPacketLocked(dst, wire.RCReadRequest, &bth, 0)
-		wire.RETH(b[wire.RCReadRequest.Info().RETHOff:]).Encode(&wire.RETHFields{VA: w.raddr, RKey: w.rkey, DMALen: uint32(w.length)})
+		wire.RETH(b[wire.RCReadRequest.Info().RETHOff:]).Encode(&wire.RETHFields{VA: w.raddr + off, RKey: w.rkey, DMALen: uint32(w.length - off)})
 		w.sent = w.npkts // one request stands for every response PSN
-		qp.advancePSNLocked(w.npkts, true)
+		qp.advancePSNLocked(uint32(w.lastPSN.Sub(w.respStart))+1, true)
 		return true
 	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
 		op := wire.RCFetchAdd
@@ -266,11 +271,19 @@ func (qp *QP) rewindLocked(psn wire.PSN) {
 		w.started = false
 	}
 	qp.sq.next = qp.sq.head
-	if !head.isReadOrAtomic() && head.npkts > 0 && psn.InWindow(head.firstPSN, head.npkts) {
+	switch {
+	case !head.isReadOrAtomic() && head.npkts > 0 && psn.InWindow(head.firstPSN, head.npkts):
 		head.started = true
 		head.sent = uint32(psn.Sub(head.firstPSN))
 		qp.req.psn = psn
-	} else {
+	case head.opcode == verbs.WRRDMARead && head.nextRespPSN != head.firstPSN:
+		// Part of the READ arrived: ask again for the rest only.
+		head.started = true
+		head.sent = 0
+		head.respStart = head.nextRespPSN
+		qp.req.rdOutstanding = 1
+		qp.req.psn = head.nextRespPSN
+	default:
 		qp.req.psn = head.firstPSN
 	}
 	qp.req.noAck = 0
