@@ -544,13 +544,23 @@ func (qp *QP) PostSend(wr *verbs.SendWR) error {
 
 // kickLocked transmits what the posts made ready, or flushes the posts at
 // once if the QP is in error.
+//
+// Doorbell batching: when an RC QP already has unacknowledged packets, an
+// ACK is on its way, and the receive loop sends whatever is queued when it
+// handles that ACK (endRxLocked) or the timer fires, so new packets wait in
+// the QP's batch (at most txBatch; a full batch goes at once) and leave in
+// one system call instead of one each. An idle QP sends at once, so
+// latency is untouched.
 func (qp *QP) kickLocked(now time.Time) {
 	switch qp.stateLocked() {
 	case verbs.QPStateErr, verbs.QPStateSQE:
 		qp.flushSendLocked()
 	case verbs.QPStateRTS:
+		inFlight := qp.typ == verbs.QPTypeRC && qp.comp.psn != qp.req.psn
 		qp.runRequesterLocked(now)
-		qp.flushLocked()
+		if !inFlight {
+			qp.flushLocked()
+		}
 	}
 }
 
