@@ -52,7 +52,7 @@ const (
 	maxSRQWR      = 1 << 14
 	firstQPN      = 0x11 // QPNs below are reserved (QP0, QP1 and rxe's habit)
 	vendorID      = 0xFFFFFF
-	ackWindow     = 128 // unacknowledged PSNs a requester may have in flight (rxe: RXE_MAX_UNACKED_PSNS)
+	ackWindow     = 512 // unacknowledged PSNs a requester may have in flight (rxe: RXE_MAX_UNACKED_PSNS = 128)
 	ackReqEvery   = 64  // AckReq at least every this many packets (rxe: RXE_MAX_PKT_PER_ACK)
 	maxPacketSize = wire.BTHLen + wire.RETHLen + wire.ImmDtLen + 4096 + 3 + wire.ICRCLen + 16
 )
