@@ -151,6 +151,9 @@ func runPingpong(name string, typ verbs.QPType, args []string) error {
 	for i := range r.buf {
 		r.buf[i] = 0x7b
 	}
+	if err := r.initRC(f.ibPort); err != nil {
+		return err
+	}
 	local := pingpong.Dest{QPN: r.qp.QPNum(), PSN: rand.Uint32() & 0xFFFFFF}
 	if f.gidx >= 0 {
 		g, err := dev.QueryGID(uint8(f.ibPort), f.gidx)

@@ -105,23 +105,34 @@ func (r *resources) close() {
 	}
 }
 
-// postRecvs posts up to n receives of the whole buffer, returning how many.
+// postRecvs posts up to n receives of the whole buffer, returning how many
+// (pp_post_recv stops at the first failure; posting none is an error).
 func (r *resources) postRecvs(n, size int) (int, error) {
 	wr := verbs.RecvWR{WRID: recvWRID, SGList: []verbs.SGE{r.mr.SGE(0, r.recvLen)}}
 	for i := 0; i < n; i++ {
 		if err := r.qp.PostRecv(&wr); err != nil {
+			if i == 0 {
+				return 0, fmt.Errorf("Couldn't post receive: %w", err)
+			}
 			return i, nil
 		}
 	}
 	return n, nil
 }
 
-// connectRC moves an RC or UC QP to RTS with pingpong.c's attributes.
-func (r *resources) connectRC(typ verbs.QPType, myPSN, remQPN, remPSN uint32, remGID verbs.GID, f *ppFlags) error {
-	if err := r.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: uint8(f.ibPort), QPAccessFlags: 0},
+// initRC moves a new RC or UC QP to INIT, as pingpong.c does right after
+// creating it, so receives can be posted before the exchange.
+func (r *resources) initRC(ibPort int) error {
+	if err := r.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: uint8(ibPort), QPAccessFlags: 0},
 		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
-		return err
+		return fmt.Errorf("Failed to modify QP to INIT: %w", err)
 	}
+	return nil
+}
+
+// connectRC moves an RC or UC QP from INIT to RTS with pingpong.c's
+// attributes.
+func (r *resources) connectRC(typ verbs.QPType, myPSN, remQPN, remPSN uint32, remGID verbs.GID, f *ppFlags) error {
 	rtr := &verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: verbs.MTUFromBytes(f.mtu), DestQPNum: remQPN, RQPSN: remPSN,
 		MaxDestRdAtomic: 1, MinRNRTimer: 12,
 		AHAttr: verbs.AHAttr{IsGlobal: !remGID.IsZero(), SL: uint8(f.sl), PortNum: uint8(f.ibPort),
