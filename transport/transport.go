@@ -112,7 +112,15 @@ var ErrClosed = errors.New("transport: closed")
 // blocking. A receive loop polls while traffic flows, which saves the
 // wake-up through the kernel and the scheduler (tens of microseconds on a
 // busy machine), and blocks in Recv once the link has been idle a while.
+//
+// TryRecv and Wait let several goroutines share receiving: whoever polls
+// receives, and a goroutine that waits holds nothing that stops another
+// from polling meanwhile.
 type Poller interface {
-	// TryRecv is Recv that returns 0 at once when nothing is waiting.
+	// TryRecv is Recv that returns 0 at once when nothing is waiting or
+	// another goroutine is receiving.
 	TryRecv(pkts []Packet) (n int, err error)
+	// Wait blocks until a packet is waiting to be received (it does not
+	// receive it) or the transport is closed (ErrClosed).
+	Wait() error
 }

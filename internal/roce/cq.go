@@ -87,6 +87,11 @@ func (cq *CQ) push(wc *verbs.WC, solicited bool) {
 
 // Poll moves up to len(wc) completions into wc.
 func (cq *CQ) Poll(wc []verbs.WC) (int, error) {
+	if cq.count.Load() == 0 && cq.dev.inlinePoll {
+		// Receive inline: a busy poller processes the packets that would
+		// complete its work itself, without a hop through Serve.
+		cq.dev.PollRx()
+	}
 	if cq.count.Load() == 0 {
 		if cq.dead.Load() {
 			return 0, verbs.Errorf("PollCQ", verbs.ErrDestroyed, "the CQ was destroyed")

@@ -74,6 +74,12 @@ type Config struct {
 	// transport can poll (transport.Poller). 0 means 2000 (tens of
 	// microseconds); a negative value never polls.
 	SpinPolls int
+	// InlinePoll makes CQ.Poll on an empty CQ receive and process the
+	// device's waiting packets itself, instead of leaving all receiving to
+	// the Serve goroutine. It saves a goroutine hop when the poller has a
+	// core to itself; on a machine with fewer cores than busy pollers it
+	// mostly adds contention, so it is off by default.
+	InlinePoll bool
 	// AcceptUnverifiedICRC accepts packets whose ICRC the transport could
 	// not check (an IPv4 peer that sends a non-zero IP identification, as
 	// Linux rxe does, received on a plain UDP socket). Off, such packets are
@@ -109,7 +115,12 @@ type Device struct {
 	closed                   atomic.Bool
 	serveDone                chan struct{}
 	spinPolls                int
-	serving                  atomic.Bool
+	poller                   transport.Poller
+
+	inlinePoll bool
+	rxMu       sync.Mutex // held by whoever receives: Serve or a polling CQ
+	rx         rxBuffers
+	serving    atomic.Bool
 
 	Counters Counters
 }
@@ -135,6 +146,9 @@ func New(cfg Config) (*Device, error) {
 		rng:       mrand.New(mrand.NewChaCha8(seed)),
 		serveDone: make(chan struct{}),
 	}
+	d.rx = newRxBuffers(cfg.Transport.BatchSize())
+	d.poller, _ = cfg.Transport.(transport.Poller)
+	d.inlinePoll = cfg.InlinePoll
 	d.spinPolls = cfg.SpinPolls
 	if d.spinPolls == 0 {
 		d.spinPolls = 2000
@@ -172,43 +186,101 @@ func linkToPathMTU(link int) verbs.MTU {
 
 // Serve receives and processes packets until the device is closed. The
 // provider runs it in a goroutine.
+//
+// It polls the transport while traffic flows and, after SpinPolls empty
+// polls, waits in the kernel. Receiving is shared: a goroutine busy-polling
+// a CQ of this device receives and processes packets itself (PollRx), which
+// saves the hop through this goroutine; whoever holds rxMu receives.
 func (d *Device) Serve() {
 	if !d.serving.CompareAndSwap(false, true) {
 		return
 	}
 	defer close(d.serveDone)
-	n := d.tr.BatchSize()
-	pkts := make([]transport.Packet, n)
-	bufs := make([][]byte, n)
-	for i := range bufs {
-		bufs[i] = make([]byte, maxPacketSize+64)
-	}
-	rx := &rxState{}
 	poller, _ := d.tr.(transport.Poller)
+	if poller == nil {
+		d.serveBlocking()
+		return
+	}
 	idle := 0
-	for {
-		for i := range pkts {
-			pkts[i].Buf = bufs[i][:cap(bufs[i])]
-		}
-		var got int
-		var err error
-		if poller != nil && idle < d.spinPolls {
-			// Poll while traffic flows: an answer is usually a round trip
-			// away, and catching it here saves a wake-up.
-			got, err = poller.TryRecv(pkts)
-			if got == 0 && err == nil {
-				idle++
-				runtime.Gosched()
-				continue
-			}
-		} else {
-			got, err = d.tr.Recv(pkts)
-		}
+	for !d.closed.Load() {
+		n, err := d.pollRx(poller)
 		if err != nil {
 			return
 		}
+		if n > 0 {
+			idle = 0
+			continue
+		}
+		if idle++; idle < d.spinPolls {
+			runtime.Gosched()
+			continue
+		}
+		if err := poller.Wait(); err != nil {
+			return
+		}
 		idle = 0
-		d.handleBatch(rx, pkts[:got])
+	}
+}
+
+// serveBlocking is Serve for transports that cannot poll.
+func (d *Device) serveBlocking() {
+	for {
+		d.rxMu.Lock()
+		d.rx.reset()
+		got, err := d.tr.Recv(d.rx.pkts)
+		if err == nil {
+			d.handleBatch(&d.rx.state, d.rx.pkts[:got])
+		}
+		d.rxMu.Unlock()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// pollRx receives and processes one batch if no other goroutine is
+// receiving. It returns the number of packets handled.
+func (d *Device) pollRx(poller transport.Poller) (int, error) {
+	if !d.rxMu.TryLock() {
+		return 0, nil
+	}
+	defer d.rxMu.Unlock()
+	d.rx.reset()
+	got, err := poller.TryRecv(d.rx.pkts)
+	if got > 0 {
+		d.handleBatch(&d.rx.state, d.rx.pkts[:got])
+	}
+	return got, err
+}
+
+// PollRx lets a goroutine that busy-polls a CQ receive and process the
+// packets waiting for this device itself. CQ.Poll calls it when the CQ is
+// empty; it never blocks.
+func (d *Device) PollRx() {
+	if d.poller != nil && d.serving.Load() {
+		d.pollRx(d.poller)
+	}
+}
+
+// rxBuffers are the receive batch and its buffers, used by whoever holds
+// rxMu.
+type rxBuffers struct {
+	pkts  []transport.Packet
+	bufs  [][]byte
+	state rxState
+}
+
+func newRxBuffers(n int) rxBuffers {
+	r := rxBuffers{pkts: make([]transport.Packet, n), bufs: make([][]byte, n)}
+	for i := range r.bufs {
+		r.bufs[i] = make([]byte, maxPacketSize+64)
+	}
+	return r
+}
+
+func (r *rxBuffers) reset() {
+	for i := range r.pkts {
+		r.pkts[i].Buf = r.bufs[i][:cap(r.bufs[i])]
 	}
 }
 

@@ -90,6 +90,7 @@ type Transport struct {
 	recvMu    sync.Mutex
 	rbuf      batchBuf
 	recvFn    func(fd uintptr) bool
+	peekFn    func(fd uintptr) bool
 	recvN     int
 	recvErr   error
 	recvBlock bool
@@ -227,6 +228,7 @@ func Listen(cfg Config) (*Transport, error) {
 	}
 	t.sendFn = t.sendmmsg
 	t.recvFn = t.recvmmsg
+	t.peekFn = t.peek
 	return t, nil
 }
 
@@ -463,13 +465,41 @@ func (t *Transport) Recv(pkts []transport.Packet) (int, error) {
 }
 
 // TryRecv receives what is waiting, without blocking; see transport.Poller.
+// It returns 0 at once if another goroutine is receiving.
 func (t *Transport) TryRecv(pkts []transport.Packet) (int, error) {
-	return t.recv(pkts, false)
+	if !t.recvMu.TryLock() {
+		return 0, nil
+	}
+	defer t.recvMu.Unlock()
+	return t.recvLocked(pkts, false)
+}
+
+// Wait blocks in the network poller until a datagram is waiting, without
+// receiving it and without holding the receive lock.
+func (t *Transport) Wait() error {
+	if t.closed.Load() {
+		return transport.ErrClosed
+	}
+	if err := t.raw.Read(t.peekFn); err != nil || t.closed.Load() {
+		return transport.ErrClosed
+	}
+	return nil
+}
+
+// peek reports whether a datagram is waiting (MSG_PEEK of one byte).
+func (t *Transport) peek(fd uintptr) bool {
+	var b [1]byte
+	_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT|unix.MSG_TRUNC, 0, 0)
+	return errno != unix.EAGAIN && errno != unix.EINTR
 }
 
 func (t *Transport) recv(pkts []transport.Packet, block bool) (int, error) {
 	t.recvMu.Lock()
 	defer t.recvMu.Unlock()
+	return t.recvLocked(pkts, block)
+}
+
+func (t *Transport) recvLocked(pkts []transport.Packet, block bool) (int, error) {
 	if t.closed.Load() {
 		return 0, transport.ErrClosed
 	}
