@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# test/interop/suite.sh — softrdma against Linux rxe and rdma-core/perftest.
+#
+# Boots the VM fixture (vm.sh: Linux 6.1 rdma_rxe, rdma-core, perftest 4.5),
+# then runs each case twice: the real tool in the VM as server and softrdma
+# on the host (inside the fixture's network namespace) as client, and the
+# other way round. Every case is captured on the bridge and every RoCEv2
+# packet of both sides has its ICRC recomputed from the real headers
+# (icrccheck). Ends with "N passed, N failed" and exits non-zero on failure.
+#
+#   bash test/interop/suite.sh            # the full suite
+#   bash test/interop/suite.sh --quick    # the subset CI runs
+#
+# Only traffic inside the namespace softrdma-interop (10.77.0.0/24) is sent.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+VM="bash $ROOT/test/interop/vm.sh"
+export PATH=/usr/local/go/bin:$PATH
+QUICK=0
+[ "${1:-}" = "--quick" ] && QUICK=1
+RUN=${SOFTRDMA_VM_RUN:-/tmp/softrdma-vm}
+OUT=$RUN/interop
+mkdir -p "$OUT"
+HOST=10.77.0.1
+GUEST=10.77.0.2
+BIN=$OUT/softrdma
+ICRC=$OUT/icrccheck
+PASS=0
+FAIL=0
+FAILED=()
+
+say() { printf '%s\n' "$*"; }
+
+command -v tcpdump >/dev/null || { apt-get update -qq >/dev/null 2>&1; apt-get install -y -qq tcpdump >/dev/null 2>&1; }
+go build -o "$BIN" ./cmd/softrdma || exit 1
+go build -o "$ICRC" ./test/interop/icrccheck || exit 1
+$VM build >/dev/null || { say "vm.sh build failed"; exit 1; }
+$VM down >/dev/null 2>&1
+t0=$(date +%s)
+$VM up 1 || { say "vm.sh up failed"; $VM log vm1 | tail -30; exit 1; }
+say "VM up in $(( $(date +%s) - t0 )) s"
+trap '$VM down >/dev/null 2>&1' EXIT
+
+# capture NAME: start tcpdump on br0; stop_capture checks it.
+capture() {
+	CAP=$OUT/$1.pcap
+	rm -f "$CAP"
+	$VM nsexec tcpdump -i br0 -U -s 0 -w "$CAP" udp port 4791 >/dev/null 2>"$CAP.err" &
+	CAPPID=$!
+	# Wait until tcpdump really listens, or the first packets are missed.
+	for _ in $(seq 50); do
+		grep -q "listening on" "$CAP.err" 2>/dev/null && break
+		sleep 0.1
+	done
+}
+stop_capture() {
+	sleep 0.5
+	kill -INT "$CAPPID" 2>/dev/null
+	wait "$CAPPID" 2>/dev/null
+	"$ICRC" "$CAP"
+}
+
+# run_case NAME DIRECTION "SERVER ARGS" "CLIENT ARGS" TOOL
+#   DIRECTION rxe-server: the VM's TOOL serves, softrdma's TOOL connects.
+#   DIRECTION soft-server: softrdma serves, the VM's TOOL connects.
+run_case() {
+	local name=$1 dir=$2 sargs=$3 cargs=$4 tool=$5
+	local log=$OUT/$name.log ok=1
+	: >"$log"
+	capture "$name"
+	if [ "$dir" = rxe-server ]; then
+		job=$($VM exec -b vm1 "$tool -d rxe0 $sargs")
+		local tries=0
+		until $VM nsexec env SOFTRDMA_ADDR=$HOST timeout 120 "$BIN" "$tool" $cargs $GUEST >>"$log" 2>&1; do
+			tries=$((tries + 1))
+			# The server in the TCG guest may not listen yet: retry a
+			# refused connection a few times.
+			if [ $tries -ge 8 ] || ! grep -qi "connect" "$log"; then ok=0; break; fi
+			sleep 2
+		done
+		echo "--- rxe server:" >>"$log"
+		$VM wait vm1 "$job" >>"$log" 2>&1 || ok=0
+	else
+		$VM nsexec env SOFTRDMA_ADDR=$HOST timeout 180 "$BIN" "$tool" $sargs >"$log.server" 2>&1 &
+		local spid=$!
+		sleep 1
+		$VM exec vm1 "for i in 1 2 3 4 5 6; do $tool -d rxe0 $cargs $HOST && exit 0; sleep 2; done; exit 1" >>"$log" 2>&1 || ok=0
+		wait "$spid" || ok=0
+		echo "--- softrdma server:" >>"$log"
+		cat "$log.server" >>"$log"
+	fi
+	if ! stop_capture >>"$log" 2>&1; then
+		ok=0
+		echo "ICRC check failed" >>"$log"
+	fi
+	if [ $ok = 1 ]; then
+		PASS=$((PASS + 1))
+		say "PASS $name ($(grep -h -m1 -E 'packets, .* ICRC ok' "$log" | head -1))"
+	else
+		FAIL=$((FAIL + 1))
+		FAILED+=("$name")
+		say "FAIL $name — log: $log"
+		tail -15 "$log" | sed 's/^/    /'
+	fi
+}
+
+both() { # both NAME TOOL "SERVER ARGS" "CLIENT ARGS"
+	run_case "$1-rxe-server" rxe-server "$3" "$4" "$2"
+	run_case "$1-softrdma-server" soft-server "$3" "$4" "$2"
+}
+
+counters() {
+	say "rxe counters ($1):"
+	$VM exec vm1 'cd /sys/class/infiniband/rxe0/ports/1/hw_counters && for f in *; do v=$(cat $f); [ "$v" != 0 ] && echo "  $f $v"; done; true'
+}
+
+# --- cases -------------------------------------------------------------
+both rc_pingpong ibv_rc_pingpong "-g 1 -n 20" "-g 1 -n 20"
+both rc_pingpong_s1 ibv_rc_pingpong "-g 1 -n 20 -s 1" "-g 1 -n 20 -s 1"
+both ud_pingpong ibv_ud_pingpong "-g 1 -n 20 -s 1024" "-g 1 -n 20 -s 1024"
+both write_bw ib_write_bw "-x 1 -s 65536 -n 50 -F" "-x 1 -s 65536 -n 50 -F"
+both read_lat ib_read_lat "-x 1 -n 50 -F" "-x 1 -n 50 -F"
+both atomic_lat ib_atomic_lat "-x 1 -n 50 -F" "-x 1 -n 50 -F"
+if [ $QUICK = 0 ]; then
+	both rc_pingpong_s1025 ibv_rc_pingpong "-g 1 -n 20 -s 1025" "-g 1 -n 20 -s 1025"
+	both uc_pingpong ibv_uc_pingpong "-g 1 -n 20" "-g 1 -n 20"
+	for s in 1 2 1023 1024 1025 4096; do
+		both "send_bw_s$s" ib_send_bw "-x 1 -s $s -n 50 -F" "-x 1 -s $s -n 50 -F"
+	done
+	both write_bw_1m ib_write_bw "-x 1 -s 1048576 -n 5 -F" "-x 1 -s 1048576 -n 5 -F"
+	both read_bw_1m ib_read_bw "-x 1 -s 1048576 -n 5 -F" "-x 1 -s 1048576 -n 5 -F"
+	both write_bw_q4 ib_write_bw "-x 1 -q 4 -s 4096 -n 20 -F" "-x 1 -q 4 -s 4096 -n 20 -F"
+	both write_lat ib_write_lat "-x 1 -s 2 -n 50 -F" "-x 1 -s 2 -n 50 -F"
+	both send_lat ib_send_lat "-x 1 -n 50 -F" "-x 1 -n 50 -F"
+	both read_bw ib_read_bw "-x 1 -s 4096 -n 50 -F" "-x 1 -s 4096 -n 50 -F"
+	both atomic_bw ib_atomic_bw "-x 1 -n 50 -F" "-x 1 -n 50 -F"
+fi
+counters "after the lossless cases"
+
+# --- 2% loss on the bridge ----------------------------------------------
+$VM loss 2 >/dev/null
+both loss_rc_pingpong ibv_rc_pingpong "-g 1 -n 100" "-g 1 -n 100"
+both loss_write_bw ib_write_bw "-x 1 -s 65536 -n 50 -F" "-x 1 -s 65536 -n 50 -F"
+[ $QUICK = 0 ] && both loss_read_bw ib_read_bw "-x 1 -s 65536 -n 50 -F" "-x 1 -s 65536 -n 50 -F"
+$VM loss 0 >/dev/null
+counters "after the 2% loss cases"
+
+say ""
+[ $FAIL -gt 0 ] && say "failed: ${FAILED[*]}"
+say "$PASS passed, $FAIL failed"
+[ $FAIL = 0 ]
