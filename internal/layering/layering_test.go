@@ -32,6 +32,7 @@ var rules = []struct {
 	{"internal/roce", []string{"wire", "verbs", "transport"}, nil},
 	{"internal/perftest", nil, nil},
 	{"internal/pingpong", nil, nil},
+	{"internal/replay", nil, nil},
 	{"provider", []string{"wire", "verbs", "transport", "internal/roce", "internal/netsim"}, []string{"golang.org/x/sys"}},
 	{"cmd", []string{""}, []string{""}}, // the CLI may import anything
 	{"cmd", []string{""}, []string{""}}, // the CLI may import anything

@@ -198,7 +198,7 @@ func TestReplay(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				res, err := drive(context.Background(), s, in, func() int { return len(conn.written) })
+				res, err := drive(context.Background(), s, in, func() int { return len(conn.Written) })
 				if tt.truncated {
 					// The capture ends after the measurement. The client's
 					// close starts with its barrier; the server's waits.
@@ -206,19 +206,19 @@ func TestReplay(t *testing.T) {
 						t.Fatalf("err = %v, want EOF at the end of the capture", err)
 					}
 					if role == Client {
-						extra := conn.written[len(ours):]
+						extra := conn.Written[len(ours):]
 						if string(extra) != string(MarshalDest(in.keys[0], true)) {
 							t.Errorf("client's close began with %q, want its barrier", extra)
 						}
-						conn.written = conn.written[:len(ours)]
+						conn.Written = conn.Written[:len(ours)]
 					}
 				} else if err != nil {
 					t.Fatal(err)
 				}
 				checkWritten(t, conn, ours)
 				// Everything but the peer's final "done", which nobody reads.
-				if !tt.truncated && conn.readPos != len(conn.peer)-5 {
-					t.Errorf("read %d of the peer's %d bytes", conn.readPos, len(conn.peer))
+				if !tt.truncated && conn.ReadPos != len(conn.Peer)-5 {
+					t.Errorf("read %d of the peer's %d bytes", conn.ReadPos, len(conn.Peer))
 				}
 
 				if res.neg.RemoteVersion != "6.06" || res.neg.MTU != tt.mtu || res.neg.RemoteMTU != tt.mtu ||
@@ -494,7 +494,7 @@ func TestNegotiateRules(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			conn := &scriptConn{peer: tt.peer, need: make([]int, len(tt.peer))}
+			conn := &scriptConn{Peer: tt.peer, Need: make([]int, len(tt.peer))}
 			s, err := NewSession(conn, Config{Role: Client, Verb: Write, Kind: BW})
 			if err != nil {
 				t.Fatal(err)
@@ -504,8 +504,8 @@ func TestNegotiateRules(t *testing.T) {
 				t.Fatalf("err = %v, want %v", err, tt.wantErr)
 			}
 			if err != nil {
-				if len(conn.written) != 16 {
-					t.Errorf("wrote %d bytes after refusing the peer", len(conn.written))
+				if len(conn.Written) != 16 {
+					t.Errorf("wrote %d bytes after refusing the peer", len(conn.Written))
 				}
 				return
 			}
@@ -513,8 +513,8 @@ func TestNegotiateRules(t *testing.T) {
 				t.Errorf("negotiated %+v", n)
 			}
 			want := append(append([]byte("6.06"), make([]byte, 12)...), 0, 1, 0, 0, 0, 0, 0, 128, byte('0'+tt.localMTU), 0)
-			if string(conn.written) != string(want) {
-				t.Errorf("wrote %q, want %q", conn.written, want)
+			if string(conn.Written) != string(want) {
+				t.Errorf("wrote %q, want %q", conn.Written, want)
 			}
 		})
 	}

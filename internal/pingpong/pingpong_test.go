@@ -125,7 +125,7 @@ func TestReplay(t *testing.T) {
 			conn := newScriptConn(events, false, 0)
 			var connected *Dest
 			remote, err := ServerExchange(context.Background(), conn, serverDest, func(r Dest) error {
-				if len(conn.written) != 0 {
+				if len(conn.Written) != 0 {
 					t.Error("connect called after the reply was sent")
 				}
 				connected = &r
@@ -138,8 +138,8 @@ func TestReplay(t *testing.T) {
 				t.Errorf("remote = %+v, connect got %v; want %+v", remote, connected, clientDest)
 			}
 			checkWritten(t, conn, serverBytes)
-			if conn.readPos != len(conn.peer) {
-				t.Errorf("read %d of the client's %d bytes", conn.readPos, len(conn.peer))
+			if conn.ReadPos != len(conn.Peer) {
+				t.Errorf("read %d of the client's %d bytes", conn.ReadPos, len(conn.Peer))
 			}
 		})
 	}
@@ -150,8 +150,8 @@ func TestServerConnectErrorSendsNothing(t *testing.T) {
 	conn := newScriptConn(events, false, 0)
 	boom := errors.New("boom")
 	_, err := ServerExchange(context.Background(), conn, Dest{}, func(Dest) error { return boom })
-	if !errors.Is(err, boom) || len(conn.written) != 0 {
-		t.Errorf("err = %v, wrote %q", err, conn.written)
+	if !errors.Is(err, boom) || len(conn.Written) != 0 {
+		t.Errorf("err = %v, wrote %q", err, conn.Written)
 	}
 }
 
