@@ -46,7 +46,7 @@ trap '$VM down >/dev/null 2>&1' EXIT
 capture() {
 	CAP=$OUT/$1.pcap
 	rm -f "$CAP"
-	$VM nsexec tcpdump -i br0 -U -s 0 -w "$CAP" udp port 4791 >/dev/null 2>"$CAP.err" &
+	$VM nsexec tcpdump -i br0 --immediate-mode -B 32768 -U -s 0 -w "$CAP" udp port 4791 >/dev/null 2>"$CAP.err" &
 	CAPPID=$!
 	# Wait until tcpdump really listens, or the first packets are missed.
 	for _ in $(seq 50); do
@@ -96,7 +96,7 @@ run_case() {
 	fi
 	if [ $ok = 1 ]; then
 		PASS=$((PASS + 1))
-		say "PASS $name ($(grep -h -m1 -E 'packets, .* ICRC ok' "$log" | head -1))"
+		say "PASS $name ($(grep -h -E 'RoCEv2 packets, .* ICRC ok' "$log" | sed 's/, 0 malformed//' | paste -sd ';' -))"
 	else
 		FAIL=$((FAIL + 1))
 		FAILED+=("$name")
@@ -137,6 +137,23 @@ if [ $QUICK = 0 ]; then
 	both atomic_bw ib_atomic_bw "-x 1 -n 50 -F" "-x 1 -n 50 -F"
 fi
 counters "after the lossless cases"
+
+# --- IB MTU 4096: Ethernet MTU 9000 on the bridge, the tap and the guest ---
+if [ $QUICK = 0 ]; then
+	$VM nsexec ip link set dev br0 mtu 9000
+	for dev in $($VM nsexec ls /sys/class/net); do
+		case $dev in tap*) $VM nsexec ip link set dev "$dev" mtu 9000 ;; esac
+	done
+	$VM exec vm1 "ip link set dev eth0 mtu 9000 && sleep 1 && ibv_devinfo -d rxe0 | grep active_mtu" | sed 's/^/  rxe0 /'
+	both mtu4096_rc_pingpong ibv_rc_pingpong "-g 1 -n 20 -m 4096 -s 16384" "-g 1 -n 20 -m 4096 -s 16384"
+	both mtu4096_write_bw ib_write_bw "-x 1 -s 65536 -n 20 -F" "-x 1 -s 65536 -n 20 -F"
+	both mtu4096_read_bw ib_read_bw "-x 1 -s 65536 -n 20 -F" "-x 1 -s 65536 -n 20 -F"
+	$VM exec vm1 "ip link set dev eth0 mtu 1500" >/dev/null
+	for dev in $($VM nsexec ls /sys/class/net); do
+		case $dev in tap*) $VM nsexec ip link set dev "$dev" mtu 1500 ;; esac
+	done
+	$VM nsexec ip link set dev br0 mtu 1500
+fi
 
 # --- 2% loss on the bridge ----------------------------------------------
 $VM loss 2 >/dev/null
