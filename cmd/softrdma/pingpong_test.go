@@ -22,14 +22,17 @@ func TestPingpongTools(t *testing.T) {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	k := os.Getpid()%200 + 20
-	for i, tool := range []string{"ibv_rc_pingpong", "ibv_uc_pingpong", "ibv_ud_pingpong"} {
+	for i, tool := range []string{"ibv_rc_pingpong", "ibv_uc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong"} {
 		t.Run(tool, func(t *testing.T) {
 			srvAddr := fmt.Sprintf("127.%d.%d.1", k, 30+i)
 			cliAddr := fmt.Sprintf("127.%d.%d.2", k, 30+i)
 			port := fmt.Sprint(21000 + os.Getpid()%10000 + i)
 			args := []string{tool, "-g", "1", "-n", "50", "-p", port}
-			if tool == "ibv_ud_pingpong" {
+			switch tool {
+			case "ibv_ud_pingpong":
 				args = append(args, "-s", "1024")
+			case "ibv_srq_pingpong":
+				args = append(args, "-q", "4")
 			}
 			server := exec.Command(bin, args...)
 			server.Env = append(os.Environ(), "SOFTRDMA_ADDR="+srvAddr)

@@ -125,6 +125,7 @@ both atomic_lat ib_atomic_lat "-x 1 -n 50 -F" "-x 1 -n 50 -F"
 if [ $QUICK = 0 ]; then
 	both rc_pingpong_s1025 ibv_rc_pingpong "-g 1 -n 20 -s 1025" "-g 1 -n 20 -s 1025"
 	both uc_pingpong ibv_uc_pingpong "-g 1 -n 20" "-g 1 -n 20"
+	both srq_pingpong ibv_srq_pingpong "-g 1 -n 20 -q 4" "-g 1 -n 20 -q 4"
 	for s in 1 2 1023 1024 1025 4096; do
 		both "send_bw_s$s" ib_send_bw "-x 1 -s $s -n 50 -F" "-x 1 -s $s -n 50 -F"
 	done
