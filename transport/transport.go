@@ -83,10 +83,13 @@ type Transport interface {
 	// Send does not retain pkts or their buffers after it returns.
 	Send(pkts []Packet) (int, error)
 
-	// Recv blocks until at least one packet arrives and fills pkts[0:n],
-	// reslicing each pkts[i].Buf (whose capacity must hold the largest
-	// packet the caller accepts; longer datagrams are truncated and reported
-	// with ICRCBad). It returns ErrClosed once the transport is closed.
+	// Recv blocks until at least one packet arrives and fills pkts[0:n].
+	// Each pkts[i].Buf is either the caller's buffer resliced to the
+	// datagram (its capacity must hold the largest packet the caller
+	// accepts; longer datagrams are truncated and reported with ICRCBad) or
+	// memory of the transport's, valid until the next Recv or TryRecv call;
+	// either way the caller must be done with the packets before it
+	// receives again. It returns ErrClosed once the transport is closed.
 	Recv(pkts []Packet) (n int, err error)
 
 	// LocalAddr is the address and port the transport receives on.

@@ -76,10 +76,15 @@ func (d *Device) handleBatch(rx *rxState, pkts []transport.Packet) {
 	}
 }
 
-var qpTransport = map[verbs.QPType]wire.Transport{
-	verbs.QPTypeRC: wire.TransportRC,
-	verbs.QPTypeUC: wire.TransportUC,
-	verbs.QPTypeUD: wire.TransportUD,
+// qpTransport is the wire transport of a QP type.
+func qpTransport(t verbs.QPType) wire.Transport {
+	switch t {
+	case verbs.QPTypeUC:
+		return wire.TransportUC
+	case verbs.QPTypeUD:
+		return wire.TransportUD
+	}
+	return wire.TransportRC
 }
 
 func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Packet, now time.Time) {
@@ -94,7 +99,7 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Packet, now time.Time)
 		return
 	}
 	info := p.Info
-	if info.Transport != qpTransport[qp.typ] {
+	if info.Transport != qpTransport(qp.typ) {
 		c.DropWrongTransport.Add(1)
 		return
 	}

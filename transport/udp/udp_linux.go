@@ -561,7 +561,7 @@ func (t *Transport) recvLocked(pkts []transport.Packet, block bool) (int, error)
 }
 
 // drain hands out received packets, splitting GRO-coalesced datagrams at
-// their segment size, and copies each into the caller's buffer.
+// their segment size.
 func (t *Transport) drain(pkts []transport.Packet) int {
 	b := &t.rbuf
 	local := t.local.Addr()
@@ -581,9 +581,10 @@ func (t *Transport) drain(pkts []transport.Packet) int {
 		}
 		p := &pkts[k]
 		k++
-		buf := p.Buf[:cap(p.Buf)]
-		n := copy(buf, data)
-		p.Buf = buf[:n]
+		// Hand out the packet where it landed: no copy. It stays valid
+		// until the next Recv or TryRecv (see transport.Transport.Recv).
+		p.Buf = data
+		n := len(data)
 		if t.v6 {
 			sa := &b.addr6[i]
 			p.Peer = netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), getPort(sa.Port))
