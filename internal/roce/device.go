@@ -32,9 +32,12 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/softrdma/softrdma/transport"
 	"github.com/softrdma/softrdma/verbs"
@@ -72,7 +75,8 @@ type Config struct {
 	// SpinPolls is how many empty non-blocking polls the receive loop makes
 	// after the last packet before it sleeps in the kernel, when the
 	// transport can poll (transport.Poller). 0 means 2000 (tens of
-	// microseconds); a negative value never polls.
+	// microseconds), or the value of the environment variable
+	// SOFTRDMA_SPIN_POLLS; a negative value never polls.
 	SpinPolls int
 	// InlinePoll makes CQ.Poll on an empty CQ receive and process the
 	// device's waiting packets itself, instead of leaving all receiving to
@@ -151,7 +155,7 @@ func New(cfg Config) (*Device, error) {
 	d.inlinePoll = cfg.InlinePoll
 	d.spinPolls = cfg.SpinPolls
 	if d.spinPolls == 0 {
-		d.spinPolls = 2000
+		d.spinPolls = spinPollsDefault()
 	}
 	d.guid = binary.BigEndian.Uint64(seed[24:]) &^ (0xFF << 56) // locally administered range
 	d.guid |= 0x02 << 56
@@ -212,7 +216,14 @@ func (d *Device) Serve() {
 			continue
 		}
 		if idle++; idle < d.spinPolls {
+			// Yield to this process's goroutines, and now and then to
+			// other processes: on a machine with few cores a poller
+			// that never lets go of its thread starves the very peer
+			// whose answer it waits for.
 			runtime.Gosched()
+			if idle%8 == 0 {
+				osYield()
+			}
 			continue
 		}
 		if err := poller.Wait(); err != nil {
@@ -474,3 +485,14 @@ func LinkLocalFromMAC(mac net.HardwareAddr) netip.Addr {
 	b[13], b[14], b[15] = mac[3], mac[4], mac[5]
 	return netip.AddrFrom16(b)
 }
+
+// spinPollsDefault is 2000, or SOFTRDMA_SPIN_POLLS for experiments.
+func spinPollsDefault() int {
+	if v, err := strconv.Atoi(os.Getenv("SOFTRDMA_SPIN_POLLS")); err == nil && v != 0 {
+		return v
+	}
+	return 2000
+}
+
+// osYield gives the processor to another thread (sched_yield).
+func osYield() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
