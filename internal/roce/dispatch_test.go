@@ -180,3 +180,39 @@ func TestAPIErrors(t *testing.T) {
 		t.Errorf("PostSend error %T is not a *PostError", last)
 	}
 }
+
+// TestErrorSendsNoRequests: when the QP fails, requests still queued (here
+// the retransmissions a retry would send) do not leave; the WQEs complete
+// as flushed.
+func TestErrorSendsNoRequests(t *testing.T) {
+	f := newFuzzTarget(t)
+	defer f.destroy()
+	c := f.dev.tr.(*capture)
+	qp := f.rc.(*QP)
+	wr := &verbs.SendWR{Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{f.mr.SGE(0, 8)}, RemoteAddr: 1, RKey: 1}
+	must(t, f.rc.PostSend(wr))
+	// A second post while the first is unacknowledged stays queued
+	// (doorbell batching); then the QP fails.
+	must(t, f.rc.PostSend(wr))
+	c.mu.Lock()
+	before := len(c.sent)
+	c.mu.Unlock()
+	qp.mu.Lock()
+	queued := qp.tx.n
+	qp.failHeadLocked(verbs.WCRemAccessErr)
+	qp.mu.Unlock()
+	c.mu.Lock()
+	after := len(c.sent)
+	c.mu.Unlock()
+	if queued == 0 {
+		t.Fatal("the second post was not queued; the test does not test anything")
+	}
+	if after != before {
+		t.Fatalf("%d request packets left after the QP failed", after-before)
+	}
+	wcs := make([]verbs.WC, 4)
+	// The two sends, then the receive queue flushed too (same CQ).
+	if n, _ := f.cq.Poll(wcs); n < 2 || wcs[0].Status != verbs.WCRemAccessErr || wcs[1].Status != verbs.WCWRFlushErr || wcs[1].Opcode != verbs.WCRDMAWrite {
+		t.Fatalf("completions %d: %+v", n, wcs[:n])
+	}
+}

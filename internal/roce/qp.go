@@ -426,7 +426,11 @@ func (qp *QP) errorLocked() {
 	}
 	qp.setStateLocked(verbs.QPStateErr)
 	qp.stopTimerLocked()
-	qp.flushLocked() // a NAK explaining the error may be queued
+	// Queued requests must not leave once the QP is in error (their WQEs
+	// complete as flushed right below), but a queued NAK that explains the
+	// error to the peer must.
+	qp.tx.keepResponses(qp.dev)
+	qp.flushLocked()
 	qp.flushSendLocked()
 	qp.flushRecvLocked()
 }

@@ -77,3 +77,21 @@ func (qp *QP) flushLocked() {
 	}
 	t.drop(d)
 }
+
+// keepResponses drops the queued request packets and keeps the responses
+// (ACKs, NAKs, READ responses, atomic ACKs), in order.
+func (t *txq) keepResponses(d *Device) {
+	n := 0
+	for i := 0; i < t.n; i++ {
+		if wire.BTH(t.pkts[i].Buf).Opcode().Info().Has(wire.FlagRequest) {
+			d.bufPool.Put(t.bufs[i])
+			continue
+		}
+		t.pkts[n], t.bufs[n] = t.pkts[i], t.bufs[i]
+		n++
+	}
+	for i := n; i < t.n; i++ {
+		t.pkts[i], t.bufs[i] = transport.Packet{}, nil
+	}
+	t.n = n
+}
