@@ -1,0 +1,340 @@
+//go:build linux
+
+package main
+
+// The plain-Go baselines: TCP and UDP ping-pong (one-way latency = RTT/2) and
+// TCP/UDP streams. The harness re-executes its own binary twice, as
+// "_go-server" and "_go-client", so these are two processes like every other
+// stack. The client prints "RESULT {json}"; so does the UDP stream server,
+// which is the side that knows what arrived.
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sort"
+	"syscall"
+	"time"
+)
+
+const udpChunk = 65000 // largest datagram the UDP stream sends (fits lo's MTU)
+
+type goOpts struct {
+	proto, mode string // tcp|udp, pp|stream
+	addr        string
+	size, n     int
+	warm        int
+}
+
+func parseGoOpts(args []string) (goOpts, error) {
+	var o goOpts
+	fs := flag.NewFlagSet("go-baseline", flag.ContinueOnError)
+	fs.StringVar(&o.proto, "proto", "tcp", "tcp or udp")
+	fs.StringVar(&o.mode, "mode", "pp", "pp (ping-pong) or stream")
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:0", "listen / connect address")
+	fs.IntVar(&o.size, "size", 8, "message size")
+	fs.IntVar(&o.n, "n", 1000, "messages (stream) or round trips (pp)")
+	fs.IntVar(&o.warm, "warm", 100, "untimed round trips first (pp)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.size < 1 || o.n < 1 {
+		return o, errors.New("size and n must be positive")
+	}
+	if o.proto == "udp" && o.mode == "pp" && o.size > udpChunk {
+		return o, fmt.Errorf("UDP ping-pong size %d > %d", o.size, udpChunk)
+	}
+	return o, nil
+}
+
+// goBaselineMain runs the hidden _go-server / _go-client modes.
+func goBaselineMain(role string, args []string) {
+	o, err := parseGoOpts(args)
+	if err == nil {
+		if role == "_go-server" {
+			err = goServer(o)
+		} else {
+			err = goClient(o)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", role, err)
+		os.Exit(1)
+	}
+}
+
+func printResult(m map[string]float64) {
+	b, _ := json.Marshal(m)
+	fmt.Printf("RESULT %s\n", b)
+}
+
+func goServer(o goOpts) error {
+	buf := make([]byte, max(o.size, 4<<20))
+	if o.proto == "tcp" {
+		l, err := net.Listen("tcp", o.addr)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("READY %s\n", l.Addr())
+		c, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		l.Close()
+		defer c.Close()
+		if o.mode == "pp" {
+			for {
+				if _, err := io.ReadFull(c, buf[:o.size]); err != nil {
+					if errors.Is(err, io.EOF) {
+						return nil
+					}
+					return err
+				}
+				if _, err := c.Write(buf[:o.size]); err != nil {
+					return err
+				}
+			}
+		}
+		total := int64(o.size) * int64(o.n)
+		for got := int64(0); got < total; {
+			k, err := c.Read(buf)
+			if err != nil {
+				return fmt.Errorf("after %d of %d bytes: %w", got, total, err)
+			}
+			got += int64(k)
+		}
+		_, err = c.Write([]byte{1})
+		return err
+	}
+
+	pc, err := net.ListenUDP("udp", mustUDPAddr(o.addr))
+	if err != nil {
+		return err
+	}
+	defer pc.Close()
+	bigBuffers(pc)
+	fmt.Printf("READY %s\n", pc.LocalAddr())
+	if o.mode == "pp" {
+		pc.SetReadDeadline(time.Now().Add(30 * time.Second))
+		for i := 1; ; i++ {
+			k, from, err := pc.ReadFromUDP(buf)
+			if err != nil {
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() && i > 1 {
+					return nil // the goodbye was lost; the client is done
+				}
+				return err
+			}
+			if i%256 == 1 {
+				pc.SetReadDeadline(time.Now().Add(3 * time.Second))
+			}
+			if k == 0 {
+				return nil // the client's goodbye
+			}
+			if _, err := pc.WriteToUDP(buf[:k], from); err != nil {
+				return err
+			}
+		}
+	}
+	// Stream: count what arrives until all of it did or the sender has been
+	// quiet for a while (datagrams were dropped).
+	total := int64(o.size) * int64(o.n)
+	var got, dgrams int64
+	var first, last time.Time
+	// The deadline is renewed every 256 datagrams, not per read (a timer
+	// per datagram would make this baseline slower than UDP is).
+	const idle = 300 * time.Millisecond
+	pc.SetReadDeadline(time.Now().Add(30 * time.Second))
+	for got < total {
+		k, err := pc.Read(buf)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && dgrams > 0 {
+				if time.Since(last) < idle {
+					pc.SetReadDeadline(time.Now().Add(idle))
+					continue
+				}
+				break
+			}
+			return err
+		}
+		last = time.Now()
+		if dgrams == 0 {
+			first = last
+		}
+		got += int64(k)
+		dgrams++
+		if dgrams%256 == 1 {
+			pc.SetReadDeadline(last.Add(idle))
+		}
+	}
+	chunk := min(o.size, udpChunk)
+	per := (o.size + chunk - 1) / chunk // datagrams per message
+	ns := float64(last.Sub(first).Nanoseconds())
+	// first..last spans dgrams-1 datagram gaps.
+	gaps := float64(dgrams - 1)
+	if gaps < 1 || ns <= 0 {
+		return fmt.Errorf("only %d datagrams arrived", dgrams)
+	}
+	bytesPerGap := float64(got) * gaps / float64(dgrams)
+	printResult(map[string]float64{
+		"bw_MiBps":   bytesPerGap / ns * 1e9 / (1 << 20),
+		"msg_rate_M": gaps / float64(per) / ns * 1e3,
+		"loss":       1 - float64(got)/float64(total),
+		"recv_bytes": float64(got),
+	})
+	return nil
+}
+
+func mustUDPAddr(s string) *net.UDPAddr {
+	a, err := net.ResolveUDPAddr("udp", s)
+	if err != nil {
+		return &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}
+	}
+	return a
+}
+
+// bigBuffers asks for 16 MiB socket buffers, past rmem_max if root.
+func bigBuffers(c *net.UDPConn) {
+	c.SetReadBuffer(16 << 20)
+	c.SetWriteBuffer(16 << 20)
+	if rc, err := c.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) {
+			syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUFFORCE, 16<<20)
+			syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUFFORCE, 16<<20)
+		})
+	}
+}
+
+func goClient(o goOpts) error {
+	buf := make([]byte, o.size)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	rbuf := make([]byte, max(o.size, 65536))
+	var c net.Conn
+	var err error
+	if o.proto == "tcp" {
+		c, err = net.DialTimeout("tcp", o.addr, 5*time.Second)
+	} else {
+		var uc *net.UDPConn
+		uc, err = net.DialUDP("udp", nil, mustUDPAddr(o.addr))
+		if err == nil {
+			bigBuffers(uc)
+			c = uc
+		}
+	}
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	if o.mode == "pp" {
+		once := func() error {
+			if _, err := c.Write(buf); err != nil {
+				return err
+			}
+			if o.proto == "tcp" {
+				_, err := io.ReadFull(c, rbuf[:o.size])
+				return err
+			}
+			k, err := c.Read(rbuf)
+			if err != nil {
+				return fmt.Errorf("no reply (datagram lost?): %w", err)
+			}
+			if k != o.size {
+				return fmt.Errorf("reply of %d bytes, want %d", k, o.size)
+			}
+			return nil
+		}
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		for i := 0; i < o.warm; i++ {
+			if err := once(); err != nil {
+				return err
+			}
+		}
+		samples := make([]time.Duration, o.n)
+		for i := range samples {
+			if o.proto == "udp" && i%1024 == 0 {
+				// One deadline per 1024 round trips: a lost datagram ends
+				// the run with an error instead of hanging it.
+				c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			}
+			t0 := time.Now()
+			if err := once(); err != nil {
+				return err
+			}
+			samples[i] = time.Since(t0) / 2
+		}
+		if o.proto == "udp" {
+			for i := 0; i < 3; i++ {
+				c.Write(nil) // goodbye
+			}
+		}
+		printResult(latMetrics(samples))
+		return nil
+	}
+
+	if o.proto == "tcp" {
+		t0 := time.Now()
+		for i := 0; i < o.n; i++ {
+			if _, err := c.Write(buf); err != nil {
+				return err
+			}
+		}
+		if _, err := io.ReadFull(c, rbuf[:1]); err != nil {
+			return fmt.Errorf("no acknowledgement: %w", err)
+		}
+		ns := float64(time.Since(t0).Nanoseconds())
+		printResult(map[string]float64{
+			"bw_MiBps":   float64(o.size) * float64(o.n) / ns * 1e9 / (1 << 20),
+			"msg_rate_M": float64(o.n) / ns * 1e3,
+		})
+		return nil
+	}
+	chunk := min(o.size, udpChunk)
+	for i := 0; i < o.n; i++ {
+		for off := 0; off < o.size; off += chunk {
+			end := min(off+chunk, o.size)
+			for {
+				_, err := c.Write(buf[off:end])
+				if errors.Is(err, syscall.ENOBUFS) {
+					time.Sleep(10 * time.Microsecond)
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// latMetrics summarises one-way latency samples the way perftest does
+// (typical = median).
+func latMetrics(s []time.Duration) map[string]float64 {
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
+	var sum time.Duration
+	for _, d := range s {
+		sum += d
+	}
+	pct := func(q float64) time.Duration {
+		i := int(q*float64(len(s))+0.5) - 1
+		return s[max(0, min(i, len(s)-1))]
+	}
+	return map[string]float64{
+		"lat_min_us":  us(s[0]),
+		"lat_p50_us":  us(s[len(s)/2]),
+		"lat_avg_us":  us(sum / time.Duration(len(s))),
+		"lat_p99_us":  us(pct(0.99)),
+		"lat_p999_us": us(pct(0.999)),
+		"lat_max_us":  us(s[len(s)-1]),
+	}
+}

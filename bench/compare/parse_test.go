@@ -1,0 +1,113 @@
+//go:build linux
+
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// Outputs captured from the tools on Debian 12 (perftest-compatible
+// softrdma, ucx_perftest 1.13.1, fi_pingpong 1.17.0).
+const (
+	perftestBW = `---------------------------------------------------------------------------------------
+ #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]
+ 1048576    500              1102.57            1024.62		   0.001025
+---------------------------------------------------------------------------------------
+`
+	perftestLat = ` #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] 
+ 8       20000          23.71          1895.42      38.20    	       42.44       	31.38  		115.44  		564.26 
+---------------------------------------------------------------------------------------
+`
+	ucxLat = `iterations,99.0_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr
+20000,11.185,11.798,11.798,0.65,0.65,84760,84760
+`
+	ucxBW = `[1700000000.1] [vm:1:0] some warning
+iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr
+2000,8.137,301.406,301.406,3317.79,3317.79,3318,3318
+`
+	fiOut = `bytes   #sent   #ack     total       time     MB/sec    usec/xfer   Mxfers/sec
+1m      200     =200     400m        0.30s   1390.37     754.17       0.00
+`
+)
+
+func near(a, b float64) bool { return a-b < 1e-6 && b-a < 1e-6 }
+
+func TestParsePerftest(t *testing.T) {
+	m, _, err := parsePerftest(perftestBW, 1048576)
+	if err != nil || !near(m["bw_MiBps"], 1024.62) || !near(m["msg_rate_M"], 0.001025) || !near(m["peak_MiBps"], 1102.57) {
+		t.Fatalf("bw: %v %v", m, err)
+	}
+	m, _, err = parsePerftest(perftestLat, 8)
+	if err != nil || !near(m["lat_p50_us"], 38.20) || !near(m["lat_p99_us"], 115.44) || !near(m["lat_p999_us"], 564.26) {
+		t.Fatalf("lat: %v %v", m, err)
+	}
+	if _, _, err := parsePerftest(perftestBW, 8); err == nil {
+		t.Fatal("wrong size accepted")
+	}
+	if _, _, err := parsePerftest("Couldn't connect to 127.0.0.2:18515\n", 8); err == nil || !strings.Contains(err.Error(), "Couldn't connect") {
+		t.Fatalf("error does not quote the output: %v", err)
+	}
+}
+
+func TestParseUCX(t *testing.T) {
+	m, _, err := parseUCX(ucxLat, true)
+	if err != nil || !near(m["lat_p99_us"], 11.185) || !near(m["lat_avg_us"], 11.798) {
+		t.Fatalf("lat: %v %v", m, err)
+	}
+	m, _, err = parseUCX(ucxBW, false)
+	if err != nil || !near(m["bw_MiBps"], 3317.79) || !near(m["msg_rate_M"], 0.003318) {
+		t.Fatalf("bw: %v %v", m, err)
+	}
+	if _, _, err := parseUCX("ERROR\n", true); err == nil {
+		t.Fatal("garbage accepted")
+	}
+	if got := pctName("99.9"); got != "lat_p999_us" {
+		t.Fatal(got)
+	}
+	if got := pctName("50.0"); got != "lat_p50_us" {
+		t.Fatal(got)
+	}
+}
+
+func TestParseFiPingpong(t *testing.T) {
+	m, _, err := parseFiPingpong(fiOut)
+	if err != nil || !near(m["lat_avg_us"], 754.17) || !near(m["bw_MiBps"], 1390.37e6/(1<<20)) {
+		t.Fatalf("%v %v", m, err)
+	}
+}
+
+func TestLatMetrics(t *testing.T) {
+	var s []time.Duration
+	for i := 1000; i >= 1; i-- {
+		s = append(s, time.Duration(i)*time.Microsecond)
+	}
+	m := latMetrics(s)
+	if m["lat_min_us"] != 1 || m["lat_p50_us"] != 501 || m["lat_p99_us"] != 990 || m["lat_max_us"] != 1000 {
+		t.Fatal(m)
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	r := &report{Sizes: []int{8, refSize}}
+	for round, v := range []float64{3, 1, 2} {
+		r.Samples = append(r.Samples,
+			sample{Series: seriesWrite, Tool: "ib_write_lat", Kind: "lat", Size: 8, Round: round, Metrics: metrics{"lat_p50_us": 10 * v}},
+			sample{Series: seriesUCXTag, Tool: "tag_lat", Kind: "lat", Size: 8, Round: round, Metrics: metrics{"lat_p50_us": v}},
+			sample{Series: seriesWrite, Tool: "ib_write_bw", Kind: "bw", Size: 8, Round: round, Metrics: metrics{"msg_rate_M": v}},
+			sample{Series: seriesUCXTag, Tool: "tag_bw", Kind: "bw", Size: refSize, Round: round, Error: "boom"})
+	}
+	r.summarize()
+	if v, _ := r.get(seriesWrite, "lat", 8, "lat_p50_us"); v != 20 {
+		t.Fatalf("median %v", v)
+	}
+	if len(r.Targets) != 3 || r.Targets[0].Met == nil || *r.Targets[0].Met || r.Targets[1].Met != nil || !*r.Targets[2].Met {
+		t.Fatalf("targets %+v", r.Targets)
+	}
+	var b strings.Builder
+	r.print(&b)
+	if !strings.Contains(b.String(), "10.00x") {
+		t.Fatalf("no ratio in\n%s", b.String())
+	}
+}

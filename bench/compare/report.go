@@ -1,0 +1,383 @@
+//go:build linux
+
+package main
+
+// Medians, ratios, targets, the printed tables and the JSON file.
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"unicode/utf8"
+)
+
+type roundInfo struct {
+	Round     int     `json:"round"`
+	Order     string  `json:"order"`
+	Seconds   float64 `json:"seconds"`
+	LoadStart string  `json:"loadavg_start"`
+	LoadEnd   string  `json:"loadavg_end"`
+}
+
+// median is the median of one metric of one series at one size over rounds.
+type median struct {
+	Series string    `json:"series"`
+	Tool   string    `json:"tool"`
+	Kind   string    `json:"kind"`
+	Size   int       `json:"size"`
+	Metric string    `json:"metric"`
+	Median float64   `json:"median"`
+	Min    float64   `json:"min"`
+	Max    float64   `json:"max"`
+	N      int       `json:"n"`
+	Values []float64 `json:"values"` // per successful round, in round order
+}
+
+type target struct {
+	Name     string  `json:"name"`
+	Softrdma float64 `json:"softrdma"`
+	Anchor   float64 `json:"anchor"`
+	AnchorOf string  `json:"anchor_of"`
+	Unit     string  `json:"unit"`
+	Better   string  `json:"better"` // "lower" or "higher"
+	Met      *bool   `json:"met"`    // null when a side is missing
+}
+
+type report struct {
+	Time         string            `json:"time"`
+	Host         string            `json:"host"`
+	GoVersion    string            `json:"go_version"`
+	CPUs         int               `json:"cpus"`
+	Args         []string          `json:"args"`
+	Rounds       int               `json:"rounds"`
+	Sizes        []int             `json:"sizes"`
+	LatN         int               `json:"lat_iterations"`
+	Seconds      float64           `json:"seconds"`
+	SoftrdmaMode string            `json:"softrdma_mode"`
+	Versions     map[string]string `json:"versions"`
+	Skipped      map[string]string `json:"skipped"`
+	Notes        []string          `json:"notes"`
+	Units        map[string]string `json:"units"`
+	RoundInfo    []roundInfo       `json:"round_info"`
+	Samples      []sample          `json:"samples"`
+	Medians      []median          `json:"medians"`
+	Targets      []target          `json:"targets"`
+
+	series []string // in job order
+	tools  map[string]string
+}
+
+var units = map[string]string{
+	"lat_*_us":   "latency in µs; one-way (half the round trip) except softrdma READ (round trip); libfabric gives only the average",
+	"bw_MiBps":   "MB/s with MB = 2^20 bytes (perftest's and ucx_perftest's unit; fi_pingpong's 10^6-byte MB/s converted); libfabric: ping-pong, one message in flight (size / one-way latency)",
+	"peak_MiBps": "perftest's peak bandwidth",
+	"msg_rate_M": "million messages per second",
+	"loss":       "fraction of the Go UDP stream's bytes that did not arrive",
+}
+
+func medianOf(v []float64) float64 {
+	s := slices.Clone(v)
+	sort.Float64s(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// summarize computes the medians and the targets.
+// Series are ordered as they first ran, which is the order of the jobs.
+func (r *report) summarize() {
+	r.Units = units
+	r.tools = map[string]string{}
+	r.series = nil
+	r.Medians, r.Targets = nil, nil
+	for _, j := range r.Samples {
+		if !slices.Contains(r.series, j.Series) {
+			r.series = append(r.series, j.Series)
+		}
+		key := j.Series + "|" + j.Kind
+		if t := r.tools[key]; t == "" {
+			r.tools[key] = j.Tool
+		} else if !slices.Contains(strings.Split(t, ", "), j.Tool) {
+			r.tools[key] = t + ", " + j.Tool
+		}
+	}
+	rank := func(s string) int {
+		for i, p := range []string{"softrdma", "UCX", "libfabric", "Go"} {
+			if strings.HasPrefix(s, p+" ") {
+				return i
+			}
+		}
+		return 9
+	}
+	sort.SliceStable(r.series, func(a, b int) bool { return rank(r.series[a]) < rank(r.series[b]) })
+	type k struct {
+		series, kind string
+		size         int
+		metric       string
+	}
+	vals := map[k][]float64{}
+	var order []k
+	for _, s := range r.Samples {
+		if s.Error != "" {
+			continue
+		}
+		for m, v := range s.Metrics {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				continue
+			}
+			key := k{s.Series, s.Kind, s.Size, m}
+			if _, ok := vals[key]; !ok {
+				order = append(order, key)
+			}
+			vals[key] = append(vals[key], v)
+		}
+	}
+	for _, key := range order {
+		v := vals[key]
+		r.Medians = append(r.Medians, median{Series: key.series, Tool: r.tools[key.series+"|"+key.kind], Kind: key.kind, Size: key.size,
+			Metric: key.metric, Median: medianOf(v), Min: slices.Min(v), Max: slices.Max(v), N: len(v), Values: v})
+	}
+	sort.SliceStable(r.Medians, func(a, b int) bool {
+		x, y := r.Medians[a], r.Medians[b]
+		if x.Series != y.Series {
+			return slices.Index(r.series, x.Series) < slices.Index(r.series, y.Series)
+		}
+		if x.Kind != y.Kind {
+			return x.Kind == "lat"
+		}
+		if x.Size != y.Size {
+			return x.Size < y.Size
+		}
+		return x.Metric < y.Metric
+	})
+
+	mk := func(name, unit, better, anchorOf string, sr, anchor float64, okS, okA bool) target {
+		t := target{Name: name, Unit: unit, Better: better, AnchorOf: anchorOf, Softrdma: sr, Anchor: anchor}
+		if okS && okA {
+			met := sr <= anchor
+			if better == "higher" {
+				met = sr >= anchor
+			}
+			t.Met = &met
+		}
+		return t
+	}
+	srLat, ok1 := r.get(seriesWrite, "lat", latSize, "lat_p50_us")
+	ucxLat, ok2 := r.get(seriesUCXTag, "lat", latSize, "lat_p50_us")
+	r.Targets = append(r.Targets, mk("8 B RDMA WRITE one-way latency (median) ≤ UCX tcp tag_lat", "µs", "lower", "UCX tcp tag_lat 8 B median", srLat, ucxLat, ok1, ok2))
+	srBW, ok1 := r.get(seriesWrite, "bw", refSize, "bw_MiBps")
+	ucxBW, ok2 := r.get(seriesUCXTag, "bw", refSize, "bw_MiBps")
+	r.Targets = append(r.Targets, mk("RDMA WRITE bandwidth at 1 MiB ≥ UCX tcp tag_bw at 1 MiB", "MB/s", "higher", "UCX tcp tag_bw 1 MiB", srBW, ucxBW, ok1, ok2))
+	srMR, ok1 := r.get(seriesWrite, "bw", latSize, "msg_rate_M")
+	r.Targets = append(r.Targets, mk("8 B RDMA WRITE message rate ≥ 1 M msgs/s", "M msgs/s", "higher", "target", srMR, rateTargetM, ok1, true))
+}
+
+// get returns a median.
+func (r *report) get(series, kind string, size int, metric string) (float64, bool) {
+	m, ok := r.find(series, kind, size, metric)
+	return m.Median, ok
+}
+
+func (r *report) find(series, kind string, size int, metric string) (median, bool) {
+	for _, m := range r.Medians {
+		if m.Series == series && m.Kind == kind && m.Size == size && m.Metric == metric {
+			return m, true
+		}
+	}
+	return median{}, false
+}
+
+func (r *report) print(w io.Writer) {
+	fmt.Fprintf(w, "\n== softrdma vs anchors: medians of %d rounds (stack order alternating A/B, B/A), loopback, %d CPUs, %.0f s\n", r.Rounds, r.CPUs, r.Seconds)
+	if r.SoftrdmaMode != "" {
+		fmt.Fprintf(w, "softrdma: %s\n", r.SoftrdmaMode)
+	}
+	for _, s := range sortedKeys(r.Versions) {
+		fmt.Fprintf(w, "%s: %s\n", s, r.Versions[s])
+	}
+	for _, s := range sortedKeys(r.Skipped) {
+		fmt.Fprintf(w, "skipped %s: %s\n", s, r.Skipped[s])
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+
+	ratio := func(sr, x float64, okS, okX bool) string {
+		if !okS || !okX || x == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2fx", sr/x)
+	}
+	spread := func(m median, ok bool) string {
+		if !ok {
+			return "-"
+		}
+		return fmt.Sprintf("%s..%s (n=%d)", num(m.Min, true), num(m.Max, true), m.N)
+	}
+
+	// Latency.
+	fmt.Fprintf(w, "\n8-byte latency, µs, one-way (READ: round trip); lower is better; ratio = softrdma WRITE p50 / this\n")
+	rows := [][]string{{"series", "tool", "p50", "avg", "p99", "p99.9", "over rounds", "ratio"}}
+	srLat, okS := r.get(seriesWrite, "lat", latSize, "lat_p50_us")
+	for _, s := range r.series {
+		if _, ok := r.find(s, "lat", latSize, "lat_avg_us"); !ok {
+			if _, ok := r.find(s, "lat", latSize, "lat_p50_us"); !ok {
+				continue
+			}
+		}
+		p50, ok50 := r.find(s, "lat", latSize, "lat_p50_us")
+		avg, okA := r.get(s, "lat", latSize, "lat_avg_us")
+		p99, ok99 := r.get(s, "lat", latSize, "lat_p99_us")
+		p999, ok999 := r.get(s, "lat", latSize, "lat_p999_us")
+		rt := ratio(srLat, p50.Median, okS, ok50)
+		if !ok50 {
+			rt = ratio(srLat, avg, okS, okA) + " (vs avg)"
+		}
+		if s == seriesWrite {
+			rt = "1"
+		}
+		if strings.HasSuffix(s, "READ") {
+			rt = "(round trip)"
+		}
+		sp := spread(p50, ok50)
+		if !ok50 {
+			m, ok := r.find(s, "lat", latSize, "lat_avg_us")
+			sp = "avg " + spread(m, ok)
+		}
+		rows = append(rows, []string{s, r.tools[s+"|lat"], num(p50.Median, ok50), num(avg, okA), num(p99, ok99), num(p999, ok999), sp, rt})
+	}
+	table(w, 2, rows)
+
+	// Bandwidth at 1 MiB and message rate at 8 B.
+	for _, t := range []struct {
+		title, metric string
+		size          int
+	}{
+		{"1 MiB bandwidth, MB/s (2^20); higher is better; ratio = softrdma WRITE / this", "bw_MiBps", refSize},
+		{"8-byte message rate, M msgs/s; higher is better; ratio = softrdma WRITE / this (libfabric: ping-pong, one in flight)", "msg_rate_M", latSize},
+	} {
+		fmt.Fprintf(w, "\n%s\n", t.title)
+		rows := [][]string{{"series", "tool", "median", "over rounds", "ratio"}}
+		sr, okS := r.get(seriesWrite, "bw", t.size, t.metric)
+		for _, s := range r.series {
+			m, ok := r.find(s, "bw", t.size, t.metric)
+			if !ok {
+				continue
+			}
+			rt := ratio(sr, m.Median, okS, ok)
+			if s == seriesWrite {
+				rt = "1"
+			}
+			extra := ""
+			if l, ok := r.get(s, "bw", t.size, "loss"); ok && l > 0.001 {
+				extra = fmt.Sprintf(" %.0f%% lost", 100*l)
+			}
+			rows = append(rows, []string{s, r.tools[s+"|bw"], num(m.Median, true) + extra, spread(m, true), rt})
+		}
+		table(w, 2, rows)
+	}
+
+	// The sweep.
+	fmt.Fprintf(w, "\nbandwidth sweep, MB/s (2^20), medians\n")
+	rows = [][]string{{"series"}}
+	for _, s := range r.Sizes {
+		rows[0] = append(rows[0], sizeStr(s))
+	}
+	for _, s := range r.series {
+		row, any := []string{s}, false
+		for _, size := range r.Sizes {
+			v, ok := r.get(s, "bw", size, "bw_MiBps")
+			any = any || ok
+			row = append(row, num(v, ok))
+		}
+		if any {
+			rows = append(rows, row)
+		}
+	}
+	table(w, 1, rows)
+
+	fmt.Fprintf(w, "\ntargets\n")
+	for _, t := range r.Targets {
+		status := "n/a "
+		if t.Met != nil {
+			status = "MISS"
+			if *t.Met {
+				status = "MET "
+			}
+		}
+		detail := "a side is missing"
+		if t.Met != nil {
+			q := t.Softrdma / t.Anchor
+			detail = fmt.Sprintf("softrdma %s %s vs %s %s (%s); softrdma/anchor %.2fx, %s is better", num(t.Softrdma, true), t.Unit, num(t.Anchor, true), t.Unit, t.AnchorOf, q, t.Better)
+		}
+		fmt.Fprintf(w, "  [%s] %s: %s\n", status, t.Name, detail)
+	}
+}
+
+func sortedKeys(m map[string]string) []string {
+	var k []string
+	for s := range m {
+		k = append(k, s)
+	}
+	sort.Strings(k)
+	return k
+}
+
+func (r *report) writeJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", " ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// table prints rows with the first left columns left-aligned and the rest
+// right-aligned.
+func table(w io.Writer, left int, rows [][]string) {
+	var width []int
+	for _, row := range rows {
+		for i, c := range row {
+			if i >= len(width) {
+				width = append(width, 0)
+			}
+			width[i] = max(width[i], utf8.RuneCountInString(c))
+		}
+	}
+	for _, row := range rows {
+		var b strings.Builder
+		b.WriteString(" ")
+		for i, c := range row {
+			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c))
+			b.WriteString(" ")
+			if i < left {
+				b.WriteString(c + pad)
+			} else {
+				b.WriteString(pad + c)
+			}
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	}
+}
+
+// num formats a value with about three significant digits.
+func num(v float64, ok bool) string {
+	if !ok {
+		return "-"
+	}
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	case v >= 0.1:
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.3f", v)
+}
