@@ -154,13 +154,9 @@ func runPingpong(name string, typ verbs.QPType, args []string) error {
 	if err := r.initRC(f.ibPort); err != nil {
 		return err
 	}
-	local := pingpong.Dest{QPN: r.qp.QPNum(), PSN: rand.Uint32() & 0xFFFFFF}
-	if f.gidx >= 0 {
-		g, err := dev.QueryGID(uint8(f.ibPort), f.gidx)
-		if err != nil {
-			return fmt.Errorf("can't read sgid of index %d: %w", f.gidx, err)
-		}
-		local.GID = g
+	local, err := localDest(dev, f, r.qp.QPNum())
+	if err != nil {
+		return err
 	}
 	fmt.Print(pingpong.LocalAddressLine(local))
 	conn, err := ppConn(f)
@@ -178,19 +174,43 @@ func runPingpong(name string, typ verbs.QPType, args []string) error {
 	connectQP := func(rem pingpong.Dest) error {
 		return r.connectRC(typ, local.PSN, rem.QPN, rem.PSN, verbs.GID(rem.GID), f)
 	}
-	var remote pingpong.Dest
-	if f.server != "" {
-		if remote, err = pingpong.ClientExchange(ctx, conn, local); err != nil {
-			return err
-		}
-		if err := connectQP(remote); err != nil {
-			return fmt.Errorf("Couldn't connect to remote QP: %w", err)
-		}
-	} else if remote, err = pingpong.ServerExchange(ctx, conn, local, connectQP); err != nil {
+	remote, err := exchange(ctx, f, conn, local, connectQP)
+	if err != nil {
 		return err
 	}
 	fmt.Print(pingpong.RemoteAddressLine(remote))
 	return r.loop(f, routs, nil, 0, 0)
+}
+
+// localDest is this side's address for QP qpn: a random PSN and, with -g,
+// the GID of that index.
+func localDest(dev verbs.Context, f *ppFlags, qpn uint32) (pingpong.Dest, error) {
+	d := pingpong.Dest{QPN: qpn, PSN: rand.Uint32() & 0xFFFFFF}
+	if f.gidx >= 0 {
+		g, err := dev.QueryGID(uint8(f.ibPort), f.gidx)
+		if err != nil {
+			return d, fmt.Errorf("can't read sgid of index %d: %w", f.gidx, err)
+		}
+		d.GID = g
+	}
+	return d, nil
+}
+
+// exchange swaps addresses with the peer and connects the QP: the client
+// sends first and connects after the reply; the server connects before it
+// replies, as pingpong.c does.
+func exchange(ctx context.Context, f *ppFlags, conn net.Conn, local pingpong.Dest, connect func(pingpong.Dest) error) (pingpong.Dest, error) {
+	if f.server == "" {
+		return pingpong.ServerExchange(ctx, conn, local, connect)
+	}
+	remote, err := pingpong.ClientExchange(ctx, conn, local)
+	if err != nil {
+		return remote, err
+	}
+	if err := connect(remote); err != nil {
+		return remote, fmt.Errorf("Couldn't connect to remote QP: %w", err)
+	}
+	return remote, nil
 }
 
 // loop runs the ping-pong: whoever has both its last send completed and a

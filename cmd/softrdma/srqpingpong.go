@@ -9,7 +9,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/softrdma/softrdma/internal/pingpong"
@@ -107,14 +106,10 @@ func runSRQPingpong(args []string) error {
 	}
 
 	local := make([]pingpong.Dest, numQP)
-	var gid verbs.GID
-	if f.gidx >= 0 {
-		if gid, err = dev.QueryGID(uint8(f.ibPort), f.gidx); err != nil {
-			return fmt.Errorf("can't read sgid of index %d: %w", f.gidx, err)
-		}
-	}
 	for i, qp := range qps {
-		local[i] = pingpong.Dest{QPN: qp.QPNum(), PSN: rand.Uint32() & 0xFFFFFF, GID: gid}
+		if local[i], err = localDest(dev, f, qp.QPNum()); err != nil {
+			return err
+		}
 		fmt.Print(pingpong.LocalAddressLine(local[i]))
 	}
 	conn, err := ppConn(f)

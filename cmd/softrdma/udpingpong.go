@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/softrdma/softrdma/internal/pingpong"
@@ -43,13 +42,9 @@ func runUDPingpong(args []string) error {
 	if err != nil {
 		return err
 	}
-	local := pingpong.Dest{QPN: r.qp.QPNum(), PSN: rand.Uint32() & 0xFFFFFF}
-	if f.gidx >= 0 {
-		g, err := dev.QueryGID(uint8(f.ibPort), f.gidx)
-		if err != nil {
-			return fmt.Errorf("Could not get local gid for gid index %d: %w", f.gidx, err)
-		}
-		local.GID = g
+	local, err := localDest(dev, f, r.qp.QPNum())
+	if err != nil {
+		return err
 	}
 	fmt.Print(pingpong.UDLocalAddressLine(local))
 	conn, err := ppConn(f)
@@ -75,14 +70,7 @@ func runUDPingpong(args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var remote pingpong.Dest
-	if f.server != "" {
-		if remote, err = pingpong.ClientExchange(ctx, conn, local); err == nil {
-			err = connect(remote)
-		}
-	} else {
-		remote, err = pingpong.ServerExchange(ctx, conn, local, connect)
-	}
+	remote, err := exchange(ctx, f, conn, local, connect)
 	if err != nil {
 		return err
 	}

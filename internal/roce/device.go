@@ -323,6 +323,9 @@ func (d *Device) Open() (verbs.Context, error) {
 	return d, nil
 }
 
+// Closed reports whether Close has been called.
+func (d *Device) Closed() bool { return d.closed.Load() }
+
 // NetDev names the network interface under the device.
 func (d *Device) NetDev() string { return d.cfg.NetDev }
 

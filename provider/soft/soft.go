@@ -140,10 +140,17 @@ func (provider) Devices() ([]verbs.Device, error) {
 	var out []verbs.Device
 	seen := map[string]bool{}
 	opened.mu.Lock()
+	live := opened.devs[:0]
 	for _, d := range opened.devs {
+		if d.Closed() {
+			continue // closed devices leave the list
+		}
+		live = append(live, d)
 		out = append(out, d)
 		seen[d.Name()] = true
 	}
+	clear(opened.devs[len(live):])
+	opened.devs = live
 	opened.mu.Unlock()
 	ifs, err := net.Interfaces()
 	if err != nil {
