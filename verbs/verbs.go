@@ -243,3 +243,21 @@ func (c *CompChannel) Notify(cq CQ) {
 	default:
 	}
 }
+
+// Progresser is implemented by contexts of software providers, whose data
+// path runs on the host's CPUs. A goroutine that busy-polls memory instead
+// of a CQ (ib_write_lat polls the last byte of its receive buffer for the
+// peer's RDMA WRITE) calls Progress in its loop: the provider then
+// receives and processes waiting packets in that goroutine, as CQ.Poll
+// does on an empty CQ, instead of needing a second busy thread. Progress
+// never blocks; calling it is never required for correctness.
+type Progresser interface {
+	Progress()
+}
+
+// Progress calls ctx's Progress if it has one.
+func Progress(ctx Context) {
+	if p, ok := ctx.(Progresser); ok {
+		p.Progress()
+	}
+}

@@ -144,6 +144,7 @@ func (l *ptLat) runWrite() error {
 				if l.ended() {
 					break
 				}
+				verbs.Progress(l.res.ctx)
 				if err := w.idle(); err != nil {
 					return err
 				}

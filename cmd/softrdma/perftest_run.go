@@ -25,12 +25,11 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/softrdma/softrdma/internal/perftest"
+	"github.com/softrdma/softrdma/internal/spin"
 	"github.com/softrdma/softrdma/verbs"
 )
 
@@ -318,8 +317,6 @@ func (r *ptRun) runBW() error {
 		}
 		return r.verifyServer(rem)
 	}
-	ptSpinners.Add(1)
-	defer ptSpinners.Add(-1)
 	var my perftest.BWReport
 	sender := o.role() == perftest.Client || o.duplex
 	receiver := o.test.verb == perftest.Send && (o.role() == perftest.Server || o.duplex)
@@ -414,8 +411,6 @@ func (r *ptRun) runLat() error {
 		_, err := io.WriteString(r.out, perftest.ResultLine)
 		return err
 	}
-	ptSpinners.Add(1)
-	defer ptSpinners.Add(-1)
 	var err error
 	if o.duration > 0 {
 		err = perftest.WriteLatDurationHeader(r.out)
@@ -466,23 +461,18 @@ func (r *ptRun) runLat() error {
 // errPTStall reports a measurement that stopped making progress.
 var errPTStall = errors.New("no completion for a long time; is the peer alive?")
 
-// ptSpinners counts the measurements busy polling in this process: the
-// two ends of a test in one process, or one end of the CLI.
-var ptSpinners atomic.Int32
-
 // ptWatch is the idle policy of the polling loops: busy polling, as
 // perftest does, but without starving the devices' receive loops, and with
 // stall and cancellation checks that do not read the clock on every empty
 // poll.
 type ptWatch struct {
-	ctx    context.Context
-	spins  int
-	last   uint64 // ticks of the last progress; 0: not yet known
-	nprocs int32
+	ctx   context.Context
+	spins int
+	last  uint64 // ticks of the last progress; 0: not yet known
 }
 
 func newPTWatch(ctx context.Context) ptWatch {
-	return ptWatch{ctx: ctx, last: ptTicks(), nprocs: int32(runtime.GOMAXPROCS(0))}
+	return ptWatch{ctx: ctx, last: ptTicks()}
 }
 
 // progress records that something completed.
@@ -492,22 +482,7 @@ func (w *ptWatch) progress() { w.spins = 0; w.last = 0 }
 // has stalled for ptStallTimeout or the context is done.
 func (w *ptWatch) idle() error {
 	w.spins++
-	if w.spins&15 == 0 {
-		// The receive loops wait in the Go network poller, which runs only
-		// when a processor has nothing else to do: when the spinners take
-		// every processor, step aside for a moment (until the next packet
-		// or timer); otherwise let other goroutines run and, less often,
-		// other threads (the peer may be another process on a machine with
-		// few CPUs).
-		if ptSpinners.Load() >= w.nprocs {
-			time.Sleep(time.Microsecond)
-		} else {
-			runtime.Gosched()
-			if w.spins&63 == 0 {
-				ptYield()
-			}
-		}
-	}
+	spin.Idle(w.spins)
 	if w.spins&1023 != 0 {
 		return nil
 	}

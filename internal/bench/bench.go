@@ -10,12 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
+	"github.com/softrdma/softrdma/internal/spin"
 	"github.com/softrdma/softrdma/verbs"
 )
 
@@ -204,9 +204,7 @@ func (s *Side) poll(block bool) (verbs.WC, error) {
 				return verbs.WC{}, errTimeout
 			}
 		} else {
-			// Yield at every empty poll: on a small machine the receive
-			// loops need this processor too.
-			runtime.Gosched()
+			spin.Idle(i + 1)
 			if i&65535 == 65535 && time.Now().After(deadline) {
 				return verbs.WC{}, errTimeout
 			}
@@ -289,6 +287,7 @@ func BW(a, b *Side, cfg Config) (BWResult, error) {
 // repost keeps b's receive queue full until stop is closed and every
 // receive it expects has arrived.
 func (s *Side) repost(stop <-chan struct{}) error {
+	idle := 0
 	for {
 		n, err := s.CQ.Poll(s.wcs)
 		if err != nil {
@@ -304,12 +303,15 @@ func (s *Side) repost(stop <-chan struct{}) error {
 			return err
 		}
 		if n == 0 {
+			idle++
 			select {
 			case <-stop:
 				return nil
 			default:
-				runtime.Gosched()
+				spin.Idle(idle)
 			}
+		} else {
+			idle = 0
 		}
 	}
 }
@@ -454,7 +456,8 @@ func (s *Side) await(cfg Config, i int) error {
 		if atomic.LoadUint32(word)>>shift&0xFF == want {
 			return nil
 		}
-		runtime.Gosched()
+		verbs.Progress(s.Ctx)
+		spin.Idle(n + 1)
 		if n&65535 == 65535 && time.Now().After(deadline) {
 			return errTimeout
 		}

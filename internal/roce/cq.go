@@ -2,20 +2,21 @@ package roce
 
 import (
 	"context"
-	"runtime"
 	"sync"
 	"sync/atomic"
 
+	"github.com/softrdma/softrdma/internal/spin"
 	"github.com/softrdma/softrdma/verbs"
 )
 
-// spinPolls is how many times CQ.Wait polls (yielding the processor every
-// 64 polls) before it sleeps: about the time of a loopback round trip, so
-// a busy CQ is caught without a wake-up (which costs 30-45 µs across
-// vCPUs), and short enough that an idle waiter costs no CPU. It counts
-// polls rather than time so that Wait also works under testing/synctest,
-// where time stands still while a goroutine spins.
-const spinPolls = 4096
+// spinPolls is how many times CQ.Wait polls before it sleeps, giving the
+// CPU to other threads every few polls (spin.Idle): tens of microseconds,
+// about a loopback round trip, so a busy CQ is caught without a wake-up
+// (which costs 30-45 µs across vCPUs), and short enough that an idle
+// waiter costs no CPU. It counts polls rather than time so that Wait also
+// works under testing/synctest, where time stands still while a goroutine
+// spins.
+const spinPolls = 256
 
 // CQ is a completion queue: a ring of work completions filled by QPs under
 // their own locks and drained by Poll.
@@ -87,7 +88,7 @@ func (cq *CQ) push(wc *verbs.WC, solicited bool) {
 
 // Poll moves up to len(wc) completions into wc.
 func (cq *CQ) Poll(wc []verbs.WC) (int, error) {
-	if cq.count.Load() == 0 && cq.dev.inlinePoll {
+	if cq.count.Load() == 0 {
 		// Receive inline: a busy poller processes the packets that would
 		// complete its work itself, without a hop through Serve.
 		cq.dev.PollRx()
@@ -122,13 +123,13 @@ var errCQOverrun = &verbs.Error{Op: "PollCQ", Err: verbs.ErrQueueFull,
 
 // Wait blocks until the CQ holds a completion.
 func (cq *CQ) Wait(ctx context.Context) error {
+	// A waiter may block: Serve must be receiving, not stepped aside.
+	cq.dev.kickServe()
 	for i := 0; i < spinPolls; i++ {
 		if cq.count.Load() > 0 {
 			return nil
 		}
-		if i&63 == 63 {
-			runtime.Gosched()
-		}
+		spin.Idle(i + 1)
 	}
 	cq.waiters.Add(1)
 	defer cq.waiters.Add(-1)

@@ -33,12 +33,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
+	"time"
 
+	"github.com/softrdma/softrdma/internal/spin"
 	"github.com/softrdma/softrdma/transport"
 	"github.com/softrdma/softrdma/verbs"
 	"github.com/softrdma/softrdma/wire"
@@ -78,12 +78,13 @@ type Config struct {
 	// microseconds), or the value of the environment variable
 	// SOFTRDMA_SPIN_POLLS; a negative value never polls.
 	SpinPolls int
-	// InlinePoll makes CQ.Poll on an empty CQ receive and process the
-	// device's waiting packets itself, instead of leaving all receiving to
-	// the Serve goroutine. It saves a goroutine hop when the poller has a
-	// core to itself; on a machine with fewer cores than busy pollers it
-	// mostly adds contention, so it is off by default.
-	InlinePoll bool
+	// NoInlinePoll leaves all receiving to the Serve goroutine. By default
+	// a goroutine that busy-polls (CQ.Poll on an empty CQ, or Progress)
+	// receives and processes the device's waiting packets itself, and while
+	// it keeps doing so Serve steps aside: one busy thread per process
+	// instead of two, which is what lets two processes on two cores each
+	// get a core (UCX progresses the same way, in the caller's poll).
+	NoInlinePoll bool
 	// AcceptUnverifiedICRC accepts packets whose ICRC the transport could
 	// not check (an IPv4 peer that sends a non-zero IP identification, as
 	// Linux rxe does, received on a plain UDP socket). Off, such packets are
@@ -121,10 +122,13 @@ type Device struct {
 	spinPolls                int
 	poller                   transport.Poller
 
-	inlinePoll bool
-	rxMu       sync.Mutex // held by whoever receives: Serve or a polling CQ
-	rx         rxBuffers
-	serving    atomic.Bool
+	inlinePoll  bool
+	rxMu        sync.Mutex // held by whoever receives: Serve or a polling CQ
+	rx          rxBuffers
+	serving     atomic.Bool
+	inlinePolls atomic.Uint64 // receive attempts by busy pollers (PollRx)
+	aside       atomic.Bool   // Serve has stepped aside for a busy poller
+	serveKick   chan struct{} // wakes Serve from stepping aside
 
 	Counters Counters
 }
@@ -149,10 +153,11 @@ func New(cfg Config) (*Device, error) {
 		port:      cfg.Transport.LocalAddr().Port(),
 		rng:       mrand.New(mrand.NewChaCha8(seed)),
 		serveDone: make(chan struct{}),
+		serveKick: make(chan struct{}, 1),
 	}
 	d.rx = newRxBuffers(cfg.Transport.BatchSize())
 	d.poller, _ = cfg.Transport.(transport.Poller)
-	d.inlinePoll = cfg.InlinePoll
+	d.inlinePoll = !cfg.NoInlinePoll
 	d.spinPolls = cfg.SpinPolls
 	if d.spinPolls == 0 {
 		d.spinPolls = spinPollsDefault()
@@ -193,8 +198,10 @@ func linkToPathMTU(link int) verbs.MTU {
 //
 // It polls the transport while traffic flows and, after SpinPolls empty
 // polls, waits in the kernel. Receiving is shared: a goroutine busy-polling
-// a CQ of this device receives and processes packets itself (PollRx), which
-// saves the hop through this goroutine; whoever holds rxMu receives.
+// a CQ of this device (or calling Progress) receives and processes packets
+// itself, which saves the hop through this goroutine; whoever holds rxMu
+// receives. While such a poller keeps polling, Serve steps aside and
+// sleeps, so that the process has one busy thread, not two.
 func (d *Device) Serve() {
 	if !d.serving.CompareAndSwap(false, true) {
 		return
@@ -206,7 +213,16 @@ func (d *Device) Serve() {
 		return
 	}
 	idle := 0
-	for !d.closed.Load() {
+	var seen uint64 // inlinePolls at the last look
+	for i := 0; !d.closed.Load(); i++ {
+		if d.inlinePoll && i%stepAsideLook == 0 {
+			n := d.inlinePolls.Load()
+			if n-seen >= stepAsidePolls {
+				d.stepAside(n)
+				n = d.inlinePolls.Load()
+			}
+			seen = n
+		}
 		n, err := d.pollRx(poller)
 		if err != nil {
 			return
@@ -216,20 +232,55 @@ func (d *Device) Serve() {
 			continue
 		}
 		if idle++; idle < d.spinPolls {
-			// Yield to this process's goroutines, and now and then to
-			// other processes: on a machine with few cores a poller
-			// that never lets go of its thread starves the very peer
-			// whose answer it waits for.
-			runtime.Gosched()
-			if idle%8 == 0 {
-				osYield()
-			}
+			spin.Idle(idle)
 			continue
 		}
 		if err := poller.Wait(); err != nil {
 			return
 		}
 		idle = 0
+	}
+}
+
+// Serve looks every stepAsideLook iterations whether busy pollers made at
+// least stepAsidePolls receive attempts since the last look; if they did,
+// it sleeps, checking every stepAsideCheck that they still poll.
+const (
+	stepAsideLook  = 64
+	stepAsidePolls = 32
+	stepAsideCheck = 10 * time.Millisecond
+)
+
+// stepAside sleeps while busy pollers receive for the device: until a
+// check finds that no poller tried to receive since the previous one, a
+// CQ.Wait is about to block (kickServe), or the device closes.
+func (d *Device) stepAside(seen uint64) {
+	d.aside.Store(true)
+	defer d.aside.Store(false)
+	t := time.NewTimer(stepAsideCheck)
+	defer t.Stop()
+	for !d.closed.Load() {
+		select {
+		case <-d.serveKick:
+			return
+		case <-t.C:
+		}
+		n := d.inlinePolls.Load()
+		if n == seen {
+			return
+		}
+		seen = n
+		t.Reset(stepAsideCheck)
+	}
+}
+
+// kickServe brings Serve back to receiving if it stepped aside.
+func (d *Device) kickServe() {
+	if d.aside.Load() {
+		select {
+		case d.serveKick <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -268,10 +319,16 @@ func (d *Device) pollRx(poller transport.Poller) (int, error) {
 // packets waiting for this device itself. CQ.Poll calls it when the CQ is
 // empty; it never blocks.
 func (d *Device) PollRx() {
-	if d.poller != nil && d.serving.Load() {
+	if d.inlinePoll && d.poller != nil && d.serving.Load() {
+		d.inlinePolls.Add(1)
 		d.pollRx(d.poller)
 	}
 }
+
+// Progress is PollRx for goroutines that busy-poll memory rather than a CQ
+// (as ib_write_lat polls the last byte of its buffer): it receives and
+// processes what is waiting (verbs.Progresser).
+func (d *Device) Progress() { d.PollRx() }
 
 // rxBuffers are the receive batch and its buffers, used by whoever holds
 // rxMu.
@@ -425,6 +482,10 @@ func (d *Device) Close() error {
 		return nil
 	}
 	err := d.tr.Close()
+	select {
+	case d.serveKick <- struct{}{}:
+	default:
+	}
 	if d.serving.Load() {
 		<-d.serveDone
 	}
@@ -496,6 +557,3 @@ func spinPollsDefault() int {
 	}
 	return 2000
 }
-
-// osYield gives the processor to another thread (sched_yield).
-func osYield() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }

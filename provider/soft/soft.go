@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 
 	"github.com/softrdma/softrdma/internal/roce"
@@ -47,6 +48,11 @@ type Config struct {
 	// cannot verify because the sender used a non-zero IP identification,
 	// as Linux rxe does. Needed to talk to rxe; see roce.Config.
 	AcceptUnverifiedICRC bool
+	// NoInlinePoll leaves all receiving to the device's receive goroutine
+	// instead of letting busy pollers receive inline (roce.Config). The
+	// environment variable SOFTRDMA_NO_INLINE_POLL=1 sets it too, for
+	// comparing the two.
+	NoInlinePoll bool
 	// Transport, if set, is used instead of a UDP socket (tests use
 	// internal/netsim).
 	Transport transport.Transport
@@ -83,7 +89,8 @@ func Open(cfg Config) (*Device, error) {
 	if ifi, err := net.InterfaceByName(netdev); err == nil {
 		ll = roce.LinkLocalFromMAC(ifi.HardwareAddr)
 	}
-	d, err := roce.New(roce.Config{Name: name, Transport: tr, NetDev: netdev, LinkLocal: ll, AcceptUnverifiedICRC: cfg.AcceptUnverifiedICRC})
+	d, err := roce.New(roce.Config{Name: name, Transport: tr, NetDev: netdev, LinkLocal: ll, AcceptUnverifiedICRC: cfg.AcceptUnverifiedICRC,
+		NoInlinePoll: cfg.NoInlinePoll || os.Getenv("SOFTRDMA_NO_INLINE_POLL") == "1"})
 	if err != nil {
 		tr.Close()
 		return nil, err

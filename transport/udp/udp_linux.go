@@ -9,6 +9,12 @@
 // checked under the same assumption, and a mismatch is reported as
 // transport.ICRCUnverified (the sender may be Linux rxe, which uses
 // non-zero IDs). IPv6 has no identification: its ICRC is always checked.
+//
+// The sockets stay out of Go's network poller: with a spare P, the runtime
+// parks a thread in epoll_wait, and every datagram arriving on a socket it
+// watches would wake that thread, thousands of times a second, to find
+// nothing to run while the device's poller receives the datagram itself.
+// Blocking waits use ppoll on the socket and an eventfd that Close signals.
 package udp
 
 import (
@@ -57,8 +63,7 @@ type Config struct {
 
 // sender is one sending socket.
 type sender struct {
-	conn *net.UDPConn
-	raw  syscall.RawConn
+	fd   int
 	port uint16
 }
 
@@ -70,8 +75,9 @@ type Stats struct {
 // Transport is a transport.Transport over one UDP socket. Send and Recv
 // are safe for concurrent use; each serialises its callers.
 type Transport struct {
-	conn  *net.UDPConn
-	raw   syscall.RawConn
+	fd    int // the receiving socket, bound to local
+	evfd  int // eventfd, signalled by Close to end blocking waits
+	fdMu  sync.RWMutex
 	local netip.AddrPort
 	v6    bool
 	mtu   int
@@ -81,26 +87,17 @@ type Transport struct {
 	sendMu  sync.Mutex
 	senders []sender
 	sbuf    batchBuf
-	sendFn  func(fd uintptr) bool
-	sendN   int
-	sbufOff int
-	sendOK  int
-	sendErr error
 
-	recvMu    sync.Mutex
-	rbuf      batchBuf
-	recvFn    func(fd uintptr) bool
-	peekFn    func(fd uintptr) bool
-	recvN     int
-	recvErr   error
-	recvBlock bool
-	rbig      [][]byte // receive buffers, one per message slot
-	rlen      []int    // datagram length per slot
-	rgso      []int    // GRO segment size per slot (0: one packet)
-	rtrunc    []bool
-	pendMsg   int // next slot to hand out
-	pendEnd   int // slots filled by the last recvmmsg
-	pendOff   int // offset of the next packet in slot pendMsg
+	recvMu  sync.Mutex
+	rbuf    batchBuf
+	rprep   int      // receive headers the last recvmmsg filled, to restore
+	rbig    [][]byte // receive buffers, one per message slot
+	rlen    []int    // datagram length per slot
+	rgso    []int    // GRO segment size per slot (0: one packet)
+	rtrunc  []bool
+	pendMsg int // next slot to hand out
+	pendEnd int // slots filled by the last recvmmsg
+	pendOff int // offset of the next packet in slot pendMsg
 
 	closed atomic.Bool
 	stats  struct {
@@ -164,11 +161,7 @@ func Listen(cfg Config) (*Transport, error) {
 		cfg.SocketBuffer = 4 << 20
 	}
 	addr := netip.AddrPortFrom(cfg.Addr.Unmap(), cfg.Port)
-	network := "udp4"
-	if addr.Addr().Is6() {
-		network = "udp6"
-	}
-	conn, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(addr))
+	fd, _, err := openSocket(addr)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
 			return nil, fmt.Errorf("udp.Listen: %v is in use: another softrdma device or Linux rxe is bound there; use another address", addr)
@@ -176,36 +169,32 @@ func Listen(cfg Config) (*Transport, error) {
 		if errors.Is(err, syscall.EADDRNOTAVAIL) {
 			return nil, fmt.Errorf("udp.Listen: %v: no interface has this address", addr)
 		}
-		return nil, fmt.Errorf("udp.Listen: %w", err)
+		return nil, fmt.Errorf("udp.Listen: %v: %w", addr, err)
 	}
-	raw, err := conn.SyscallConn()
-	if err != nil {
-		conn.Close()
-		return nil, err
+	t := &Transport{fd: fd, evfd: -1, local: addr, v6: addr.Addr().Is6(), batch: cfg.BatchSize, mtu: linkMTU(addr.Addr())}
+	if t.evfd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("udp.Listen: eventfd: %w", err)
 	}
-	t := &Transport{conn: conn, raw: raw, local: addr, v6: addr.Addr().Is6(), batch: cfg.BatchSize, mtu: linkMTU(addr.Addr())}
-	if serr := setSockopts(raw, t.v6, cfg.SocketBuffer); serr != nil {
-		conn.Close()
+	if serr := setSockopts(fd, t.v6, cfg.SocketBuffer); serr != nil {
+		t.closeFDs()
 		return nil, fmt.Errorf("udp.Listen: setting Don't Fragment: %w", serr)
 	}
 	if cfg.SourcePorts < 0 {
-		t.senders = []sender{{conn: conn, raw: raw, port: addr.Port()}}
+		t.senders = []sender{{fd: fd, port: addr.Port()}}
 	} else {
 		n := cfg.SourcePorts
 		if n == 0 {
 			n = 8
 		}
 		for i := 0; i < n; i++ {
-			sc, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(netip.AddrPortFrom(addr.Addr(), 0)))
+			sfd, port, err := openSocket(netip.AddrPortFrom(addr.Addr(), 0))
 			if err == nil {
-				var sr syscall.RawConn
-				if sr, err = sc.SyscallConn(); err == nil {
-					err = setSockopts(sr, t.v6, cfg.SocketBuffer)
-					t.senders = append(t.senders, sender{conn: sc, raw: sr, port: uint16(sc.LocalAddr().(*net.UDPAddr).Port)})
-				}
+				t.senders = append(t.senders, sender{fd: sfd, port: port})
+				err = setSockopts(sfd, t.v6, cfg.SocketBuffer)
 			}
 			if err != nil {
-				t.Close()
+				t.closeFDs()
 				return nil, fmt.Errorf("udp.Listen: opening sending socket %d on %v: %w", i, addr.Addr(), err)
 			}
 		}
@@ -219,40 +208,80 @@ func Listen(cfg Config) (*Transport, error) {
 	t.rlen = make([]int, cfg.BatchSize)
 	t.rgso = make([]int, cfg.BatchSize)
 	t.rtrunc = make([]bool, cfg.BatchSize)
+	for i := range cfg.BatchSize {
+		t.prepRecv(i)
+	}
 	if !cfg.DisableGSO {
 		// Receiving coalesced datagrams needs UDP_GRO; without it the
 		// kernel splits them again before delivery.
-		raw.Control(func(fd uintptr) {
-			t.gso = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1) == nil
-		})
+		t.gso = unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_GRO, 1) == nil
 	}
-	t.sendFn = t.sendmmsg
-	t.recvFn = t.recvmmsg
-	t.peekFn = t.peek
 	return t, nil
+}
+
+// openSocket opens a non-blocking UDP socket bound to addr (port 0: an
+// ephemeral port) and returns it with its port. It is not registered with
+// Go's network poller.
+func openSocket(addr netip.AddrPort) (int, uint16, error) {
+	af := unix.AF_INET
+	if addr.Addr().Is6() {
+		af = unix.AF_INET6
+	}
+	fd, err := unix.Socket(af, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return -1, 0, err
+	}
+	var sa unix.Sockaddr
+	if af == unix.AF_INET6 {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1); err != nil {
+			unix.Close(fd)
+			return -1, 0, err
+		}
+		sa6 := &unix.SockaddrInet6{Port: int(addr.Port()), Addr: addr.Addr().As16()}
+		if z := addr.Addr().Zone(); z != "" {
+			if ifi, err := net.InterfaceByName(z); err == nil {
+				sa6.ZoneId = uint32(ifi.Index)
+			}
+		}
+		sa = sa6
+	} else {
+		sa = &unix.SockaddrInet4{Port: int(addr.Port()), Addr: addr.Addr().As4()}
+	}
+	if err := unix.Bind(fd, sa); err != nil {
+		unix.Close(fd)
+		return -1, 0, err
+	}
+	got, err := unix.Getsockname(fd)
+	if err != nil {
+		unix.Close(fd)
+		return -1, 0, err
+	}
+	var port int
+	switch a := got.(type) {
+	case *unix.SockaddrInet4:
+		port = a.Port
+	case *unix.SockaddrInet6:
+		port = a.Port
+	}
+	return fd, uint16(port), nil
 }
 
 // setSockopts sets Don't Fragment and the buffer sizes. DF on an
 // unconnected socket makes Linux send IP ID 0, the value the ICRC is
 // computed for.
-func setSockopts(raw syscall.RawConn, v6 bool, bufSize int) error {
-	var serr error
-	err := raw.Control(func(fd uintptr) {
-		if v6 {
-			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
-		} else {
-			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
-		}
-		for _, opt := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
-			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt[0], bufSize) != nil {
-				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt[1], bufSize)
-			}
-		}
-	})
-	if err != nil {
-		return err
+func setSockopts(fd int, v6 bool, bufSize int) error {
+	var err error
+	if v6 {
+		err = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
+	} else {
+		err = unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
 	}
-	return serr
+	for _, opt := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt[0], bufSize) != nil {
+			unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt[1], bufSize)
+		}
+	}
+	return err
 }
 
 // linkMTU returns the MTU of the interface that has addr (65536 for
@@ -293,17 +322,54 @@ func (t *Transport) Stats() Stats {
 		ICRCBad: s.icrcBad.Load(), ICRCUnverified: s.icrcUnverified.Load(), SendCalls: s.sendCalls.Load(), RecvCalls: s.recvCalls.Load()}
 }
 
-// Close closes the socket, unblocking Recv.
+// Close closes the sockets. It ends blocking Recv, Wait and Send calls
+// (through the eventfd) and waits until no call uses the sockets before
+// closing them, so a descriptor is never used after it could be reused.
 func (t *Transport) Close() error {
 	if !t.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	var one [8]byte
+	one[0] = 1 // native endian 1 on little-endian machines; any non-zero count wakes
+	unix.Write(t.evfd, one[:])
+	t.fdMu.Lock()
+	defer t.fdMu.Unlock()
+	return t.closeFDs()
+}
+
+// closeFDs closes every descriptor the transport opened.
+func (t *Transport) closeFDs() error {
+	err := unix.Close(t.fd)
 	for _, s := range t.senders {
-		if s.conn != t.conn {
-			s.conn.Close()
+		if s.fd != t.fd {
+			unix.Close(s.fd)
 		}
 	}
-	return t.conn.Close()
+	if t.evfd >= 0 {
+		unix.Close(t.evfd)
+	}
+	return err
+}
+
+// waitFD blocks until fd is ready for events (unix.POLLIN or POLLOUT) or
+// the transport is closed. Precondition: fdMu read-locked.
+func (t *Transport) waitFD(fd int, events int16) error {
+	for {
+		if t.closed.Load() {
+			return transport.ErrClosed
+		}
+		fds := [2]unix.PollFd{{Fd: int32(fd), Events: events}, {Fd: int32(t.evfd), Events: unix.POLLIN}}
+		_, err := unix.Ppoll(fds[:], nil, nil)
+		if t.closed.Load() {
+			return transport.ErrClosed
+		}
+		if err == nil && fds[0].Revents != 0 {
+			return nil
+		}
+		if err != nil && err != unix.EINTR {
+			return err
+		}
+	}
 }
 
 func (t *Transport) ipInfo(peer netip.AddrPort, local netip.Addr) wire.IPInfo {
@@ -318,6 +384,8 @@ func (t *Transport) senderFor(flow uint32) int {
 // Send sends pkts in batches of at most BatchSize packets with sendmmsg,
 // runs of a QP's equal-sized packets to a loopback peer as one GSO message.
 func (t *Transport) Send(pkts []transport.Packet) (int, error) {
+	t.fdMu.RLock()
+	defer t.fdMu.RUnlock()
 	if t.closed.Load() {
 		return 0, transport.ErrClosed
 	}
@@ -411,41 +479,29 @@ func (t *Transport) setName(b *batchBuf, i int, peer netip.AddrPort) {
 // sendBatch sends the first n prepared messages. A message the kernel
 // refuses (an unreachable peer, a too-large packet) is dropped and counted,
 // as a network would drop it.
+// Precondition: sendMu held, fdMu read-locked.
 func (t *Transport) sendBatch(s *sender, n int) (int, error) {
 	off := 0
 	for off < n {
-		t.sendN, t.sendOK, t.sendErr = n-off, 0, nil
-		t.sbufOff = off
 		t.stats.sendCalls.Add(1)
-		if err := s.raw.Write(t.sendFn); err != nil {
-			return off, transport.ErrClosed
-		}
-		if t.sendErr != nil {
-			// The message at off+sendOK failed: skip it.
+		hdrs := t.sbuf.hdrs[off:]
+		r, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&hdrs[0])), uintptr(n-off), 0, 0, 0)
+		switch {
+		case errno == unix.EAGAIN || errno == unix.ENOBUFS:
+			// The socket buffer is full: wait until it drains.
+			if err := t.waitFD(s.fd, unix.POLLOUT); err != nil {
+				return off, transport.ErrClosed
+			}
+		case errno == unix.EINTR:
+		case errno != 0:
+			// The message at off failed: skip it.
 			t.stats.sendErrors.Add(1)
-			off += t.sendOK + 1
-			continue
+			off++
+		default:
+			off += int(r)
 		}
-		off += t.sendOK
 	}
 	return n, nil
-}
-
-func (t *Transport) sendmmsg(fd uintptr) bool {
-	hdrs := t.sbuf.hdrs[t.sbufOff:]
-	r, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(t.sendN), 0, 0, 0)
-	switch {
-	case errno == unix.EAGAIN || errno == unix.ENOBUFS:
-		return false // wait until the socket is writable
-	case errno == unix.EINTR:
-		return false
-	case errno != 0:
-		t.sendErr = errno
-		t.sendOK = 0
-	default:
-		t.sendOK = int(r)
-	}
-	return true
 }
 
 func putPort(p *uint16, port uint16) {
@@ -477,20 +533,12 @@ func (t *Transport) TryRecv(pkts []transport.Packet) (int, error) {
 // Wait blocks in the network poller until a datagram is waiting, without
 // receiving it and without holding the receive lock.
 func (t *Transport) Wait() error {
-	if t.closed.Load() {
-		return transport.ErrClosed
-	}
-	if err := t.raw.Read(t.peekFn); err != nil || t.closed.Load() {
+	t.fdMu.RLock()
+	defer t.fdMu.RUnlock()
+	if err := t.waitFD(t.fd, unix.POLLIN); err != nil {
 		return transport.ErrClosed
 	}
 	return nil
-}
-
-// peek reports whether a datagram is waiting (MSG_PEEK of one byte).
-func (t *Transport) peek(fd uintptr) bool {
-	var b [1]byte
-	_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT|unix.MSG_TRUNC, 0, 0)
-	return errno != unix.EAGAIN && errno != unix.EINTR
 }
 
 func (t *Transport) recv(pkts []transport.Packet, block bool) (int, error) {
@@ -500,6 +548,8 @@ func (t *Transport) recv(pkts []transport.Packet, block bool) (int, error) {
 }
 
 func (t *Transport) recvLocked(pkts []transport.Packet, block bool) (int, error) {
+	t.fdMu.RLock()
+	defer t.fdMu.RUnlock()
 	if t.closed.Load() {
 		return 0, transport.ErrClosed
 	}
@@ -511,37 +561,35 @@ func (t *Transport) recvLocked(pkts []transport.Packet, block bool) (int, error)
 	}
 	b := &t.rbuf
 	n := t.batch
-	for i := 0; i < n; i++ {
-		b.iovs[i].Base = &t.rbig[i][0]
-		b.iovs[i].SetLen(bigBuf)
-		h := &b.hdrs[i].hdr
-		h.Iov = &b.iovs[i]
-		h.SetIovlen(1)
-		h.Flags = 0
-		h.Control = &b.ctrl[i*ctrlSlot]
-		h.SetControllen(ctrlSlot)
-		if t.v6 {
-			h.Name = (*byte)(unsafe.Pointer(&b.addr6[i]))
-			h.Namelen = unix.SizeofSockaddrInet6
-		} else {
-			h.Name = (*byte)(unsafe.Pointer(&b.addr4[i]))
-			h.Namelen = unix.SizeofSockaddrInet4
+	// recvmmsg rewrites the name and control lengths and the flags of
+	// the headers it fills; restore those of the last batch.
+	for i := 0; i < t.rprep; i++ {
+		t.prepRecv(i)
+	}
+	t.rprep = 0
+	var got int
+	for {
+		r, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(t.fd), uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(n), 0, 0, 0)
+		if errno == 0 {
+			got = int(r)
+			break
+		}
+		switch {
+		case errno == unix.EAGAIN && !block:
+			return 0, nil
+		case errno == unix.EAGAIN:
+			if err := t.waitFD(t.fd, unix.POLLIN); err != nil {
+				return 0, err
+			}
+		case errno == unix.EINTR:
+		default:
+			if t.closed.Load() {
+				return 0, transport.ErrClosed
+			}
+			return 0, errno
 		}
 	}
-	t.recvN, t.recvErr, t.recvBlock = n, nil, block
-	if err := t.raw.Read(t.recvFn); err != nil {
-		return 0, transport.ErrClosed
-	}
-	if t.recvErr != nil {
-		if t.closed.Load() {
-			return 0, transport.ErrClosed
-		}
-		return 0, t.recvErr
-	}
-	got := t.recvN
-	if got == 0 {
-		return 0, nil
-	}
+	t.rprep = got
 	t.stats.recvCalls.Add(1)
 	for i := 0; i < got; i++ {
 		mh := &b.hdrs[i]
@@ -558,6 +606,27 @@ func (t *Transport) recvLocked(pkts []transport.Packet, block bool) (int, error)
 	}
 	t.pendMsg, t.pendEnd, t.pendOff = 0, got, 0
 	return t.drain(pkts), nil
+}
+
+// prepRecv points receive header i at its buffer, address and control
+// slot.
+func (t *Transport) prepRecv(i int) {
+	b := &t.rbuf
+	b.iovs[i].Base = &t.rbig[i][0]
+	b.iovs[i].SetLen(bigBuf)
+	h := &b.hdrs[i].hdr
+	h.Iov = &b.iovs[i]
+	h.SetIovlen(1)
+	h.Flags = 0
+	h.Control = &b.ctrl[i*ctrlSlot]
+	h.SetControllen(ctrlSlot)
+	if t.v6 {
+		h.Name = (*byte)(unsafe.Pointer(&b.addr6[i]))
+		h.Namelen = unix.SizeofSockaddrInet6
+	} else {
+		h.Name = (*byte)(unsafe.Pointer(&b.addr4[i]))
+		h.Namelen = unix.SizeofSockaddrInet4
+	}
 }
 
 // drain hands out received packets, splitting GRO-coalesced datagrams at
@@ -614,20 +683,4 @@ func (t *Transport) drain(pkts []transport.Packet) int {
 		}
 	}
 	return k
-}
-
-func (t *Transport) recvmmsg(fd uintptr) bool {
-	r, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&t.rbuf.hdrs[0])), uintptr(t.recvN), 0, 0, 0)
-	switch {
-	case errno == unix.EAGAIN && !t.recvBlock:
-		t.recvN = 0
-	case errno == unix.EAGAIN || errno == unix.EINTR:
-		return false
-	case errno != 0:
-		t.recvErr = errno
-		t.recvN = 0
-	default:
-		t.recvN = int(r)
-	}
-	return true
 }
