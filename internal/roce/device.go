@@ -127,6 +127,7 @@ type Device struct {
 	rx          rxBuffers
 	serving     atomic.Bool
 	inlinePolls atomic.Uint64 // receive attempts by busy pollers (PollRx)
+	asideCheck  time.Duration // stepAsideCheck when the device was created
 	aside       atomic.Bool   // Serve has stepped aside for a busy poller
 	serveKick   chan struct{} // wakes Serve from stepping aside
 
@@ -158,6 +159,7 @@ func New(cfg Config) (*Device, error) {
 	d.rx = newRxBuffers(cfg.Transport.BatchSize())
 	d.poller, _ = cfg.Transport.(transport.Poller)
 	d.inlinePoll = !cfg.NoInlinePoll
+	d.asideCheck = stepAsideCheck
 	d.spinPolls = cfg.SpinPolls
 	if d.spinPolls == 0 {
 		d.spinPolls = spinPollsDefault()
@@ -248,8 +250,14 @@ func (d *Device) Serve() {
 const (
 	stepAsideLook  = 64
 	stepAsidePolls = 32
-	stepAsideCheck = 10 * time.Millisecond
 )
+
+// stepAsideCheck is long because each check wakes a thread that competes
+// with the busy pollers for the CPUs; a poller that blocks in CQ.Wait
+// brings Serve back at once (kickServe), so the check matters only for a
+// program that stops polling without waiting. It is a variable so that
+// tests can change it before they create devices.
+var stepAsideCheck = 10 * time.Millisecond
 
 // stepAside sleeps while busy pollers receive for the device: until a
 // check finds that no poller tried to receive since the previous one, a
@@ -257,7 +265,7 @@ const (
 func (d *Device) stepAside(seen uint64) {
 	d.aside.Store(true)
 	defer d.aside.Store(false)
-	t := time.NewTimer(stepAsideCheck)
+	t := time.NewTimer(d.asideCheck)
 	defer t.Stop()
 	for !d.closed.Load() {
 		select {
@@ -270,7 +278,7 @@ func (d *Device) stepAside(seen uint64) {
 			return
 		}
 		seen = n
-		t.Reset(stepAsideCheck)
+		t.Reset(d.asideCheck)
 	}
 }
 

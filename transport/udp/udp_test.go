@@ -301,3 +301,64 @@ func TestGSO(t *testing.T) {
 		tb.Close()
 	}
 }
+
+func TestCloseUnblocksWait(t *testing.T) {
+	a, b := testAddrs(t, 9)
+	ta, tb := listenPair(t, a, b)
+	// A datagram wakes Wait and stays queued for the receive that follows.
+	done := make(chan error, 1)
+	go func() { done <- ta.Wait() }()
+	time.Sleep(10 * time.Millisecond)
+	if _, err := tb.Send([]transport.Packet{{Buf: packet(8, 1), Peer: ta.LocalAddr()}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Wait with a datagram waiting: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a datagram did not end Wait")
+	}
+	if k, err := ta.TryRecv(recvBufs(4)); k != 1 || err != nil {
+		t.Fatalf("TryRecv after Wait: %d packets, %v", k, err)
+	}
+	go func() { done <- ta.Wait() }()
+	time.Sleep(10 * time.Millisecond)
+	ta.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, transport.ErrClosed) {
+			t.Fatalf("Wait after Close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not unblock Wait")
+	}
+}
+
+// The transport opens its sockets and eventfd itself; Close must release
+// every one of them.
+func TestCloseReleasesDescriptors(t *testing.T) {
+	count := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skip(err)
+		}
+		return len(ents)
+	}
+	a, _ := testAddrs(t, 10)
+	before := count()
+	for range 5 {
+		tr, err := Listen(Config{Addr: a, Port: 4791})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := count() - before; n != 1+8+1 {
+			t.Errorf("open transport holds %d descriptors, want 10 (socket, 8 senders, eventfd)", n)
+		}
+		tr.Close()
+	}
+	if n := count() - before; n != 0 {
+		t.Fatalf("%d descriptors left open after Close", n)
+	}
+}
