@@ -4,22 +4,26 @@
 // A busy poller must not starve the threads it waits for. On a machine
 // with few CPUs the peer may be another process, so every few empty polls
 // the poller gives its CPU to other runnable threads with sched_yield,
-// which returns at once when there are none. Within the process, other
-// goroutines have other Ps; only when GOMAXPROCS is 1 must the poller let
-// them run with runtime.Gosched. With more Ps it must not: Gosched puts the
-// goroutine on the global run queue and wakes an idle P's thread to take
-// it, while the yielding thread goes to sleep in the network poller — a
-// thread hand-off per yield, thousands a second.
+// which returns at once when there are none.
+//
+// Within the process, the poller lets other goroutines run with
+// runtime.Gosched only when some are runnable and waiting for a P. When
+// none is, Gosched is worse than useless: it puts the poller on the global
+// run queue and wakes an idle P's thread to take it, while the yielding
+// thread goes to sleep in the network poller — a thread hand-off per
+// yield, thousands a second. When some are (more busy pollers than Ps),
+// not yielding would leave them waiting for the runtime's 10 ms preemption.
 package spin
 
 import (
 	"runtime"
+	"runtime/metrics"
 	"syscall"
 )
 
 const (
 	yieldEvery   = 8  // empty polls between sched_yield calls
-	goschedEvery = 64 // empty polls between Gosched calls, GOMAXPROCS=1 only
+	goschedEvery = 32 // empty polls between looks at the run queue
 )
 
 // Idle is called by a busy poller after its n-th consecutive empty poll
@@ -28,9 +32,22 @@ func Idle(n int) {
 	if n%yieldEvery == 0 {
 		OSYield()
 	}
-	if n%goschedEvery == 0 && runtime.GOMAXPROCS(0) == 1 {
+	if n%goschedEvery == 0 && Crowded() {
 		runtime.Gosched()
 	}
+}
+
+const runnable = "/sched/goroutines/runnable:goroutines"
+
+// Crowded reports whether goroutines are runnable and waiting for a P.
+// It costs about 100 ns.
+func Crowded() bool {
+	s := [1]metrics.Sample{{Name: runnable}}
+	metrics.Read(s[:])
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return runtime.GOMAXPROCS(0) == 1 // metric unavailable: assume the worst only with one P
+	}
+	return s[0].Value.Uint64() > 0
 }
 
 // OSYield gives the CPU to another runnable thread, if any (sched_yield).
