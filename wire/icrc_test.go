@@ -166,3 +166,20 @@ func FuzzICRC(f *testing.F) {
 		}
 	})
 }
+
+// updateSmall must agree with hash/crc32 for every length and start state,
+// including the lengths around its 8-byte steps.
+func TestUpdateSmall(t *testing.T) {
+	buf := make([]byte, 200)
+	for i := range buf {
+		buf[i] = byte(i*131 + 7)
+	}
+	for _, start := range []uint32{0, crcFF, 0xDEADBEEF} {
+		for n := 0; n <= len(buf); n++ {
+			want := crc32.Update(start, crc32.IEEETable, buf[:n])
+			if got := updateSmall(start, buf[:n]); got != want {
+				t.Fatalf("updateSmall(%#x, %d bytes) = %#x, want %#x", start, n, got, want)
+			}
+		}
+	}
+}
