@@ -127,7 +127,7 @@ func icrcTail(buf []byte, n int, pkt []byte) uint32 {
 	if rest := pkt[b:]; len(rest) < 64 {
 		return updateSmall(crc, rest)
 	}
-	return crc32.Update(crc, crc32.IEEETable, pkt[b:])
+	return crcUpdate(crc, pkt[b:])
 }
 
 // slicing8 holds the tables of the slicing-by-8 CRC-32 algorithm for the

@@ -183,3 +183,41 @@ func TestUpdateSmall(t *testing.T) {
 		}
 	}
 }
+
+// crcUpdate must agree with hash/crc32 for every length around its
+// 128-byte steps and its threshold, from any start state and alignment.
+func TestCRCUpdate(t *testing.T) {
+	buf := make([]byte, 4096+300)
+	for i := range buf {
+		buf[i] = byte(i*167 + i>>8 + 3)
+	}
+	for _, start := range []uint32{0, crcFF, 0xDEADBEEF} {
+		for off := 0; off < 3; off++ {
+			for n := 0; n+off <= len(buf); n += 1 + n/64 {
+				p := buf[off : off+n]
+				want := crc32.Update(start, crc32.IEEETable, p)
+				if got := crcUpdate(start, p); got != want {
+					t.Fatalf("crcUpdate(%#x, %d bytes at %d) = %#x, want %#x", start, n, off, got, want)
+				}
+			}
+		}
+	}
+}
+
+func BenchmarkCRCUpdate4096(b *testing.B) {
+	p := make([]byte, 4096)
+	b.SetBytes(4096)
+	for b.Loop() {
+		crcUpdate(0, p)
+	}
+}
+
+func FuzzCRCUpdate(f *testing.F) {
+	f.Add(uint32(0), make([]byte, 300))
+	f.Add(crcFF, make([]byte, 4100))
+	f.Fuzz(func(t *testing.T, start uint32, p []byte) {
+		if got, want := crcUpdate(start, p), crc32.Update(start, crc32.IEEETable, p); got != want {
+			t.Fatalf("crcUpdate(%#x, %d bytes) = %#x, want %#x", start, len(p), got, want)
+		}
+	})
+}
