@@ -537,12 +537,12 @@ func (qp *QP) PostSend(wr *verbs.SendWR) error {
 	i := 0
 	for ; wr != nil; wr = wr.Next {
 		if err := qp.postOneLocked(wr); err != nil {
-			qp.kickLocked(time.Now())
+			qp.kickLocked(time.Time{})
 			return &verbs.PostError{Index: i, WRID: wr.WRID, Err: err}
 		}
 		i++
 	}
-	qp.kickLocked(time.Now())
+	qp.kickLocked(time.Time{})
 	return nil
 }
 
@@ -555,6 +555,8 @@ func (qp *QP) PostSend(wr *verbs.SendWR) error {
 // the QP's batch (at most txBatch; a full batch goes at once) and leave in
 // one system call instead of one each. An idle QP sends at once, so
 // latency is untouched.
+//
+// now may be zero (see runRequesterLocked).
 func (qp *QP) kickLocked(now time.Time) {
 	switch qp.stateLocked() {
 	case verbs.QPStateErr, verbs.QPStateSQE:

@@ -34,6 +34,9 @@ type requester struct {
 }
 
 // runRequesterLocked transmits as much of the send queue as the QP may.
+// now may be zero: it is read only to arm the ACK timer, which a QP with
+// packets in flight has armed already (PostSend saves a clock read per post
+// that way).
 func (qp *QP) runRequesterLocked(now time.Time) {
 	if qp.stateLocked() != verbs.QPStateRTS {
 		return
@@ -83,6 +86,9 @@ func (qp *QP) runRequesterLocked(now time.Time) {
 	}
 	if sent && rc && qp.comp.ackDeadline.IsZero() {
 		if t := wire.LocalACKTimeout(qp.attr.Timeout); t > 0 {
+			if now.IsZero() {
+				now = time.Now()
+			}
 			qp.comp.ackDeadline = now.Add(t)
 			qp.armTimerLocked(now, qp.comp.ackDeadline)
 		}
