@@ -46,6 +46,10 @@ func runBench(args []string) error {
 	noBW := fs.Bool("no-bw", false, "skip bandwidth tests")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file")
 	noGSO := fs.Bool("no-gso", false, "send one datagram per packet (no UDP GSO/GRO)")
+	scale := fs.String("scale", "", "instead of the tables, measure scale at these QP counts, e.g. 1,16,256,4096: setup time, memory per QP, aggregate bandwidth and 8-byte rate")
+	scaleSize := fs.Int("scale-size", 65536, "WRITE size of the -scale bandwidth run")
+	scaleMsgs := fs.Int("scale-n", 20000, "WRITEs in each -scale bandwidth run (at least 2 per QP)")
+	scaleRate := fs.Int("scale-rate-n", 500000, "8-byte WRITEs in each -scale rate run (0: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -85,6 +89,26 @@ func runBench(args []string) error {
 	}
 	defer a.Close()
 	defer b.Close()
+	if *scale != "" {
+		counts, err := parseQPCounts(*scale)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("softrdma bench -scale: %s ⇄ %s over UDP port %d, IB MTU %d, busy-polled completions\n",
+			a.LocalAddr(), b.LocalAddr(), *port, pmtu.Bytes())
+		res, err := runScale(os.Stdout, a, b, counts, *scaleSize, *scaleMsgs, *scaleRate, pmtu)
+		if err != nil {
+			return err
+		}
+		if *jsonFile != "" {
+			rep := scaleReport{Time: time.Now(), AddrA: a.LocalAddr().String(), AddrB: b.LocalAddr().String(), MTU: pmtu.Bytes(), Results: res}
+			if err := writeJSON(*jsonFile, rep); err != nil {
+				return err
+			}
+			fmt.Printf("results written to %s\n", *jsonFile)
+		}
+		return nil
+	}
 	maxSize := 0
 	for _, s := range sizes {
 		maxSize = max(maxSize, s)

@@ -136,18 +136,24 @@ func Connect(a, b *Side, mtu verbs.MTU) error {
 }
 
 func connectOne(s, peer *Side, mtu verbs.MTU, sq, rq uint32) error {
+	return connectQP(s.QP, peer.QP.QPNum(), peer.GID, mtu, sq, rq)
+}
+
+// connectQP moves qp through INIT and RTR to RTS towards QP peerQPN at
+// peerGID, with perftest's defaults (timeout 14, 7 retries, 7 RNR retries).
+func connectQP(qp verbs.QP, peerQPN uint32, peerGID verbs.GID, mtu verbs.MTU, sq, rq uint32) error {
 	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
-	if err := s.QP.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QPAccessFlags: access},
+	if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QPAccessFlags: access},
 		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
 		return err
 	}
-	if err := s.QP.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: mtu, DestQPNum: peer.QP.QPNum(), RQPSN: rq,
+	if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: mtu, DestQPNum: peerQPN, RQPSN: rq,
 		MaxDestRdAtomic: 16, MinRNRTimer: 12,
-		AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: peer.GID, SGIDIndex: 1, HopLimit: 64}}},
+		AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: peerGID, SGIDIndex: 1, HopLimit: 64}}},
 		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
 		return err
 	}
-	return s.QP.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: sq, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
+	return qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: sq, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
 		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic)
 }
 
