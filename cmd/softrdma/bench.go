@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/csv"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -42,6 +43,7 @@ func runBench(args []string) error {
 	block := fs.Bool("block", false, "wait for completions (spin, then sleep) instead of busy polling")
 	plotFile := fs.String("plot", "softrdma-bench.png", "write a plot of the results to this PNG file (empty: none)")
 	jsonFile := fs.String("json", "", "write the results as JSON to this file")
+	csvFile := fs.String("csv", "", "write the results as CSV to this file, one row per test")
 	noLat := fs.Bool("no-lat", false, "skip latency tests")
 	noBW := fs.Bool("no-bw", false, "skip bandwidth tests")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file")
@@ -130,10 +132,25 @@ func runBench(args []string) error {
 	w := os.Stdout
 	fmt.Fprintf(w, "softrdma bench: %s ⇄ %s over UDP port %d, IB MTU %d, %s completions\n",
 		rep.AddrA, rep.AddrB, *port, pmtu.Bytes(), map[bool]string{false: "busy-polled", true: "spin-then-block"}[*block])
+	bar := newProgressBar()
+	defer bar.stop()
+	runs, run := 0, 0
+	if !*noBW {
+		runs += len(opList) * len(sizes)
+	}
+	if !*noLat {
+		for _, s := range sizes {
+			if s <= 65536 {
+				runs += len(opList)
+			}
+		}
+	}
 	if !*noBW {
 		for _, op := range opList {
 			printBWHeader(w, op)
 			for _, size := range sizes {
+				bar.start(fmt.Sprintf("%v bandwidth, %d B", op, size), run, runs, nil)
+				run++
 				n := *iters
 				if size >= 1<<20 {
 					n = max(64, n/20) // keep large sizes to a few seconds
@@ -142,6 +159,7 @@ func runBench(args []string) error {
 				if err != nil {
 					return fmt.Errorf("%v bandwidth, %d bytes: %w", op, size, err)
 				}
+				bar.pause()
 				printBWRow(w, r)
 				rep.BW = append(rep.BW, r)
 			}
@@ -154,16 +172,20 @@ func runBench(args []string) error {
 				if size > 65536 {
 					continue
 				}
+				bar.start(fmt.Sprintf("%v latency, %d B", op, size), run, runs, nil)
+				run++
 				r, err := bench.Lat(sa, sb, bench.Config{Op: op, Size: size, Iters: *latIters, Block: *block})
 				if err != nil {
 					return fmt.Errorf("%v latency, %d bytes: %w", op, size, err)
 				}
+				bar.pause()
 				printLatRow(w, r)
 				r.Samples = nil
 				rep.Lat = append(rep.Lat, r)
 			}
 		}
 	}
+	bar.stop()
 	fmt.Fprintln(w, dashes)
 	rep.Counter = map[string]uint64{}
 	for _, c := range a.Counters.Snapshot() {
@@ -181,6 +203,12 @@ func runBench(args []string) error {
 			return err
 		}
 		fmt.Fprintf(w, "results written to %s\n", *jsonFile)
+	}
+	if *csvFile != "" {
+		if err := writeBenchCSV(*csvFile, rep); err != nil {
+			return fmt.Errorf("-csv: %w", err)
+		}
+		fmt.Fprintf(w, "CSV written to %s\n", *csvFile)
 	}
 	if *plotFile != "" {
 		if err := plotBench(*plotFile, rep); err != nil {
@@ -260,4 +288,35 @@ func us(d time.Duration) float64 { return float64(d) / 1e3 }
 func printLatRow(w io.Writer, r bench.LatResult) {
 	fmt.Fprintf(w, " %-7d %-12d %-12.2f %-12.2f %-16.2f %-12.2f %-14.2f %-22.2f %.2f\n", r.Size, r.Iters,
 		us(r.Min), us(r.Max), us(r.Typical), us(r.Avg), us(r.Stdev), us(r.P99), us(r.P999))
+}
+
+// benchCSVHeader is the first row -csv writes; bandwidth rows leave the
+// latency columns empty and latency rows the bandwidth ones.
+var benchCSVHeader = []string{"test", "op", "bytes", "iterations", "bw_peak_MBps", "bw_average_MBps", "msg_rate_Mpps", "cpu_s_per_GB",
+	"t_min_usec", "t_typical_usec", "t_avg_usec", "t_max_usec", "p99_usec", "p99_9_usec"}
+
+// writeBenchCSV writes the bench's results as CSV, one row per test.
+func writeBenchCSV(path string, rep benchReport) error {
+	f := func(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
+	rows := [][]string{benchCSVHeader}
+	for _, r := range rep.BW {
+		gb := float64(r.Iters*r.Size) / 1e9
+		rows = append(rows, []string{"bw", strings.ToLower(r.Op.String()), strconv.Itoa(r.Size), strconv.Itoa(r.Iters),
+			f(r.PeakMBps, 2), f(r.AvgMBps, 2), f(r.MsgRate, 6), f(r.CPUTime.Seconds()/gb, 3), "", "", "", "", "", ""})
+	}
+	for _, r := range rep.Lat {
+		rows = append(rows, []string{"lat", strings.ToLower(r.Op.String()), strconv.Itoa(r.Size), strconv.Itoa(r.Iters), "", "", "", "",
+			f(us(r.Min), 2), f(us(r.Typical), 2), f(us(r.Avg), 2), f(us(r.Max), 2), f(us(r.P99), 2), f(us(r.P999), 2)})
+	}
+	file, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(file)
+	w.WriteAll(rows)
+	if err := w.Error(); err != nil {
+		file.Close()
+		return err
+	}
+	return file.Close()
 }

@@ -40,11 +40,16 @@ const (
 // ptPhases are the phase boundaries of a duration-mode run, in ticks.
 type ptPhases struct {
 	sampleStart, sampleEnd, end uint64
+	cpu                         *ptCPUSampler // --cpu_util
 }
 
 func newPTPhases(o *ptOptions, now uint64) *ptPhases {
 	margin, dur := uint64(o.margin)*1e9, uint64(o.duration)*1e9
-	return &ptPhases{sampleStart: now + margin, sampleEnd: now + dur - margin, end: now + dur}
+	p := &ptPhases{sampleStart: now + margin, sampleEnd: now + dur - margin, end: now + dur}
+	if o.cpuUtilOn() {
+		p.cpu = startPTCPUSampler(p)
+	}
+	return p
 }
 
 // at returns the phase at now; a run whose phases have not started (nil)
@@ -487,6 +492,9 @@ func (b *ptBW) report() (perftest.BWReport, error) {
 		// The iteration count of a duration run is already the total.
 		p.Iters, p.NumQPs, p.NoPeak = b.sample, 1, true
 		tposted, tcompleted = []uint64{b.ph.sampleStart}, []uint64{b.ph.sampleEnd}
+		rep, err := perftest.ComputeBW(tposted, tcompleted, p)
+		rep.CPUUtil = b.ph.cpu.util()
+		return rep, err
 	}
 	return perftest.ComputeBW(tposted, tcompleted, p)
 }

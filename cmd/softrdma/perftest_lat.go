@@ -285,7 +285,10 @@ func (l *ptLat) report() error {
 		if err != nil {
 			return err
 		}
-		if err := perftest.WriteLatDurationRow(r.out, s); err != nil {
+		s.CPUUtil = l.ph.cpu.util()
+		r.outs.latDur = append(r.outs.latDur, s)
+		r.outs.bar.pause()
+		if err := perftest.WriteLatDurationRow(r.out, s, r.o.cpuUtilOn()); err != nil {
 			return err
 		}
 		if r.o.outJSON {
@@ -299,6 +302,8 @@ func (l *ptLat) report() error {
 	if err != nil {
 		return err
 	}
+	r.outs.lat = append(r.outs.lat, s)
+	r.outs.bar.pause()
 	if err := perftest.WriteLatRow(r.out, s); err != nil {
 		return err
 	}

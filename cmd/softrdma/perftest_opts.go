@@ -89,6 +89,11 @@ type ptOptions struct {
 	gbits    bool   // --report_gbits
 	outJSON  bool   // --out_json
 	jsonFile string // --out_json_file
+	cpuUtil  bool   // --cpu_util (reported in duration mode only, as perftest)
+
+	// softrdma's additions.
+	csvFile  string // --out_csv: the table as CSV
+	plotFile string // --plot: a PNG of the table against message size
 
 	// maxAllSize caps the sizes of -a. perftest has no such option; tests
 	// set it to keep -a short. 0 means 8 MiB, as perftest.
@@ -211,6 +216,9 @@ func ptOptionTable() []ptOption {
 		{0, "out_json", false, func(o *ptOptions, _ string) error { o.outJSON = true; return nil }},
 		{0, "out_json_file", true, func(o *ptOptions, a string) error { o.jsonFile = a; return nil }},
 		{0, "perform_warm_up", false, func(o *ptOptions, _ string) error { o.warmUp = true; return nil }},
+		{0, "cpu_util", false, func(o *ptOptions, _ string) error { o.cpuUtil = true; return nil }},
+		{0, "out_csv", true, func(o *ptOptions, a string) error { o.csvFile = a; return nil }},
+		{0, "plot", true, func(o *ptOptions, a string) error { o.plotFile = a; return nil }},
 	}
 }
 
@@ -460,6 +468,10 @@ func (o *ptOptions) forceDependencies(w io.Writer) error {
 			return errors.New("please check that DURATION > 2*MARGIN")
 		}
 	}
+	if o.cpuUtil && o.duration == 0 {
+		fmt.Fprint(w, perftest.ResultLine)
+		fmt.Fprint(w, " CPU Utilization works only with Duration mode.\n")
+	}
 	if verb == perftest.Send && kind == perftest.BW && o.role() == perftest.Server && !o.duplex {
 		o.noPeak = true
 	}
@@ -558,4 +570,9 @@ func ptUsage(w io.Writer, t ptTest) {
 	if t.kind == perftest.BW {
 		p("      --report_gbits  Report Max/Average BW of test in Gbit/sec (instead of MiB/sec)\n")
 	}
+	p("      --cpu_util  Show CPU Utilization in report, valid only in Duration mode \n")
+	p("\n softrdma additions (the table itself is unchanged):\n")
+	p("      --out_csv=<file>  Also write the table as CSV, one row per message size\n")
+	p("      --plot=<file.png>  Plot the table against message size (for -a sweeps)\n")
+	p("  A progress bar is drawn on stderr when it is a terminal (SOFTRDMA_NO_PROGRESS=1: never)\n")
 }

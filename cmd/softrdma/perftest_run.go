@@ -66,6 +66,7 @@ type ptRun struct {
 	local  []perftest.Dest
 	remote []perftest.Dest
 	ti     perftest.TestInfo
+	outs   ptOutputs
 }
 
 // runPT runs the benchmark o describes in env.
@@ -280,10 +281,18 @@ func (r *ptRun) run(conn net.Conn) error {
 	for _, d := range r.remote {
 		io.WriteString(r.out, perftest.AddressLines(perftest.Remote, d, o.test.verb, true))
 	}
+	r.outs.bar = newProgressBar()
+	defer r.outs.bar.stop()
 	if o.test.kind == perftest.BW {
-		return r.runBW()
+		err = r.runBW()
+	} else {
+		err = r.runLat()
 	}
-	return r.runLat()
+	r.outs.bar.stop()
+	if err != nil {
+		return err
+	}
+	return r.writeOutputs()
 }
 
 func ptLinkType(l verbs.LinkLayer) string {
@@ -296,7 +305,7 @@ func ptLinkType(l verbs.LinkLayer) string {
 // runBW runs a bandwidth test from the table header to the end.
 func (r *ptRun) runBW() error {
 	o, ctx := r.o, r.env.ctx
-	f := perftest.BWFormat{Gbits: o.gbits}
+	f := perftest.BWFormat{Gbits: o.gbits, CPUUtil: o.cpuUtilOn()}
 	if err := perftest.WriteBWHeader(r.out, f); err != nil {
 		return err
 	}
@@ -320,7 +329,9 @@ func (r *ptRun) runBW() error {
 	var my perftest.BWReport
 	sender := o.role() == perftest.Client || o.duplex
 	receiver := o.test.verb == perftest.Send && (o.role() == perftest.Server || o.duplex)
-	for _, size := range o.sizes() {
+	sizes := o.sizes()
+	for i, size := range sizes {
+		r.startRun(size, i, len(sizes))
 		bw := newPTBW(r, size)
 		if sender {
 			bw.setSendWQEs()
@@ -376,6 +387,8 @@ func (r *ptRun) runBW() error {
 // printBW prints a table row and, with --out_json, rewrites the JSON file,
 // as print_full_bw_report does.
 func (r *ptRun) printBW(rep perftest.BWReport, f perftest.BWFormat) error {
+	r.outs.bw = append(r.outs.bw, rep)
+	r.outs.bar.pause()
 	if err := perftest.WriteBWRow(r.out, rep, f); err != nil {
 		return err
 	}
@@ -413,14 +426,16 @@ func (r *ptRun) runLat() error {
 	}
 	var err error
 	if o.duration > 0 {
-		err = perftest.WriteLatDurationHeader(r.out)
+		err = perftest.WriteLatDurationHeader(r.out, o.cpuUtilOn())
 	} else {
 		err = perftest.WriteLatHeader(r.out)
 	}
 	if err != nil {
 		return err
 	}
-	for _, size := range o.sizes() {
+	sizes := o.sizes()
+	for i, size := range sizes {
+		r.startRun(size, i, len(sizes))
 		lat := newPTLat(r, size)
 		if o.test.verb == perftest.Send {
 			if err := lat.setRecvWQEs(); err != nil {
@@ -476,7 +491,7 @@ func newPTWatch(ctx context.Context) ptWatch {
 }
 
 // progress records that something completed.
-func (w *ptWatch) progress() { w.spins = 0; w.last = 0 }
+func (w *ptWatch) progress() { w.spins = 0; w.last = 0; ptCompleted.Add(1) }
 
 // idle is called after an empty poll; it returns an error once the loop
 // has stalled for ptStallTimeout or the context is done.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -605,4 +606,47 @@ func TestPerftestEnvDevice(t *testing.T) {
 		t.Errorf("server output:\n%s", srvOut.String())
 	}
 	checkBW(t, "server", ptBWRows(t, srvOut.String(), false), []uint64{65536}, 50, true, false)
+}
+
+// TestPerftestOutputs: --out_csv writes the printed rows, --plot a PNG,
+// and --cpu_util adds perftest's column in duration mode.
+func TestPerftestOutputs(t *testing.T) {
+	dir := t.TempDir()
+	csvFile, png := dir+"/lat.csv", dir+"/lat.png"
+	args := []string{"-a", "-n", "20"}
+	tweak := func(o *ptOptions) { o.maxAllSize = 64 }
+	out := runPTPair(t, "ib_write_lat", args, append(args, "--out_csv", csvFile, "--plot", png), tweak)
+	rows := ptRows(t, out.client, "99.9% percentile[usec]")
+	f, err := os.Open(csvFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := csv.NewReader(f).ReadAll()
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != len(rows)+1 || recs[0][0] != "bytes" || recs[0][8] != "p99_9_usec" {
+		t.Fatalf("CSV %q for %d printed rows", recs, len(rows))
+	}
+	for i, row := range rows {
+		for j := range row {
+			if recs[i+1][j] != row[j] {
+				t.Fatalf("CSV row %d %q differs from the table's %q", i, recs[i+1], row)
+			}
+		}
+	}
+	if b, err := os.ReadFile(png); err != nil || !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Fatalf("--plot did not write a PNG: %v", err)
+	}
+
+	dargs := []string{"-D", "1", "-f", "0", "-s", "1024", "--cpu_util"}
+	out = runPTPair(t, "ib_write_bw", dargs, dargs, nil)
+	rows = ptRows(t, out.client, "CPU_Util[%]")
+	if len(rows) != 1 || len(rows[0]) != 6 {
+		t.Fatalf("rows with --cpu_util: %q", rows)
+	}
+	if u, err := strconv.ParseFloat(rows[0][5], 64); err != nil || u <= 0 || u > 100 {
+		t.Fatalf("CPU_Util %q", rows[0][5])
+	}
 }

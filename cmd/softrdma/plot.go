@@ -14,54 +14,61 @@ import (
 	"github.com/softrdma/softrdma/internal/bench"
 )
 
-var opColors = map[bench.Op]color.Color{
-	bench.Write: color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
-	bench.Read:  color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
-	bench.Send:  color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+// plotPanel is one chart of a PNG: lines against message size (log2 x).
+type plotPanel struct {
+	title, yLabel string
+	series        []plotSeries
 }
 
-// plotBench draws bandwidth and latency against message size side by side.
-func plotBench(path string, rep benchReport) error {
-	bw := plot.New()
-	bw.Title.Text = "softrdma bandwidth (UDP loopback)"
-	bw.X.Label.Text = "message size [bytes]"
-	bw.Y.Label.Text = "average bandwidth [MB/s]"
-	bw.X.Scale = plot.LogScale{}
-	bw.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	bw.Legend.Top, bw.Legend.Left = true, true
-	lat := plot.New()
-	lat.Title.Text = "softrdma latency (median)"
-	lat.X.Label.Text = "message size [bytes]"
-	lat.Y.Label.Text = "latency [µs] (READ: round trip)"
-	lat.X.Scale = plot.LogScale{}
-	lat.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	lat.Legend.Top, lat.Legend.Left = true, true
+// plotSeries is one line of a panel.
+type plotSeries struct {
+	name  string
+	color color.Color
+	pts   plotter.XYs
+}
 
-	for _, op := range []bench.Op{bench.Write, bench.Read, bench.Send} {
-		var pts plotter.XYs
-		for _, r := range rep.BW {
-			if r.Op == op {
-				pts = append(pts, plotter.XY{X: float64(r.Size), Y: r.AvgMBps})
-			}
-		}
-		if err := addLine(bw, op, pts); err != nil {
-			return err
-		}
-		pts = nil
-		for _, r := range rep.Lat {
-			if r.Op == op {
-				pts = append(pts, plotter.XY{X: float64(r.Size), Y: us(r.Typical)})
-			}
-		}
-		if err := addLine(lat, op, pts); err != nil {
-			return err
-		}
+var palette = []color.Color{
+	color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+	color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
+	color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+}
+
+// writePlot draws the panels side by side into a PNG at path. Series
+// without points are left out; a panel without any is drawn empty.
+func writePlot(path string, panels []plotPanel) error {
+	if len(panels) == 0 {
+		return fmt.Errorf("plot: nothing to draw")
 	}
-	img := vgimg.New(16*vg.Inch, 6*vg.Inch)
+	img := vgimg.New(vg.Length(8*len(panels))*vg.Inch, 6*vg.Inch)
 	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Inch / 2, PadY: vg.Inch / 4, PadLeft: vg.Inch / 4, PadRight: vg.Inch / 4, PadTop: vg.Inch / 4, PadBottom: vg.Inch / 4}
-	bw.Draw(tiles.At(dc, 0, 0))
-	lat.Draw(tiles.At(dc, 1, 0))
+	tiles := draw.Tiles{Rows: 1, Cols: len(panels), PadX: vg.Inch / 2, PadY: vg.Inch / 4, PadLeft: vg.Inch / 4, PadRight: vg.Inch / 4, PadTop: vg.Inch / 4, PadBottom: vg.Inch / 4}
+	for i, pn := range panels {
+		p := plot.New()
+		p.Title.Text = pn.title
+		p.X.Label.Text = "message size [bytes]"
+		p.Y.Label.Text = pn.yLabel
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Legend.Top, p.Legend.Left = true, true
+		for j, s := range pn.series {
+			if len(s.pts) == 0 {
+				continue
+			}
+			l, pt, err := plotter.NewLinePoints(s.pts)
+			if err != nil {
+				return fmt.Errorf("plot %s: %w", s.name, err)
+			}
+			c := s.color
+			if c == nil {
+				c = palette[j%len(palette)]
+			}
+			l.Color, pt.Color = c, c
+			p.Add(l, pt)
+			p.Legend.Add(s.name, l, pt)
+		}
+		p.Draw(tiles.At(dc, i, 0))
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -73,16 +80,25 @@ func plotBench(path string, rep benchReport) error {
 	return f.Close()
 }
 
-func addLine(p *plot.Plot, op bench.Op, pts plotter.XYs) error {
-	if len(pts) == 0 {
-		return nil
+// plotBench draws the bench's bandwidth and latency against message size.
+func plotBench(path string, rep benchReport) error {
+	bw := plotPanel{title: "softrdma bandwidth (UDP loopback)", yLabel: "average bandwidth [MB/s]"}
+	lat := plotPanel{title: "softrdma latency (median)", yLabel: "latency [µs] (READ: round trip)"}
+	for i, op := range []bench.Op{bench.Write, bench.Read, bench.Send} {
+		b := plotSeries{name: op.String(), color: palette[i]}
+		for _, r := range rep.BW {
+			if r.Op == op {
+				b.pts = append(b.pts, plotter.XY{X: float64(r.Size), Y: r.AvgMBps})
+			}
+		}
+		l := plotSeries{name: op.String(), color: palette[i]}
+		for _, r := range rep.Lat {
+			if r.Op == op {
+				l.pts = append(l.pts, plotter.XY{X: float64(r.Size), Y: us(r.Typical)})
+			}
+		}
+		bw.series = append(bw.series, b)
+		lat.series = append(lat.series, l)
 	}
-	l, s, err := plotter.NewLinePoints(pts)
-	if err != nil {
-		return fmt.Errorf("%v: %w", op, err)
-	}
-	l.Color, s.Color = opColors[op], opColors[op]
-	p.Add(l, s)
-	p.Legend.Add(op.String(), l, s)
-	return nil
+	return writePlot(path, []plotPanel{bw, lat})
 }

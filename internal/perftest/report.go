@@ -223,6 +223,18 @@ func cAltHex(v uint64, width int) string {
 type BWFormat struct {
 	Gbits   bool // --report_gbits: Gb/sec instead of MB/sec (MiB/s)
 	PerPort bool // --report-per-port: four more columns
+	CPUUtil bool // --cpu_util in duration mode: a CPU_Util[%] column (BWReport.CPUUtil)
+}
+
+// cpuUtilHeading and cpuUtilCell end a heading and a row when perftest
+// reports CPU utilisation (RESULT_EXT_CPU_UTIL, REPORT_EXT_CPU_UTIL).
+const cpuUtilHeading = "    CPU_Util[%]"
+
+func rowEnd(cpu bool, util float64) string {
+	if !cpu {
+		return "\n"
+	}
+	return "\t    " + cf(util, 3, 2) + "\n"
 }
 
 // WriteBWHeader writes the dashed line and the heading of the bandwidth
@@ -237,6 +249,9 @@ func WriteBWHeader(w io.Writer, f BWFormat) error {
 	case f.Gbits:
 		heading = bwHeadingGbits
 	}
+	if f.CPUUtil {
+		heading += cpuUtilHeading
+	}
 	_, err := io.WriteString(w, line+heading+"\n")
 	return err
 }
@@ -248,17 +263,17 @@ func WriteBWRow(w io.Writer, r BWReport, f BWFormat) error {
 	var s string
 	switch {
 	case f.PerPort:
-		s = fmt.Sprintf(" %-7d    %-10d     %s            %s\t\t   %s        %s            %s              %s            %s\n",
+		s = fmt.Sprintf(" %-7d    %-10d     %s            %s\t\t   %s        %s            %s              %s            %s",
 			r.Size, r.Iters, cf(r.BWPeak, 7, 2), cf(r.BWAvg, 7, 2), cf(r.MsgRate, 7, 6),
 			cf(r.BWAvgPort1, 7, 2), cf(r.MsgRatePort1, 7, 6), cf(r.BWAvgPort2, 7, 2), cf(r.MsgRatePort2, 7, 6))
 	case f.Gbits && r.BWAvg < 0.1:
-		s = fmt.Sprintf(" %-7d    %d           %s            %s            %s\n",
+		s = fmt.Sprintf(" %-7d    %d           %s            %s            %s",
 			r.Size, r.Iters, cf(r.BWPeak, 7, 6), cf(r.BWAvg, 7, 6), cf(r.MsgRate, 7, 6))
 	default:
-		s = fmt.Sprintf(" %-7d    %-10d       %s            %s\t\t   %s\n",
+		s = fmt.Sprintf(" %-7d    %-10d       %s            %s\t\t   %s",
 			r.Size, r.Iters, cf(r.BWPeak, 7, 2), cf(r.BWAvg, 7, 2), cf(r.MsgRate, 7, 6))
 	}
-	_, err := io.WriteString(w, s)
+	_, err := io.WriteString(w, s+rowEnd(f.CPUUtil, r.CPUUtil))
 	return err
 }
 
@@ -289,16 +304,21 @@ func WriteLatRow(w io.Writer, s LatStats) error {
 }
 
 // WriteLatDurationHeader writes the dashed line and the heading of the
-// duration-mode (-D) latency table.
-func WriteLatDurationHeader(w io.Writer) error {
-	_, err := io.WriteString(w, ResultLine+latDurationHeading+"\n")
+// duration-mode (-D) latency table; cpuUtil adds the CPU_Util[%] column.
+func WriteLatDurationHeader(w io.Writer, cpuUtil bool) error {
+	h := latDurationHeading
+	if cpuUtil {
+		h += cpuUtilHeading
+	}
+	_, err := io.WriteString(w, ResultLine+h+"\n")
 	return err
 }
 
-// WriteLatDurationRow writes one row of the duration-mode latency table.
-func WriteLatDurationRow(w io.Writer, s LatDurationStats) error {
-	_, err := fmt.Fprintf(w, " %-7d       %d            %s        %s\n",
-		s.Size, s.Iters, cf(s.TAvg, 7, 2), cf(s.TPS, 7, 2))
+// WriteLatDurationRow writes one row of the duration-mode latency table;
+// cpuUtil adds s.CPUUtil.
+func WriteLatDurationRow(w io.Writer, s LatDurationStats, cpuUtil bool) error {
+	_, err := fmt.Fprintf(w, " %-7d       %d            %s        %s%s",
+		s.Size, s.Iters, cf(s.TAvg, 7, 2), cf(s.TPS, 7, 2), rowEnd(cpuUtil, s.CPUUtil))
 	return err
 }
 

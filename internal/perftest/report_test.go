@@ -198,7 +198,7 @@ func TestLatTable(t *testing.T) {
 	}
 
 	var d strings.Builder
-	if err := WriteLatDurationHeader(&d); err != nil {
+	if err := WriteLatDurationHeader(&d, false); err != nil {
 		t.Fatal(err)
 	}
 	if want := ResultLine + " #bytes        #iterations       t_avg[usec]    tps average\n"; d.String() != want {

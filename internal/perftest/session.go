@@ -80,6 +80,10 @@ type BWReport struct {
 
 	// Per-port averages, used with --report-per-port on dual-port runs.
 	BWAvgPort1, MsgRatePort1, BWAvgPort2, MsgRatePort2 float64
+
+	// CPUUtil is this side's CPU utilisation over the measured interval
+	// (--cpu_util, CPUUtil); it is not exchanged with the peer.
+	CPUUtil float64
 }
 
 // Errors returned (wrapped) by Session.

@@ -260,6 +260,9 @@ type LatDurationStats struct {
 	Iters uint64  // exchanges completed in the measured interval
 	TAvg  float64 // average latency, microseconds
 	TPS   float64 // exchanges (transactions) per second
+	// CPUUtil is the CPU utilisation over the measured interval
+	// (--cpu_util), in percent.
+	CPUUtil float64
 }
 
 // ComputeLatDuration computes a duration-mode latency result the way

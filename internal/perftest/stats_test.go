@@ -227,7 +227,7 @@ func TestComputeLatDuration(t *testing.T) {
 		t.Errorf("got %+v", s)
 	}
 	var b strings.Builder
-	if err := WriteLatDurationRow(&b, s); err != nil {
+	if err := WriteLatDurationRow(&b, s, false); err != nil {
 		t.Fatal(err)
 	}
 	// REPORT_FMT_LAT_DUR " %-7lu       %lu            %-7.2f        %-7.2f"
