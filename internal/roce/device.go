@@ -347,7 +347,7 @@ type rxBuffers struct {
 }
 
 func newRxBuffers(n int) rxBuffers {
-	r := rxBuffers{pkts: make([]transport.Packet, n), bufs: make([][]byte, n)}
+	r := rxBuffers{pkts: make([]transport.Packet, n), bufs: make([][]byte, n), state: rxState{stage: newTxStage()}}
 	for i := range r.bufs {
 		r.bufs[i] = make([]byte, maxPacketSize+64)
 	}

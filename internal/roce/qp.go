@@ -39,6 +39,7 @@ type QP struct {
 	comp       completer
 	resp       responder
 	tx         txq
+	stage      *txStage // the receive path's stage while it holds mu (flushLocked)
 	timer      *time.Timer
 	timerAt    time.Time // when the armed timer fires; zero if not armed
 	destroyed  bool

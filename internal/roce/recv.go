@@ -29,6 +29,9 @@ const grhLen = 40
 // rxState is the receive loop's scratch space.
 type rxState struct {
 	p wire.Packet
+	// stage, if set, gathers the responder packets of the batch (see
+	// txStage); handleBatch sends it at the end.
+	stage *txStage
 }
 
 func (d *Device) handleBatch(rx *rxState, pkts []transport.Packet) {
@@ -63,16 +66,22 @@ func (d *Device) handleBatch(rx *rxState, pkts []transport.Packet) {
 		if qp != cur {
 			if cur != nil {
 				cur.endRxLocked(now)
+				cur.stage = nil
 				cur.mu.Unlock()
 			}
 			qp.mu.Lock()
+			qp.stage = rx.stage
 			cur = qp
 		}
 		qp.receiveLocked(&rx.p, pk, now)
 	}
 	if cur != nil {
 		cur.endRxLocked(now)
+		cur.stage = nil
 		cur.mu.Unlock()
+	}
+	if rx.stage != nil {
+		rx.stage.flush(d)
 	}
 }
 

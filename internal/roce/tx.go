@@ -20,9 +20,55 @@ type pktBuf struct {
 // txq is a QP's outgoing batch. It is used only under the QP's mutex, so
 // a QP's packets reach the transport in the order they were built.
 type txq struct {
-	pkts [txBatch]transport.Packet
-	bufs [txBatch]*pktBuf
-	n    int
+	pkts  [txBatch]transport.Packet
+	bufs  [txBatch]*pktBuf
+	isReq [txBatch]bool // a requester's packet (not an ACK or a response)
+	n     int
+}
+
+// txStage gathers, while the receive path processes one batch, the
+// responder packets (ACKs, NAKs, READ responses, atomic ACKs) of every QP
+// it touches, so that they leave in one transport call at the end of the
+// batch instead of one call per QP: with many QPs, each with little
+// traffic, that is the difference between one system call per ACK and
+// one per batch. Requester packets never wait here: a QP's requests may
+// also be sent by PostSend on another goroutine, and must not overtake
+// earlier ones. Used under the device's rxMu only.
+type txStage struct {
+	pkts []transport.Packet
+	bufs []*pktBuf
+}
+
+const stageCap = 256
+
+func newTxStage() *txStage {
+	return &txStage{pkts: make([]transport.Packet, 0, stageCap), bufs: make([]*pktBuf, 0, stageCap)}
+}
+
+func (s *txStage) add(d *Device, p transport.Packet, b *pktBuf) {
+	if len(s.pkts) == cap(s.pkts) {
+		s.flush(d)
+	}
+	s.pkts = append(s.pkts, p)
+	s.bufs = append(s.bufs, b)
+}
+
+// flush sends the staged packets, in the order they were staged.
+func (s *txStage) flush(d *Device) {
+	if len(s.pkts) == 0 {
+		return
+	}
+	sent, err := d.tr.Send(s.pkts)
+	d.Counters.SentPkts.Add(uint64(sent))
+	if err != nil || sent < len(s.pkts) {
+		d.Counters.SendErr.Add(uint64(len(s.pkts) - sent))
+	}
+	for i := range s.pkts {
+		d.bufPool.Put(s.bufs[i])
+		s.bufs[i] = nil
+		s.pkts[i] = transport.Packet{}
+	}
+	s.pkts, s.bufs = s.pkts[:0], s.bufs[:0]
 }
 
 // drop discards queued packets without sending them.
@@ -59,17 +105,39 @@ func (qp *QP) newPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.BTHF
 	i := qp.tx.n
 	qp.tx.bufs[i] = pb
 	qp.tx.pkts[i] = transport.Packet{Buf: b, Peer: dst, Flow: qp.qpn}
+	qp.tx.isReq[i] = info.Has(wire.FlagRequest)
 	qp.tx.n++
 	return b
 }
 
-// flushLocked sends the QP's batch.
+// flushLocked sends the QP's batch. On the receive path (qp.stage set)
+// its responder packets join the stage instead, in order, and only the
+// requester packets leave now.
 func (qp *QP) flushLocked() {
 	t := &qp.tx
 	if t.n == 0 {
 		return
 	}
 	d := qp.dev
+	if st := qp.stage; st != nil {
+		k := 0
+		for i := 0; i < t.n; i++ {
+			if !t.isReq[i] {
+				st.add(d, t.pkts[i], t.bufs[i])
+				t.pkts[i], t.bufs[i] = transport.Packet{}, nil
+				continue
+			}
+			t.pkts[k], t.bufs[k], t.isReq[k] = t.pkts[i], t.bufs[i], true
+			if k != i {
+				t.pkts[i], t.bufs[i] = transport.Packet{}, nil
+			}
+			k++
+		}
+		t.n = k
+		if k == 0 {
+			return
+		}
+	}
 	sent, err := d.tr.Send(t.pkts[:t.n])
 	d.Counters.SentPkts.Add(uint64(sent))
 	if err != nil || sent < t.n {

@@ -87,6 +87,8 @@ type Transport struct {
 	sendMu  sync.Mutex
 	senders []sender
 	sbuf    batchBuf
+	grp     []transport.Packet // Send's batch regrouped by sending socket
+	grpIdx  []uint8
 
 	recvMu  sync.Mutex
 	rbuf    batchBuf
@@ -391,6 +393,7 @@ func (t *Transport) Send(pkts []transport.Packet) (int, error) {
 	}
 	t.sendMu.Lock()
 	defer t.sendMu.Unlock()
+	pkts = t.groupBySender(pkts)
 	total := 0
 	for len(pkts) > 0 {
 		// A run of packets of one flow goes out in one call.
@@ -454,6 +457,37 @@ func (t *Transport) Send(pkts []transport.Packet) (int, error) {
 		pkts = pkts[npkt:]
 	}
 	return total, nil
+}
+
+// groupBySender returns pkts with the packets of each sending socket
+// together, each flow's packets in their order: a batch that mixes many
+// QPs (the ACKs of one receive batch) then leaves in one sendmmsg per
+// socket rather than one per run. Precondition: sendMu held.
+func (t *Transport) groupBySender(pkts []transport.Packet) []transport.Packet {
+	if len(t.senders) < 2 || len(pkts) < 2 {
+		return pkts
+	}
+	t.grpIdx = t.grpIdx[:0]
+	mixed := false
+	for i := range pkts {
+		s := uint8(t.senderFor(pkts[i].Flow))
+		t.grpIdx = append(t.grpIdx, s)
+		if s != t.grpIdx[0] {
+			mixed = true
+		}
+	}
+	if !mixed {
+		return pkts
+	}
+	t.grp = t.grp[:0]
+	for s := range t.senders {
+		for i := range pkts {
+			if int(t.grpIdx[i]) == s {
+				t.grp = append(t.grp, pkts[i])
+			}
+		}
+	}
+	return t.grp
 }
 
 // setName points message i's address at peer.

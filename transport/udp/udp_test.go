@@ -55,11 +55,15 @@ func TestSendRecvBatch(t *testing.T) {
 	if ta.LinkMTU() != 65536 {
 		t.Errorf("loopback link MTU %d, want 65536", ta.LinkMTU())
 	}
-	const n = 40
+	// Five flows: packets of a flow must arrive in order, flows may
+	// interleave (Send groups packets by sending socket).
+	const n, flows = 40, 5
 	out := make([]transport.Packet, n)
 	for i := range out {
-		out[i] = transport.Packet{Buf: packet(100+i, byte(i)), Peer: tb.LocalAddr(), Flow: uint32(i)}
+		out[i] = transport.Packet{Buf: packet(100+i, byte(i)), Peer: tb.LocalAddr(), Flow: uint32(i % flows)}
 	}
+	last := [flows]int{-1, -1, -1, -1, -1}
+	seen := map[int]bool{}
 	if sent, err := ta.Send(out); err != nil || sent != n {
 		t.Fatalf("Send = %d, %v", sent, err)
 	}
@@ -71,9 +75,18 @@ func TestSendRecvBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, p := range in[:k] {
-			want := out[got].Buf
-			if string(p.Buf) != string(want) {
-				t.Fatalf("packet %d differs", got)
+			i := -1 // the payload's first byte is the packet's index
+			if len(p.Buf) > wire.BTHLen {
+				i = int(p.Buf[wire.BTHLen])
+			}
+			if i < 0 || i >= n || seen[i] || string(p.Buf) != string(out[i].Buf) {
+				t.Fatalf("received packet %d (%d bytes) is not one sent, or came twice", got, len(p.Buf))
+			}
+			seen[i] = true
+			if f := i % flows; i < last[f] {
+				t.Fatalf("flow %d: packet %d arrived after packet %d", f, i, last[f])
+			} else {
+				last[f] = i
 			}
 			if p.ICRC != transport.ICRCOK || p.Peer.Addr() != a || p.Local != b {
 				t.Fatalf("packet %d: icrc %v peer %v local %v", got, p.ICRC, p.Peer, p.Local)
