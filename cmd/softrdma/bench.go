@@ -308,6 +308,11 @@ func writeBenchCSV(path string, rep benchReport) error {
 		rows = append(rows, []string{"lat", strings.ToLower(r.Op.String()), strconv.Itoa(r.Size), strconv.Itoa(r.Iters), "", "", "", "",
 			f(us(r.Min), 2), f(us(r.Typical), 2), f(us(r.Avg), 2), f(us(r.Max), 2), f(us(r.P99), 2), f(us(r.P999), 2)})
 	}
+	return writeCSVFile(path, rows)
+}
+
+// writeCSVFile writes rows to a new file at path.
+func writeCSVFile(path string, rows [][]string) error {
 	file, err := os.Create(path)
 	if err != nil {
 		return err

@@ -6,7 +6,6 @@ package main
 // terminal.
 
 import (
-	"encoding/csv"
 	"fmt"
 	"os"
 	"strconv"
@@ -154,17 +153,7 @@ func (r *ptRun) writeCSV(path string) error {
 			rows = append(rows, []string{u(s.Size), u(s.Iters), f(s.TMin, 2), f(s.TMax, 2), f(s.TTypical, 2), f(s.TAvg, 2), f(s.TStdev, 2), f(s.P99, 2), f(s.P999, 2)})
 		}
 	}
-	file, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	w := csv.NewWriter(file)
-	w.WriteAll(rows)
-	if err := w.Error(); err != nil {
-		file.Close()
-		return err
-	}
-	return file.Close()
+	return writeCSVFile(path, rows)
 }
 
 func (r *ptRun) writePTPlot(path string) error {
