@@ -477,7 +477,7 @@ func (r *ptRun) runLat() error {
 var errPTStall = errors.New("no completion for a long time; is the peer alive?")
 
 // ptWatch is the idle policy of the polling loops: busy polling, as
-// perftest does, but without starving the devices' receive loops, and with
+// perftest does, with spin.Idle's yields so as not to starve the peer, and
 // stall and cancellation checks that do not read the clock on every empty
 // poll.
 type ptWatch struct {

@@ -548,7 +548,7 @@ func getPort(p uint16) uint16 {
 	return uint16(b[0])<<8 | uint16(b[1])
 }
 
-// Recv receives a batch with recvmmsg, blocking in the network poller
+// Recv receives a batch with recvmmsg, blocking (in ppoll)
 // until at least one datagram is there.
 func (t *Transport) Recv(pkts []transport.Packet) (int, error) {
 	return t.recv(pkts, true)
@@ -564,8 +564,11 @@ func (t *Transport) TryRecv(pkts []transport.Packet) (int, error) {
 	return t.recvLocked(pkts, false)
 }
 
-// Wait blocks in the network poller until a datagram is waiting, without
-// receiving it and without holding the receive lock.
+// Wait blocks (in ppoll) until a datagram is waiting, without
+// receiving it and without holding the receive lock. Like any blocking
+// system call it holds its thread; the Go runtime hands the thread's P to
+// other goroutines once the call has lasted a scheduler tick (with
+// GOMAXPROCS=1 that tick is their wait).
 func (t *Transport) Wait() error {
 	t.fdMu.RLock()
 	defer t.fdMu.RUnlock()
