@@ -85,6 +85,15 @@ type Config struct {
 	// instead of two, which is what lets two processes on two cores each
 	// get a core (UCX progresses the same way, in the caller's poll).
 	NoInlinePoll bool
+	// NoDeferredAck sends a busy poller's ACKs at the end of the receive
+	// batch that made them. By default an ACK due to a packet that a busy
+	// poller received waits until that goroutine comes back to the device:
+	// it leaves with the QP's next request if the goroutine posts one (in
+	// the same system call: a ping-pong's answer carries the ACK of the
+	// question), else at its next poll, else after 100 µs (a timer), and
+	// destroying the QP sends it too. On loopback that takes one of the
+	// two system calls of a ping-pong hop off the critical path.
+	NoDeferredAck bool
 	// AcceptUnverifiedICRC accepts packets whose ICRC the transport could
 	// not check (an IPv4 peer that sends a non-zero IP identification, as
 	// Linux rxe does, received on a plain UDP socket). Off, such packets are
@@ -123,7 +132,9 @@ type Device struct {
 	poller                   transport.Poller
 
 	inlinePoll  bool
-	rxMu        sync.Mutex // held by whoever receives: Serve or a polling CQ
+	deferAck    bool
+	rxMu        sync.Mutex  // held by whoever receives: Serve or a polling CQ
+	ackTimer    *time.Timer // sends ACKs a poller left waiting (ackDelay)
 	rx          rxBuffers
 	serving     atomic.Bool
 	inlinePolls atomic.Uint64 // receive attempts by busy pollers (PollRx)
@@ -159,6 +170,9 @@ func New(cfg Config) (*Device, error) {
 	d.rx = newRxBuffers(cfg.Transport.BatchSize())
 	d.poller, _ = cfg.Transport.(transport.Poller)
 	d.inlinePoll = !cfg.NoInlinePoll
+	d.deferAck = d.inlinePoll && !cfg.NoDeferredAck
+	d.ackTimer = time.AfterFunc(time.Hour, d.sendLateAcks)
+	d.ackTimer.Stop()
 	d.asideCheck = stepAsideCheck
 	d.spinPolls = cfg.SpinPolls
 	if d.spinPolls == 0 {
@@ -225,7 +239,7 @@ func (d *Device) Serve() {
 			}
 			seen = n
 		}
-		n, err := d.pollRx(poller)
+		n, err := d.pollRx(poller, false)
 		if err != nil {
 			return
 		}
@@ -309,18 +323,44 @@ func (d *Device) serveBlocking() {
 }
 
 // pollRx receives and processes one batch if no other goroutine is
-// receiving. It returns the number of packets handled.
-func (d *Device) pollRx(poller transport.Poller) (int, error) {
+// receiving. It returns the number of packets handled. inline says that a
+// busy poller calls: the batch's ACKs may then wait for it to come back.
+func (d *Device) pollRx(poller transport.Poller, inline bool) (int, error) {
 	if !d.rxMu.TryLock() {
 		return 0, nil
 	}
 	defer d.rxMu.Unlock()
+	rx := &d.rx.state
+	// ACKs left behind by the previous batch go now: with this batch's
+	// responder packets if it has any, else on their own.
+	rx.stageDeferredAcks()
+	rx.deferAck = inline && d.deferAck
 	d.rx.reset()
 	got, err := poller.TryRecv(d.rx.pkts)
 	if got > 0 {
-		d.handleBatch(&d.rx.state, d.rx.pkts[:got])
+		d.handleBatch(rx, d.rx.pkts[:got])
+	} else {
+		rx.stage.flush(d)
 	}
 	return got, err
+}
+
+// ackDelay bounds how long an ACK waits for the poller that left it
+// (Config.NoDeferredAck): ackTimer sends it if the poller has not come
+// back by then. Far below any retransmission timeout in use (IBTA Local
+// ACK Timeout 8 is 1 ms; perftest uses 14, 67 ms). A variable so that
+// tests can take the timer out of the way.
+var ackDelay = 100 * time.Microsecond
+
+// sendLateAcks is ackTimer's function. A goroutine that holds rxMu is
+// receiving and sends the waiting ACKs itself.
+func (d *Device) sendLateAcks() {
+	if d.closed.Load() || !d.rxMu.TryLock() {
+		return
+	}
+	d.rx.state.stageDeferredAcks()
+	d.rx.state.stage.flush(d)
+	d.rxMu.Unlock()
 }
 
 // PollRx lets a goroutine that busy-polls a CQ receive and process the
@@ -329,7 +369,7 @@ func (d *Device) pollRx(poller transport.Poller) (int, error) {
 func (d *Device) PollRx() {
 	if d.inlinePoll && d.poller != nil && d.serving.Load() {
 		d.inlinePolls.Add(1)
-		d.pollRx(d.poller)
+		d.pollRx(d.poller, true)
 	}
 }
 
@@ -489,6 +529,7 @@ func (d *Device) Close() error {
 	if !d.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	d.ackTimer.Stop()
 	err := d.tr.Close()
 	select {
 	case d.serveKick <- struct{}{}:

@@ -378,6 +378,12 @@ func (qp *QP) Destroy() error {
 		return verbs.Errorf("DestroyQP", verbs.ErrDestroyed, "QP already destroyed")
 	}
 	qp.destroyed = true
+	// An ACK that waits for a poller is the peer's last word on what
+	// arrived: send it rather than make the peer retry into the void.
+	if qp.resp.ackPending {
+		qp.flushAckLocked()
+		qp.flushLocked()
+	}
 	qp.setStateLocked(verbs.QPStateReset)
 	qp.stopTimerLocked()
 	qp.clearRecvLocked()
@@ -565,7 +571,13 @@ func (qp *QP) kickLocked(now time.Time) {
 	case verbs.QPStateRTS:
 		inFlight := qp.typ == verbs.QPTypeRC && qp.comp.psn != qp.req.psn
 		qp.runRequesterLocked(now)
-		if !inFlight {
+		if qp.resp.ackPending {
+			// An ACK waits for this goroutine (Config.NoDeferredAck): it
+			// leaves with the requests, in the same system call.
+			qp.resp.deferMisses = 0
+			qp.flushAckLocked()
+			qp.flushLocked()
+		} else if !inFlight {
 			qp.flushLocked()
 		}
 	}

@@ -32,6 +32,58 @@ type rxState struct {
 	// stage, if set, gathers the responder packets of the batch (see
 	// txStage); handleBatch sends it at the end.
 	stage *txStage
+	// deferAck lets the batch's ACKs wait for the busy poller that
+	// receives it (Config.NoDeferredAck); deferred lists the QPs whose ACK
+	// waits. The next poll sends what the poller has not.
+	deferAck bool
+	deferred []*QP
+}
+
+// An ACK waits for the poller only while that pays: a QP whose poller
+// came back to poll rather than to post deferMissLimit times in a row (a
+// stream, where a late ACK only shrinks the sender's window) sends its
+// ACKs at once and tries waiting again once every deferRetry ACKs.
+const (
+	deferMissLimit = 2
+	deferRetry     = 64
+)
+
+// deferWorthIt says whether this ACK should wait for the poller.
+func (r *responder) deferWorthIt() bool {
+	if r.deferMisses < deferMissLimit {
+		return true
+	}
+	r.deferSkips++
+	if r.deferSkips < deferRetry {
+		return false
+	}
+	r.deferSkips = 0
+	return true
+}
+
+// stageDeferredAcks moves the ACKs that still wait into the stage.
+func (rx *rxState) stageDeferredAcks() {
+	if len(rx.deferred) == 0 {
+		return
+	}
+	rx.deferred[0].dev.ackTimer.Stop()
+	for i, qp := range rx.deferred {
+		rx.deferred[i] = nil
+		qp.mu.Lock()
+		qp.resp.ackDeferred = false
+		if qp.resp.ackPending && !qp.destroyed {
+			// The poller did not post: the wait bought nothing.
+			if qp.resp.deferMisses < deferMissLimit {
+				qp.resp.deferMisses++
+			}
+			qp.stage = rx.stage
+			qp.flushAckLocked()
+			qp.flushLocked()
+			qp.stage = nil
+		}
+		qp.mu.Unlock()
+	}
+	rx.deferred = rx.deferred[:0]
 }
 
 func (d *Device) handleBatch(rx *rxState, pkts []transport.Packet) {
@@ -65,7 +117,7 @@ func (d *Device) handleBatch(rx *rxState, pkts []transport.Packet) {
 		}
 		if qp != cur {
 			if cur != nil {
-				cur.endRxLocked(now)
+				cur.endRxLocked(rx, now)
 				cur.stage = nil
 				cur.mu.Unlock()
 			}
@@ -76,7 +128,7 @@ func (d *Device) handleBatch(rx *rxState, pkts []transport.Packet) {
 		qp.receiveLocked(&rx.p, pk, now)
 	}
 	if cur != nil {
-		cur.endRxLocked(now)
+		cur.endRxLocked(rx, now)
 		cur.stage = nil
 		cur.mu.Unlock()
 	}
@@ -140,11 +192,25 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Packet, now time.Time)
 
 // endRxLocked ends a run of received packets for the QP: the coalesced
 // ACK, then anything the requester may now send, all in one batch.
-func (qp *QP) endRxLocked(now time.Time) {
-	qp.flushAckLocked()
+func (qp *QP) endRxLocked(rx *rxState, now time.Time) {
 	if qp.req.kick {
 		qp.req.kick = false
 		qp.runRequesterLocked(now)
+	}
+	switch {
+	case !qp.resp.ackPending:
+	case rx.deferAck && qp.tx.n == 0 && qp.resp.deferWorthIt():
+		// Nothing leaves now: the ACK waits for the poller (see
+		// Config.NoDeferredAck).
+		if !qp.resp.ackDeferred {
+			qp.resp.ackDeferred = true
+			if len(rx.deferred) == 0 {
+				qp.dev.ackTimer.Reset(ackDelay)
+			}
+			rx.deferred = append(rx.deferred, qp)
+		}
+	default:
+		qp.flushAckLocked()
 	}
 	qp.flushLocked()
 	qp.rearmLocked(now)

@@ -48,8 +48,11 @@ type responder struct {
 	writeLen  uint64
 	ucDrop    bool // UC: dropping the rest of a message after a gap
 
-	ackPending bool
-	ackPSN     wire.PSN
+	ackPending  bool
+	ackPSN      wire.PSN
+	ackDeferred bool   // on the device's list of ACKs that wait for a poller
+	deferMisses uint8  // deferred ACKs in a row the poller's next poll sent
+	deferSkips  uint16 // ACKs sent at once since the last try (deferWorthIt)
 
 	res     []rdRes // replay ring for READ and atomic requests
 	resNext int

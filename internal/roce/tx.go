@@ -55,7 +55,7 @@ func (s *txStage) add(d *Device, p transport.Packet, b *pktBuf) {
 
 // flush sends the staged packets, in the order they were staged.
 func (s *txStage) flush(d *Device) {
-	if len(s.pkts) == 0 {
+	if s == nil || len(s.pkts) == 0 {
 		return
 	}
 	sent, err := d.tr.Send(s.pkts)

@@ -1,0 +1,219 @@
+package roce
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/softrdma/softrdma/transport"
+	"github.com/softrdma/softrdma/transport/udp"
+	"github.com/softrdma/softrdma/verbs"
+	"github.com/softrdma/softrdma/wire"
+)
+
+// sendLog is a UDP transport that records the opcodes of every Send call.
+type sendLog struct {
+	*udp.Transport
+	mu    sync.Mutex
+	calls [][]wire.Opcode
+}
+
+func (s *sendLog) Send(pkts []transport.Packet) (int, error) {
+	ops := make([]wire.Opcode, len(pkts))
+	for i, p := range pkts {
+		ops[i] = wire.BTH(p.Buf).Opcode()
+	}
+	s.mu.Lock()
+	s.calls = append(s.calls, ops)
+	s.mu.Unlock()
+	return s.Transport.Send(pkts)
+}
+
+// callsWith returns the Send calls that carried an ACK.
+func (s *sendLog) callsWith(op wire.Opcode) [][]wire.Opcode {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out [][]wire.Opcode
+	for _, c := range s.calls {
+		for _, o := range c {
+			if o == op {
+				out = append(out, c)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// deferredAckPair connects a to b, where b's Serve has stepped aside for
+// a busy poller (stepAsideCheck is an hour, so it stays aside): what b
+// receives, b's polling loop receives inline.
+func deferredAckPair(t *testing.T, delay time.Duration) (a, b *node, bl *sendLog) {
+	t.Helper()
+	oldCheck, oldDelay := stepAsideCheck, ackDelay
+	t.Cleanup(func() { stepAsideCheck, ackDelay = oldCheck, oldDelay })
+	stepAsideCheck, ackDelay = time.Hour, delay
+	ta, tb := udpPair(t)
+	bl = &sendLog{Transport: tb}
+	a, b = pair(t, ta, bl, defaultOpts())
+	busyPollUntilAside(t, b)
+	return a, b, bl
+}
+
+// progressUntil busy-polls n's device, as ib_write_lat polls its buffer,
+// until n.buf[off] == want.
+func progressUntil(t *testing.T, n *node, off int, want byte) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for n.buf[off] != want {
+		n.dev.Progress()
+		if time.Now().After(deadline) {
+			t.Fatalf("byte %d never became %d", off, want)
+		}
+	}
+}
+
+func (n *node) write(id uint64, off, length int) {
+	n.post(&verbs.SendWR{WRID: id, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{n.mr.SGE(off, length)}, RemoteAddr: n.peer.mr.Addr() + uint64(off), RKey: n.peer.mr.RKey()})
+}
+
+// TestDeferredAck: the ACK of a packet a busy poller received waits for
+// that goroutine and leaves with its next request in one Send call; if
+// the goroutine never posts, a timer or destroying the QP sends it, before
+// the requester's retransmission timer would fire.
+func TestDeferredAck(t *testing.T) {
+	t.Run("rides with the answer", func(t *testing.T) {
+		a, b, bl := deferredAckPair(t, time.Hour) // only the post can send it
+		for i := 1; i <= 20; i++ {
+			a.buf[0] = byte(i)
+			a.write(uint64(i), 0, 1)
+			progressUntil(t, b, 0, byte(i))
+			b.buf[1] = byte(i)
+			b.write(uint64(i), 1, 1)
+			expectWC(t, a.waitWC(a.scq), uint64(i), verbs.WCSuccess, verbs.WCRDMAWrite)
+			progressUntilWC(t, b, b.scq, uint64(i))
+		}
+		acks := bl.callsWith(wire.RCAck)
+		if len(acks) != 20 {
+			t.Fatalf("b sent ACKs in %d Send calls, want 20: %v", len(acks), acks)
+		}
+		for _, c := range acks {
+			if len(c) != 2 || c[0] != wire.RCWriteOnly || c[1] != wire.RCAck {
+				t.Fatalf("an ACK left in %v, want [WRITE_ONLY ACK] in one call", c)
+			}
+		}
+		if n := a.dev.Counters.Retransmits.Load(); n != 0 {
+			t.Fatalf("a retransmitted %d packets", n)
+		}
+	})
+
+	t.Run("timer when the poller goes away", func(t *testing.T) {
+		a, b, bl := deferredAckPair(t, 100*time.Microsecond)
+		a.buf[0] = 1
+		a.write(1, 0, 64)
+		progressUntil(t, b, 0, 1)
+		// b stops polling and never posts; Serve sleeps for an hour.
+		expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
+		if n := a.dev.Counters.Retransmits.Load(); n != 0 {
+			t.Fatalf("a retransmitted %d packets: the ACK was late", n)
+		}
+		if acks := bl.callsWith(wire.RCAck); len(acks) != 1 || len(acks[0]) != 1 {
+			t.Fatalf("ACK calls %v, want one call with the ACK alone", acks)
+		}
+	})
+
+	t.Run("destroy sends it", func(t *testing.T) {
+		a, b, _ := deferredAckPair(t, time.Hour)
+		a.buf[0] = 1
+		a.write(1, 0, 64)
+		progressUntil(t, b, 0, 1)
+		if err := b.qp.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+		b.qp = nil
+		expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
+	})
+
+	t.Run("next poll sends it", func(t *testing.T) {
+		a, b, _ := deferredAckPair(t, time.Hour)
+		a.buf[0] = 1
+		a.write(1, 0, 64)
+		progressUntil(t, b, 0, 1)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			b.dev.Progress()
+			n, err := a.scq.Poll(a.wcs[:1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 1 {
+				expectWC(t, a.wcs[0], 1, verbs.WCSuccess, verbs.WCRDMAWrite)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the ACK never left although b kept polling")
+			}
+		}
+	})
+
+	t.Run("NoDeferredAck", func(t *testing.T) {
+		oldCheck, oldDelay := stepAsideCheck, ackDelay
+		t.Cleanup(func() { stepAsideCheck, ackDelay = oldCheck, oldDelay })
+		stepAsideCheck, ackDelay = time.Hour, time.Hour
+		ta, tb := udpPair(t)
+		bl := &sendLog{Transport: tb}
+		d, err := New(Config{Transport: bl, NoDeferredAck: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.deferAck {
+			t.Fatal("NoDeferredAck: the device defers ACKs")
+		}
+		d.Close()
+		ta.Close()
+	})
+}
+
+// progressUntilWC polls cq (receiving inline) until it returns wrid.
+func progressUntilWC(t *testing.T, n *node, cq verbs.CQ, wrid uint64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		k, err := cq.Poll(n.wcs[:1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k == 1 {
+			expectWC(t, n.wcs[0], wrid, verbs.WCSuccess, verbs.WCRDMAWrite)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no completion %d", wrid)
+		}
+	}
+}
+
+// TestDeferWorthIt: a QP whose poller keeps coming back to poll rather
+// than to post stops deferring its ACKs, and tries again now and then.
+func TestDeferWorthIt(t *testing.T) {
+	var r responder
+	for i := 0; i < deferMissLimit; i++ {
+		if !r.deferWorthIt() {
+			t.Fatalf("no deferral after %d misses", i)
+		}
+		r.deferMisses++
+	}
+	for i := 1; i < deferRetry; i++ {
+		if r.deferWorthIt() {
+			t.Fatalf("deferral %d ACKs after %d misses in a row", i, deferMissLimit)
+		}
+	}
+	if !r.deferWorthIt() {
+		t.Fatalf("no retry after %d ACKs", deferRetry)
+	}
+	r.deferMisses = 0 // a post sent the retried one
+	if !r.deferWorthIt() {
+		t.Fatal("no deferral after a post sent the last one")
+	}
+}
