@@ -293,7 +293,7 @@ func (l *ptLat) report() error {
 		}
 		if r.o.outJSON {
 			return r.writeJSON(func(w io.Writer) error {
-				return perftest.WriteLatDurationJSON(w, perftest.JSONValid, r.ti, s)
+				return perftest.WriteLatDurationJSON(w, perftest.JSONValid, r.ti, s, r.o.cpuUtilOn())
 			})
 		}
 		return nil

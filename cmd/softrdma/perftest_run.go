@@ -394,7 +394,7 @@ func (r *ptRun) printBW(rep perftest.BWReport, f perftest.BWFormat) error {
 	}
 	if r.o.outJSON {
 		return r.writeJSON(func(w io.Writer) error {
-			return perftest.WriteBWJSON(w, perftest.JSONValid, r.ti, rep, r.o.gbits)
+			return perftest.WriteBWJSON(w, perftest.JSONValid, r.ti, rep, r.o.gbits, r.o.cpuUtilOn())
 		})
 	}
 	return nil

@@ -167,22 +167,27 @@ func newJSON(style JSONStyle) *jsonWriter {
 
 // WriteBWJSON writes a bandwidth test's --out_json file. gbits is the
 // report format (--report_gbits); as in the table, averages below 0.1 Gb/s
-// get six decimals. perftest rewrites the file for every row it prints, so
-// with -a it holds the last message size.
-func WriteBWJSON(w io.Writer, style JSONStyle, ti TestInfo, r BWReport, gbits bool) error {
+// get six decimals. cpuUtil (--cpu_util in duration mode) adds
+// "CPU_util", r.CPUUtil, as perftest does. perftest rewrites the file for
+// every row it prints, so with -a it holds the last message size.
+func WriteBWJSON(w io.Writer, style JSONStyle, ti TestInfo, r BWReport, gbits, cpuUtil bool) error {
 	j := newJSON(style)
 	j.testInfo(ti)
 	prec := 2
 	if gbits && r.BWAvg < 0.1 {
 		prec = 6
 	}
-	j.results(
+	m := []string{
 		"MsgSize", fmt.Sprint(r.Size),
 		"n_iterations", fmt.Sprint(r.Iters),
 		"BW_peak", cFloat(r.BWPeak, prec),
 		"BW_average", cFloat(r.BWAvg, prec),
 		"MsgRate", cFloat(r.MsgRate, 6),
-	)
+	}
+	if cpuUtil {
+		m = append(m, "CPU_util", cFloat(r.CPUUtil, 2))
+	}
+	j.results(m...)
 	return j.flush(w)
 }
 
@@ -205,15 +210,19 @@ func WriteLatJSON(w io.Writer, style JSONStyle, ti TestInfo, s LatStats) error {
 }
 
 // WriteLatDurationJSON writes a duration-mode (-D) latency test's
-// --out_json file.
-func WriteLatDurationJSON(w io.Writer, style JSONStyle, ti TestInfo, s LatDurationStats) error {
+// --out_json file; cpuUtil adds "CPU_util" as WriteBWJSON does.
+func WriteLatDurationJSON(w io.Writer, style JSONStyle, ti TestInfo, s LatDurationStats, cpuUtil bool) error {
 	j := newJSON(style)
 	j.testInfo(ti)
-	j.results(
+	m := []string{
 		"MsgSize", fmt.Sprint(s.Size),
 		"n_iterations", fmt.Sprint(s.Iters),
 		"t_avg", cFloat(s.TAvg, 2),
 		"tps_average", cFloat(s.TPS, 2),
-	)
+	}
+	if cpuUtil {
+		m = append(m, "CPU_util", cFloat(s.CPUUtil, 2))
+	}
+	j.results(m...)
 	return j.flush(w)
 }

@@ -209,10 +209,10 @@ func TestLatTable(t *testing.T) {
 func TestJSON(t *testing.T) {
 	rep := BWReport{Size: 4096, Iters: 20, BWPeak: 5.300610203620484, BWAvg: 4.677425621156695, MsgRate: 0.001197420959016114}
 	var legacy, valid strings.Builder
-	if err := WriteBWJSON(&legacy, JSONPerftest45, writeBWClient, rep, false); err != nil {
+	if err := WriteBWJSON(&legacy, JSONPerftest45, writeBWClient, rep, false, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteBWJSON(&valid, JSONValid, writeBWClient, rep, false); err != nil {
+	if err := WriteBWJSON(&valid, JSONValid, writeBWClient, rep, false, false); err != nil {
 		t.Fatal(err)
 	}
 	wantLegacy := `{
@@ -305,18 +305,36 @@ MsgRate: 0.001197,
 	}
 
 	var dv strings.Builder
-	if err := WriteLatDurationJSON(&dv, JSONValid, lat, LatDurationStats{Size: 8, Iters: 100, TAvg: 2.5, TPS: 400000}); err != nil {
+	if err := WriteLatDurationJSON(&dv, JSONValid, lat, LatDurationStats{Size: 8, Iters: 100, TAvg: 2.5, TPS: 400000}, false); err != nil {
 		t.Fatal(err)
 	}
 	small := BWReport{Size: 2, Iters: 1000, BWPeak: 0.09, BWAvg: 0.0812344, MsgRate: 5.07}
 	var gb strings.Builder
-	if err := WriteBWJSON(&gb, JSONValid, writeBWClient, small, true); err != nil {
+	if err := WriteBWJSON(&gb, JSONValid, writeBWClient, small, true, false); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(gb.String(), "\"BW_average\": 0.081234,\n") {
 		t.Errorf("Gb/s below 0.1 should have six decimals:\n%s", gb.String())
 	}
-	for _, doc := range []string{valid.String(), lv.String(), dv.String(), gb.String()} {
+	// --cpu_util: perftest appends "CPU_util" to the results (REPORT_EXT_CPU_UTIL_JSON).
+	var cb, cd strings.Builder
+	cpu := BWReport{Size: 65536, Iters: 1000, BWPeak: 900, BWAvg: 850.5, MsgRate: 0.0136, CPUUtil: 37.256}
+	if err := WriteBWJSON(&cb, JSONValid, writeBWClient, cpu, false, true); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(cb.String(), "\"MsgRate\": 0.013600,\n\"CPU_util\": 37.26\n}\n}\n") {
+		t.Errorf("bandwidth with --cpu_util:\n%s", cb.String())
+	}
+	if err := WriteLatDurationJSON(&cd, JSONValid, lat, LatDurationStats{Size: 8, Iters: 100, TAvg: 2.5, TPS: 400000, CPUUtil: 99.5}, true); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(cd.String(), "\"tps_average\": 400000.00,\n\"CPU_util\": 99.50\n}\n}\n") {
+		t.Errorf("duration latency with --cpu_util:\n%s", cd.String())
+	}
+	if strings.Contains(dv.String(), "CPU_util") {
+		t.Errorf("CPU_util without --cpu_util:\n%s", dv.String())
+	}
+	for _, doc := range []string{valid.String(), lv.String(), dv.String(), gb.String(), cb.String(), cd.String()} {
 		var v map[string]map[string]any
 		if err := json.Unmarshal([]byte(doc), &v); err != nil {
 			t.Errorf("not valid JSON (%v):\n%s", err, doc)
