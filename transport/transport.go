@@ -62,12 +62,41 @@ func (s ICRCStatus) String() string {
 // On Recv, Buf is a caller-provided buffer that the transport reslices to the
 // datagram's length; Peer is the source address and port, Local the local
 // address the datagram was sent to, and ICRC the result of the check.
+//
+// A transport that implements Gatherer may also be given, on Send, a packet
+// whose payload is not in Buf: the packet on the wire is then Buf[:Split],
+// Payload, Buf[Split:] (the headers, the payload, the pad and ICRC), and
+// the transport gathers the three without copying the payload, which
+// stays where the application registered it.
 type Packet struct {
-	Buf   []byte
-	Peer  netip.AddrPort
-	Local netip.Addr
-	Flow  uint32
-	ICRC  ICRCStatus
+	Buf     []byte
+	Payload []byte
+	Split   int
+	Peer    netip.AddrPort
+	Local   netip.Addr
+	Flow    uint32
+	ICRC    ICRCStatus
+}
+
+// Len is the length of the packet on the wire.
+func (p *Packet) Len() int { return len(p.Buf) + len(p.Payload) }
+
+// CopyTo copies the packet as it goes on the wire into dst, which must
+// hold Len bytes, and returns Len.
+func (p *Packet) CopyTo(dst []byte) int {
+	if len(p.Payload) == 0 {
+		return copy(dst, p.Buf)
+	}
+	n := copy(dst, p.Buf[:p.Split])
+	n += copy(dst[n:], p.Payload)
+	return n + copy(dst[n:], p.Buf[p.Split:])
+}
+
+// Gatherer is implemented by transports whose Send takes packets with a
+// separate Payload (see Packet).
+type Gatherer interface {
+	// Gathers reports whether Send takes packets with a Payload.
+	Gathers() bool
 }
 
 // Transport sends and receives batches of RoCEv2 packets.

@@ -53,9 +53,16 @@ const (
 // headers that ip describes (IPv4: 20-byte header without options, fragment
 // offset 0, MF clear). It does not allocate.
 func ICRC(ip *IPInfo, pkt []byte) uint32 {
+	return ICRCv(ip, pkt, nil, nil)
+}
+
+// ICRCv is ICRC of the concatenation head, payload, tail, where head
+// holds at least the BTH: the ICRC of a packet gathered from its headers,
+// a payload elsewhere, and its pad.
+func ICRCv(ip *IPInfo, head, payload, tail []byte) uint32 {
 	var buf [maxPseudo]byte
 	src, dst := ip.Src.Unmap(), ip.Dst.Unmap()
-	udpLen := udpHdrLen + len(pkt) + ICRCLen
+	udpLen := udpHdrLen + len(head) + len(payload) + len(tail) + ICRCLen
 	var n int
 	if src.Is4() && dst.Is4() {
 		h := buf[:ipv4HdrLen]
@@ -89,7 +96,16 @@ func ICRC(ip *IPInfo, pkt []byte) uint32 {
 	binary.BigEndian.PutUint16(u[2:], ip.DstPort)
 	binary.BigEndian.PutUint16(u[4:], uint16(udpLen))
 	u[6], u[7] = 0xFF, 0xFF
-	return icrcTail(buf[:], n+udpHdrLen, pkt)
+	crc := icrcTail(buf[:], n+udpHdrLen, head)
+	return crcMore(crcMore(crc, payload), tail)
+}
+
+// crcMore continues crc over p.
+func crcMore(crc uint32, p []byte) uint32 {
+	if len(p) < 64 {
+		return updateSmall(crc, p)
+	}
+	return crcUpdate(crc, p)
 }
 
 // ICRCFromHeaders returns the invariant CRC of pkt (as for ICRC: without
@@ -124,10 +140,7 @@ func icrcTail(buf []byte, n int, pkt []byte) uint32 {
 		buf[n+bthFECN] = 0xFF
 	}
 	crc := updateSmall(crcFF, buf[:n+b])
-	if rest := pkt[b:]; len(rest) < 64 {
-		return updateSmall(crc, rest)
-	}
-	return crcUpdate(crc, pkt[b:])
+	return crcMore(crc, pkt[b:])
 }
 
 // slicing8 holds the tables of the slicing-by-8 CRC-32 algorithm for the
@@ -172,6 +185,13 @@ func updateSmall(crc uint32, p []byte) uint32 {
 func PutICRC(pkt []byte, ip *IPInfo) {
 	end := len(pkt) - ICRCLen
 	binary.LittleEndian.PutUint32(pkt[end:], ICRC(ip, pkt[:end]))
+}
+
+// PutICRCv is PutICRC for a packet gathered from head, payload and tail
+// (see ICRCv); the ICRC goes into the last 4 bytes of tail.
+func PutICRCv(head, payload, tail []byte, ip *IPInfo) {
+	end := len(tail) - ICRCLen
+	binary.LittleEndian.PutUint32(tail[end:], ICRCv(ip, head, payload, tail[:end]))
 }
 
 // CheckICRC reports whether the last 4 bytes of pkt hold the ICRC of the

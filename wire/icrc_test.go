@@ -164,6 +164,20 @@ func FuzzICRC(f *testing.F) {
 		if len(full) >= BTHLen+ICRCLen && !CheckICRC(full, &ip) {
 			t.Fatal("CheckICRC rejects what PutICRC wrote")
 		}
+		if len(pkt) < BTHLen {
+			return
+		}
+		// Gathered: the same packet in three pieces, cut where junk says.
+		s1 := BTHLen + int(junk%uint32(len(pkt)-BTHLen+1))
+		s2 := s1 + int(junk>>16)%(len(pkt)-s1+1)
+		if got := ICRCv(&ip, pkt[:s1], pkt[s1:s2], pkt[s2:]); got != want {
+			t.Fatalf("ICRCv cut at %d, %d = %#x, want %#x", s1, s2, got, want)
+		}
+		tail := append(bytes.Clone(pkt[s2:]), 0, 0, 0, 0)
+		PutICRCv(pkt[:s1], pkt[s1:s2], tail, &ip)
+		if !bytes.Equal(tail[len(tail)-ICRCLen:], full[len(full)-ICRCLen:]) {
+			t.Fatalf("PutICRCv cut at %d, %d wrote %x, PutICRC %x", s1, s2, tail[len(tail)-ICRCLen:], full[len(full)-ICRCLen:])
+		}
 	})
 }
 

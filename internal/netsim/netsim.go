@@ -330,8 +330,8 @@ func (n *Network) drawLocked() draws {
 //
 // Precondition: n.mu held, e open.
 func (n *Network) sendLocked(e *Endpoint, p *transport.Packet) error {
-	size := len(p.Buf)
-	if size < icrcLen {
+	size := p.Len()
+	if size < icrcLen || len(p.Payload) > 0 && len(p.Buf)-p.Split < icrcLen {
 		return fmt.Errorf("netsim: a %d-byte packet cannot hold its %d-byte ICRC", size, icrcLen)
 	}
 	n.stats.Sent++
@@ -354,7 +354,7 @@ func (n *Network) sendLocked(e *Endpoint, p *transport.Packet) error {
 	now := n.nowLocked()
 	sent := e.serializeLocked(size, now, n.cfg.Bandwidth)
 	pkt := n.getLocked(size)
-	copy(pkt.buf, p.Buf)
+	p.CopyTo(pkt.buf)
 	pkt.from, pkt.sport, pkt.to = e.addr, flowPort(p.Flow), dst
 	putICRC(pkt.buf, pkt.from, dst.addr, pkt.sport)
 
@@ -556,6 +556,10 @@ func (e *Endpoint) serializeLocked(size int, now, bw int64) int64 {
 	e.linkRem = r
 	return e.linkFree
 }
+
+// Gathers reports that Send takes packets with a separate payload
+// (transport.Gatherer); it copies them into the network whole.
+func (e *Endpoint) Gathers() bool { return true }
 
 // Send copies each packet into the network, writes the ICRC into the copy
 // (not into pkts[i].Buf, which Send leaves untouched) and applies the

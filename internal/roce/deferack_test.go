@@ -11,20 +11,27 @@ import (
 	"github.com/softrdma/softrdma/wire"
 )
 
-// sendLog is a UDP transport that records the opcodes of every Send call.
+// sendLog is a UDP transport that records the opcodes of every Send call
+// and counts the packets that came with a separate payload.
 type sendLog struct {
 	*udp.Transport
-	mu    sync.Mutex
-	calls [][]wire.Opcode
+	mu       sync.Mutex
+	calls    [][]wire.Opcode
+	gathered int
 }
 
 func (s *sendLog) Send(pkts []transport.Packet) (int, error) {
 	ops := make([]wire.Opcode, len(pkts))
+	g := 0
 	for i, p := range pkts {
 		ops[i] = wire.BTH(p.Buf).Opcode()
+		if len(p.Payload) > 0 {
+			g++
+		}
 	}
 	s.mu.Lock()
 	s.calls = append(s.calls, ops)
+	s.gathered += g
 	s.mu.Unlock()
 	return s.Transport.Send(pkts)
 }

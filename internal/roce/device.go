@@ -94,6 +94,12 @@ type Config struct {
 	// destroying the QP sends it too. On loopback that takes one of the
 	// two system calls of a ping-pong hop off the critical path.
 	NoDeferredAck bool
+	// NoGather copies every payload into its packet. By default a request
+	// payload of 1 KiB or more that lies in one SGE stays in its MR and the
+	// transport gathers it from there (transport.Gatherer), which saves a
+	// copy per byte sent; an AllocMR buffer is then unmapped only when the
+	// last packet pointing into it has gone, even after DeregMR.
+	NoGather bool
 	// AcceptUnverifiedICRC accepts packets whose ICRC the transport could
 	// not check (an IPv4 peer that sends a non-zero IP identification, as
 	// Linux rxe does, received on a plain UDP socket). Off, such packets are
@@ -133,6 +139,7 @@ type Device struct {
 
 	inlinePoll  bool
 	deferAck    bool
+	gather      bool        // the transport gathers payloads (transport.Gatherer)
 	rxMu        sync.Mutex  // held by whoever receives: Serve or a polling CQ
 	ackTimer    *time.Timer // sends ACKs a poller left waiting (ackDelay)
 	rx          rxBuffers
@@ -171,6 +178,9 @@ func New(cfg Config) (*Device, error) {
 	d.poller, _ = cfg.Transport.(transport.Poller)
 	d.inlinePoll = !cfg.NoInlinePoll
 	d.deferAck = d.inlinePoll && !cfg.NoDeferredAck
+	if g, ok := cfg.Transport.(transport.Gatherer); ok && !cfg.NoGather {
+		d.gather = g.Gathers()
+	}
 	d.ackTimer = time.AfterFunc(time.Hour, d.sendLateAcks)
 	d.ackTimer.Stop()
 	d.asideCheck = stepAsideCheck

@@ -193,10 +193,11 @@ func (n *node) waitWC(cq verbs.CQ) verbs.WC {
 // the memory model's sense. Over real sockets the chain "responder writes,
 // sends ACK, requester completes" (and "test reads, posts the next WRITE,
 // responder writes") passes through the kernel, which the race detector
-// cannot see. The engine touches MR memory only under the MR's read lock,
+// cannot see. The engine writes MR memory only under the MR's read lock,
 // so taking its write lock orders the test's reads after earlier writes
 // (call settle before reading) and later writes after the reads (call it
-// again after).
+// again after). (A gathered send reads MR memory under the QP's lock,
+// which the post and the completion order.)
 func (n *node) settle() {
 	mr := n.mr.(*MR)
 	mr.mu.Lock()

@@ -54,6 +54,28 @@ type MR struct {
 	mu         sync.RWMutex
 	dead       bool // deregistered: every access fails
 	rkeyRevoke bool // invalidated by SEND_WITH_INV: remote access fails
+
+	// Packets that gather their payload from buf pin the MR: buf, if
+	// AllocMR mapped it, is unmapped only once none is left (Dereg, unpin).
+	pins     atomic.Int64
+	deregged atomic.Bool // dead, readable without mu
+	unmapped atomic.Bool
+}
+
+// unpin releases a packet's pin; the last one after Dereg unmaps buf.
+func (mr *MR) unpin() {
+	if mr.pins.Add(-1) == 0 && mr.deregged.Load() {
+		mr.unmapIfUnpinned()
+	}
+}
+
+// unmapIfUnpinned unmaps an AllocMR buffer that no packet points into,
+// once.
+func (mr *MR) unmapIfUnpinned() error {
+	if !mr.mmapped || mr.pins.Load() != 0 || !mr.unmapped.CompareAndSwap(false, true) {
+		return nil
+	}
+	return syscall.Munmap(mr.buf)
 }
 
 const accessMask = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
@@ -167,6 +189,7 @@ func (mr *MR) Dereg() error {
 		return verbs.Errorf("DeregMR", verbs.ErrDestroyed, "MR already deregistered")
 	}
 	mr.dead = true
+	mr.deregged.Store(true)
 	mr.mu.Unlock()
 
 	d := mr.pd.dev
@@ -182,10 +205,9 @@ func (mr *MR) Dereg() error {
 	d.keysMu.Unlock()
 	mr.pd.refs.Add(-1)
 	d.nMR.Add(-1)
-	if mr.mmapped {
-		return syscall.Munmap(mr.buf)
-	}
-	return nil
+	// Packets still queued may point into buf (gathered sends): the last
+	// of them unmaps it then.
+	return mr.unmapIfUnpinned()
 }
 
 // lookupKey returns the MR with local or remote key k, or nil.
@@ -271,6 +293,32 @@ func (s *sgl) copyOut(dst []byte, off uint64) bool {
 // copyIn copies src into the list starting at byte off, the last byte last.
 func (s *sgl) copyIn(src []byte, off uint64) bool {
 	return s.walk(src, off, true)
+}
+
+// pin returns the n bytes at byte off of the list if they lie in one
+// SGE of a live MR, and that MR, pinned (MR.unpin releases it); else nil.
+func (s *sgl) pin(off, n uint64) ([]byte, *MR) {
+	for i, e := range s.sges {
+		l := uint64(e.Length)
+		if off >= l {
+			off -= l
+			continue
+		}
+		mr := s.mrs[i]
+		if l-off < n || mr == nil {
+			return nil, nil
+		}
+		mr.mu.RLock()
+		m, ok := mr.span(e.Addr+off, n)
+		if mr.dead || !ok {
+			mr.mu.RUnlock()
+			return nil, nil
+		}
+		mr.pins.Add(1)
+		mr.mu.RUnlock()
+		return m, mr
+	}
+	return nil, nil
 }
 
 func (s *sgl) walk(b []byte, off uint64, in bool) bool {

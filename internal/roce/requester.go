@@ -205,7 +205,18 @@ func (qp *QP) sendPacketLocked(w *sendWQE) bool {
 	ackReq := qp.typ == verbs.QPTypeRC && (last || qp.req.noAck >= ackReqEvery-1)
 	bth.AckReq = ackReq
 	bth.SolicitedEvent = last && w.flags&verbs.SendSolicited != 0 && w.opcode != verbs.WRRDMAWrite
-	b := qp.newPacketLocked(dst, op, &bth, int(n))
+	var b []byte
+	gathered := false
+	if qp.dev.gather && !w.isInline && n >= gatherMin {
+		// The payload stays in the MR; the transport gathers it.
+		if m, mr := w.sgl.pin(off, n); mr != nil {
+			b = qp.newGatherPacketLocked(dst, op, &bth, m, mr)
+			gathered = true
+		}
+	}
+	if !gathered {
+		b = qp.newPacketLocked(dst, op, &bth, int(n))
+	}
 	if info.Has(wire.FlagRETH) {
 		wire.RETH(b[info.RETHOff:]).Encode(&wire.RETHFields{VA: w.raddr, RKey: w.rkey, DMALen: uint32(w.length)})
 	}
@@ -218,10 +229,11 @@ func (qp *QP) sendPacketLocked(w *sendWQE) bool {
 	if info.Has(wire.FlagDETH) {
 		wire.DETH(b[info.DETHOff:]).Encode(&wire.DETHFields{QKey: w.qkey, SrcQP: qp.qpn})
 	}
-	payload := b[info.Length : info.Length+int(n)]
-	if w.isInline {
-		copy(payload, w.inline[off:off+n])
-	} else if !w.sgl.copyOut(payload, off) {
+	switch {
+	case gathered:
+	case w.isInline:
+		copy(b[info.Length:info.Length+int(n)], w.inline[off:off+n])
+	case !w.sgl.copyOut(b[info.Length:info.Length+int(n)], off):
 		qp.tx.n-- // unqueue the half-built packet
 		qp.dev.bufPool.Put(qp.tx.bufs[qp.tx.n])
 		qp.tx.bufs[qp.tx.n] = nil

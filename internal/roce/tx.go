@@ -22,9 +22,15 @@ type pktBuf struct {
 type txq struct {
 	pkts  [txBatch]transport.Packet
 	bufs  [txBatch]*pktBuf
+	mrs   [txBatch]*MR  // the MR a gathered packet's payload lies in (pinned)
 	isReq [txBatch]bool // a requester's packet (not an ACK or a response)
 	n     int
 }
+
+// gatherMin is the smallest payload a request gathers from its MR rather
+// than copies into the packet (transport.Gatherer): below it the copy is
+// cheaper than the kernel's extra iovecs.
+const gatherMin = 1024
 
 // txStage gathers, while the receive path processes one batch, the
 // responder packets (ACKs, NAKs, READ responses, atomic ACKs) of every QP
@@ -74,11 +80,20 @@ func (s *txStage) flush(d *Device) {
 // drop discards queued packets without sending them.
 func (t *txq) drop(d *Device) {
 	for i := 0; i < t.n; i++ {
-		d.bufPool.Put(t.bufs[i])
-		t.bufs[i] = nil
-		t.pkts[i] = transport.Packet{}
+		t.free(d, i)
 	}
 	t.n = 0
+}
+
+// free returns packet i's buffer and unpins its MR.
+func (t *txq) free(d *Device, i int) {
+	d.bufPool.Put(t.bufs[i])
+	if mr := t.mrs[i]; mr != nil {
+		mr.unpin()
+		t.mrs[i] = nil
+	}
+	t.bufs[i] = nil
+	t.pkts[i] = transport.Packet{}
 }
 
 // newPacketLocked appends a packet with opcode op and payloadLen bytes of
@@ -110,6 +125,33 @@ func (qp *QP) newPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.BTHF
 	return b
 }
 
+// newGatherPacketLocked is newPacketLocked for a request whose payload
+// stays in mr, pinned by the caller: the transport gathers it from there
+// (transport.Packet.Payload). It returns the packet's headers; the
+// caller writes the extension headers as for newPacketLocked. The packet
+// unpins mr once sent or dropped.
+func (qp *QP) newGatherPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.BTHFields, payload []byte, mr *MR) []byte {
+	if qp.tx.n == txBatch {
+		qp.flushLocked()
+	}
+	info := op.Info()
+	pad := wire.PadFor(len(payload))
+	pb := qp.dev.bufPool.Get().(*pktBuf)
+	b := pb.b[:info.Length+pad+wire.ICRCLen]
+	bth.Opcode = op
+	bth.PadCount = pad
+	bth.PKey = defaultPKey
+	wire.BTH(b).Encode(bth)
+	clear(b[info.Length : info.Length+pad])
+	i := qp.tx.n
+	qp.tx.bufs[i] = pb
+	qp.tx.mrs[i] = mr
+	qp.tx.pkts[i] = transport.Packet{Buf: b, Payload: payload, Split: info.Length, Peer: dst, Flow: qp.qpn}
+	qp.tx.isReq[i] = true
+	qp.tx.n++
+	return b[:info.Length]
+}
+
 // flushLocked sends the QP's batch. On the receive path (qp.stage set)
 // its responder packets join the stage instead, in order, and only the
 // requester packets leave now.
@@ -123,13 +165,15 @@ func (qp *QP) flushLocked() {
 		k := 0
 		for i := 0; i < t.n; i++ {
 			if !t.isReq[i] {
+				// Responses never gather (t.mrs[i] is nil): the stage
+				// needs only the buffer back.
 				st.add(d, t.pkts[i], t.bufs[i])
 				t.pkts[i], t.bufs[i] = transport.Packet{}, nil
 				continue
 			}
-			t.pkts[k], t.bufs[k], t.isReq[k] = t.pkts[i], t.bufs[i], true
+			t.pkts[k], t.bufs[k], t.mrs[k], t.isReq[k] = t.pkts[i], t.bufs[i], t.mrs[i], true
 			if k != i {
-				t.pkts[i], t.bufs[i] = transport.Packet{}, nil
+				t.pkts[i], t.bufs[i], t.mrs[i] = transport.Packet{}, nil, nil
 			}
 			k++
 		}
@@ -152,14 +196,14 @@ func (t *txq) keepResponses(d *Device) {
 	n := 0
 	for i := 0; i < t.n; i++ {
 		if wire.BTH(t.pkts[i].Buf).Opcode().Info().Has(wire.FlagRequest) {
-			d.bufPool.Put(t.bufs[i])
+			t.free(d, i)
 			continue
 		}
-		t.pkts[n], t.bufs[n] = t.pkts[i], t.bufs[i]
+		t.pkts[n], t.bufs[n], t.mrs[n] = t.pkts[i], t.bufs[i], t.mrs[i]
 		n++
 	}
 	for i := n; i < t.n; i++ {
-		t.pkts[i], t.bufs[i] = transport.Packet{}, nil
+		t.pkts[i], t.bufs[i], t.mrs[i] = transport.Packet{}, nil, nil
 	}
 	t.n = n
 }

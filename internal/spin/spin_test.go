@@ -10,9 +10,20 @@ import (
 // Idle is called on every empty poll of the hot loops: it must not
 // allocate.
 func TestIdleAllocs(t *testing.T) {
+	// One run is goschedEvery calls, so that every run looks at the run
+	// queue (AllocsPerRun rounds down an average below one).
 	n := 0
-	if a := testing.AllocsPerRun(1000, func() { n++; Idle(n) }); a != 0 {
-		t.Fatalf("Idle allocates %.1f times per call", a)
+	run := func() {
+		for range goschedEvery {
+			n++
+			Idle(n)
+		}
+	}
+	if a := testing.AllocsPerRun(200, run); a != 0 {
+		t.Fatalf("Idle allocates %.1f times per %d calls", a, goschedEvery)
+	}
+	if a := testing.AllocsPerRun(200, func() { Crowded() }); a != 0 {
+		t.Fatalf("Crowded allocates %.1f times per call", a)
 	}
 }
 

@@ -130,7 +130,7 @@ var ctrlSlot = unix.CmsgSpace(4)
 func newBatchBuf(n int) batchBuf {
 	return batchBuf{
 		hdrs:  make([]mmsghdr, n),
-		iovs:  make([]unix.Iovec, n),
+		iovs:  make([]unix.Iovec, 3*n), // a gathered packet takes three
 		addr4: make([]unix.RawSockaddrInet4, n),
 		addr6: make([]unix.RawSockaddrInet6, n),
 		ctrl:  make([]byte, n*ctrlSlot),
@@ -378,6 +378,10 @@ func (t *Transport) ipInfo(peer netip.AddrPort, local netip.Addr) wire.IPInfo {
 	return wire.IPInfo{Src: peer.Addr().Unmap(), Dst: local, SrcPort: peer.Port(), DstPort: t.local.Port(), DF: true}
 }
 
+// Gathers reports that Send takes packets with a separate payload
+// (transport.Gatherer): they go out as sendmmsg iovecs, without a copy.
+func (t *Transport) Gathers() bool { return true }
+
 // senderFor picks the sending socket of a flow.
 func (t *Transport) senderFor(flow uint32) int {
 	return int((flow * 2654435761) >> 16 % uint32(len(t.senders)))
@@ -401,37 +405,57 @@ func (t *Transport) Send(pkts []transport.Packet) (int, error) {
 		s := &t.senders[si]
 		b := &t.sbuf
 		nmsg, npkt := 0, 0
+		niov := 0
 		for npkt < len(pkts) && npkt < t.batch && t.senderFor(pkts[npkt].Flow) == si {
 			first := &pkts[npkt]
-			seg := len(first.Buf)
+			seg := first.Len()
 			k := 1
 			if t.gso && first.Peer.Addr().Unmap().IsLoopback() {
 				size := seg
 				for npkt+k < len(pkts) && npkt+k < t.batch && k < maxSegments {
 					q := &pkts[npkt+k]
-					if q.Peer != first.Peer || len(q.Buf) > seg || size+len(q.Buf) > maxGSOBytes || t.senderFor(q.Flow) != si {
+					ql := q.Len()
+					if q.Peer != first.Peer || ql > seg || size+ql > maxGSOBytes || t.senderFor(q.Flow) != si {
 						break
 					}
-					size += len(q.Buf)
+					size += ql
 					k++
-					if len(q.Buf) < seg {
+					if ql < seg {
 						break // only the last segment may be shorter
 					}
 				}
 			}
+			iov0 := niov
 			for j := npkt; j < npkt+k; j++ {
 				p := &pkts[j]
-				if len(p.Buf) < wire.BTHLen+wire.ICRCLen {
-					return total, fmt.Errorf("udp: packet %d of %d bytes is shorter than a BTH and an ICRC", j, len(p.Buf))
-				}
 				ip := wire.IPInfo{Src: t.local.Addr(), Dst: p.Peer.Addr().Unmap(), SrcPort: s.port, DstPort: p.Peer.Port(), DF: true}
-				wire.PutICRC(p.Buf, &ip)
-				b.iovs[j].Base = &p.Buf[0]
-				b.iovs[j].SetLen(len(p.Buf))
+				if len(p.Payload) == 0 {
+					if len(p.Buf) < wire.BTHLen+wire.ICRCLen {
+						return total, fmt.Errorf("udp: packet %d of %d bytes is shorter than a BTH and an ICRC", j, len(p.Buf))
+					}
+					wire.PutICRC(p.Buf, &ip)
+					b.iovs[niov].Base = &p.Buf[0]
+					b.iovs[niov].SetLen(len(p.Buf))
+					niov++
+					continue
+				}
+				// Gather: headers, the payload where it lies, pad and ICRC.
+				if p.Split < wire.BTHLen || len(p.Buf)-p.Split < wire.ICRCLen {
+					return total, fmt.Errorf("udp: packet %d: %d bytes of headers and %d of trailer cannot hold a BTH and an ICRC", j, p.Split, len(p.Buf)-p.Split)
+				}
+				head, tail := p.Buf[:p.Split], p.Buf[p.Split:]
+				wire.PutICRCv(head, p.Payload, tail, &ip)
+				b.iovs[niov].Base = &head[0]
+				b.iovs[niov].SetLen(len(head))
+				b.iovs[niov+1].Base = &p.Payload[0]
+				b.iovs[niov+1].SetLen(len(p.Payload))
+				b.iovs[niov+2].Base = &tail[0]
+				b.iovs[niov+2].SetLen(len(tail))
+				niov += 3
 			}
 			h := &b.hdrs[nmsg].hdr
-			h.Iov = &b.iovs[npkt]
-			h.SetIovlen(k)
+			h.Iov = &b.iovs[iov0]
+			h.SetIovlen(niov - iov0)
 			t.setName(b, nmsg, first.Peer)
 			if k > 1 {
 				ctrl := b.ctrl[nmsg*ctrlSlot : (nmsg+1)*ctrlSlot]

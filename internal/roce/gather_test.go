@@ -1,0 +1,154 @@
+package roce
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/softrdma/softrdma/verbs"
+)
+
+// TestGatherSend: over a transport that gathers, a WRITE and a SEND of
+// MTU-sized packets leave with their payload in the MR, not copied, and
+// arrive intact; inline data and sub-KiB payloads are still copied.
+func TestGatherSend(t *testing.T) {
+	ta, tb := udpPair(t)
+	al := &sendLog{Transport: ta}
+	a, b := pair(t, al, tb, defaultOpts()) // MTU 1024
+	if !a.dev.gather {
+		t.Fatal("a UDP transport gathers, and the device does not use it")
+	}
+	for i := range a.buf[:64<<10] {
+		a.buf[i] = byte(i*7 + i>>8)
+	}
+	a.write(1, 0, 64<<10)
+	expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
+	b.settle()
+	if !bytes.Equal(b.buf[:64<<10], a.buf[:64<<10]) {
+		t.Fatal("the gathered WRITE did not land intact")
+	}
+	al.mu.Lock()
+	g := al.gathered
+	al.mu.Unlock()
+	if g < 64 {
+		t.Fatalf("%d of the WRITE's 64 packets were gathered", g)
+	}
+
+	// An unaligned WRITE whose last packet is gathered with a pad: 3075
+	// bytes from offset 3 are packets of 1024, 1024 and 1027 (pad 1).
+	clear(b.buf[:8192])
+	b.settle()
+	a.write(9, 3, 3075)
+	expectWC(t, a.waitWC(a.scq), 9, verbs.WCSuccess, verbs.WCRDMAWrite)
+	b.settle()
+	if !bytes.Equal(b.buf[3:3078], a.buf[3:3078]) || b.buf[2] != 0 || b.buf[3078] != 0 {
+		t.Fatal("the unaligned gathered WRITE did not land exactly")
+	}
+	al.mu.Lock()
+	g, g1 := al.gathered, al.gathered-g
+	al.mu.Unlock()
+	if g1 != 3 {
+		t.Fatalf("WRITE of 1024+1024+1027 bytes: %d packets gathered, want 3", g1)
+	}
+
+	b.postRecv(7, 0, 8192)
+	a.post(&verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(100, 3000)}})
+	expectWC(t, a.waitWC(a.scq), 2, verbs.WCSuccess, verbs.WCSend)
+	wc := b.waitWC(b.rcq)
+	expectWC(t, wc, 7, verbs.WCSuccess, verbs.WCRecv)
+	b.settle()
+	if wc.ByteLen != 3000 || !bytes.Equal(b.buf[:3000], a.buf[100:3100]) {
+		t.Fatalf("SEND of 3000 bytes: got %d bytes, equal %v", wc.ByteLen, bytes.Equal(b.buf[:3000], a.buf[100:3100]))
+	}
+	al.mu.Lock()
+	g2 := al.gathered - g
+	al.mu.Unlock()
+	// 3000 bytes at MTU 1024: 1024 + 1024 gathered, the last 952 copied.
+	if g2 != 2 {
+		t.Fatalf("SEND of 3000 bytes: %d packets gathered, want 2", g2)
+	}
+}
+
+// TestGatherZeroAllocs: a gathered WRITE, its ACK and its completion
+// allocate nothing in steady state.
+func TestGatherZeroAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector (sync.Pool drops items)")
+	}
+	ta, tb := udpPair(t)
+	a, _ := pair(t, ta, tb, defaultOpts())
+	wr := &verbs.SendWR{Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, 8192)},
+		RemoteAddr: a.peer.mr.Addr(), RKey: a.peer.mr.RKey()}
+	round := func() {
+		if err := a.qp.PostSend(wr); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			n, err := a.scq.Poll(a.wcs[:1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 1 {
+				if a.wcs[0].Status != verbs.WCSuccess {
+					t.Fatalf("completion %v", a.wcs[0].Status)
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no completion")
+			}
+		}
+	}
+	round()
+	if n := testing.AllocsPerRun(100, round); n != 0 {
+		t.Errorf("gathered WRITE of 8 KiB + ACK + poll: %.1f allocations per operation, want 0", n)
+	}
+}
+
+// TestGatherPinsAllocMR: an AllocMR buffer that queued packets point into
+// is unmapped only when the last of them lets go, even after DeregMR; a
+// deregistered MR is never pinned again.
+func TestGatherPinsAllocMR(t *testing.T) {
+	ta, _ := udpPair(t)
+	d, err := New(Config{Transport: ta})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	pd, _ := d.AllocPD()
+	defer pd.Dealloc()
+	m, err := pd.AllocMR(1<<16, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr := m.(*MR)
+	var s sgl
+	s.load(pd.(*PD), []verbs.SGE{mr.SGE(0, 1<<16)}, false)
+	p1, pin1 := s.pin(4096, 4096)
+	p2, pin2 := s.pin(0, 1024)
+	if pin1 != mr || pin2 != mr || len(p1) != 4096 || len(p2) != 1024 {
+		t.Fatalf("pin: %v %v %d %d", pin1, pin2, len(p1), len(p2))
+	}
+	if _, no := s.pin(60000, 8192); no != nil {
+		t.Fatal("pinned a range past the SGE")
+	}
+	if err := mr.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	if mr.unmapped.Load() {
+		t.Fatal("DeregMR unmapped a buffer two packets point into")
+	}
+	p1[0] = 1 // still mapped: this must not fault
+	if _, again := s.pin(0, 1024); again != nil {
+		t.Fatal("pinned a deregistered MR")
+	}
+	pin1.unpin()
+	if mr.unmapped.Load() {
+		t.Fatal("unmapped with one packet left")
+	}
+	pin2.unpin()
+	if !mr.unmapped.Load() {
+		t.Fatal("the last packet let go and the buffer stayed mapped")
+	}
+}
