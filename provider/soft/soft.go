@@ -53,6 +53,14 @@ type Config struct {
 	// environment variable SOFTRDMA_NO_INLINE_POLL=1 sets it too, for
 	// comparing the two.
 	NoInlinePoll bool
+	// NoDeferredAck sends each receive batch's ACKs at once instead of
+	// letting a busy poller's ACK leave with its next request (roce.Config;
+	// SOFTRDMA_NO_DEFERRED_ACK=1 sets it too).
+	NoDeferredAck bool
+	// NoGather copies every payload into its packet instead of letting the
+	// UDP socket gather it from the MR (roce.Config; SOFTRDMA_NO_GATHER=1
+	// sets it too).
+	NoGather bool
 	// Transport, if set, is used instead of a UDP socket (tests use
 	// internal/netsim).
 	Transport transport.Transport
@@ -90,7 +98,9 @@ func Open(cfg Config) (*Device, error) {
 		ll = roce.LinkLocalFromMAC(ifi.HardwareAddr)
 	}
 	d, err := roce.New(roce.Config{Name: name, Transport: tr, NetDev: netdev, LinkLocal: ll, AcceptUnverifiedICRC: cfg.AcceptUnverifiedICRC,
-		NoInlinePoll: cfg.NoInlinePoll || os.Getenv("SOFTRDMA_NO_INLINE_POLL") == "1"})
+		NoInlinePoll:  cfg.NoInlinePoll || os.Getenv("SOFTRDMA_NO_INLINE_POLL") == "1",
+		NoDeferredAck: cfg.NoDeferredAck || os.Getenv("SOFTRDMA_NO_DEFERRED_ACK") == "1",
+		NoGather:      cfg.NoGather || os.Getenv("SOFTRDMA_NO_GATHER") == "1"})
 	if err != nil {
 		tr.Close()
 		return nil, err
