@@ -364,8 +364,18 @@ func (qp *QP) sendReadResponsesLocked(va uint64, rkey uint32, dlen uint64, psn w
 			}
 		}
 		bth := wire.BTHFields{PSN: psn.Add(i), DestQP: qp.attr.DestQPNum}
-		b := qp.newPacketLocked(qp.dest, op, &bth, int(n))
 		info := op.Info()
+		var b []byte
+		if mr != nil && qp.dev.gather && n >= gatherMin {
+			// The transport gathers the payload from the MR (see
+			// newGatherPacketLocked); the packet pins the MR till then.
+			mr.pins.Add(1)
+			mr.mu.RUnlock()
+			b = qp.newGatherPacketLocked(qp.dest, op, &bth, src, mr)
+			mr = nil
+		} else {
+			b = qp.newPacketLocked(qp.dest, op, &bth, int(n))
+		}
 		if info.Has(wire.FlagAETH) {
 			wire.AETH(b[info.AETHOff:]).Encode(&wire.AETHFields{Syndrome: wire.ACKSyndrome(0x1F), MSN: qp.resp.msn & 0xFFFFFF})
 		}

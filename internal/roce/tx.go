@@ -43,20 +43,22 @@ const gatherMin = 1024
 type txStage struct {
 	pkts []transport.Packet
 	bufs []*pktBuf
+	mrs  []*MR // pinned by gathered READ responses
 }
 
 const stageCap = 256
 
 func newTxStage() *txStage {
-	return &txStage{pkts: make([]transport.Packet, 0, stageCap), bufs: make([]*pktBuf, 0, stageCap)}
+	return &txStage{pkts: make([]transport.Packet, 0, stageCap), bufs: make([]*pktBuf, 0, stageCap), mrs: make([]*MR, 0, stageCap)}
 }
 
-func (s *txStage) add(d *Device, p transport.Packet, b *pktBuf) {
+func (s *txStage) add(d *Device, p transport.Packet, b *pktBuf, mr *MR) {
 	if len(s.pkts) == cap(s.pkts) {
 		s.flush(d)
 	}
 	s.pkts = append(s.pkts, p)
 	s.bufs = append(s.bufs, b)
+	s.mrs = append(s.mrs, mr)
 }
 
 // flush sends the staged packets, in the order they were staged.
@@ -71,10 +73,14 @@ func (s *txStage) flush(d *Device) {
 	}
 	for i := range s.pkts {
 		d.bufPool.Put(s.bufs[i])
+		if mr := s.mrs[i]; mr != nil {
+			mr.unpin()
+			s.mrs[i] = nil
+		}
 		s.bufs[i] = nil
 		s.pkts[i] = transport.Packet{}
 	}
-	s.pkts, s.bufs = s.pkts[:0], s.bufs[:0]
+	s.pkts, s.bufs, s.mrs = s.pkts[:0], s.bufs[:0], s.mrs[:0]
 }
 
 // drop discards queued packets without sending them.
@@ -125,11 +131,11 @@ func (qp *QP) newPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.BTHF
 	return b
 }
 
-// newGatherPacketLocked is newPacketLocked for a request whose payload
-// stays in mr, pinned by the caller: the transport gathers it from there
-// (transport.Packet.Payload). It returns the packet's headers; the
-// caller writes the extension headers as for newPacketLocked. The packet
-// unpins mr once sent or dropped.
+// newGatherPacketLocked is newPacketLocked for a packet (a request or a
+// READ response) whose payload stays in mr, pinned by the caller: the
+// transport gathers it from there (transport.Packet.Payload). It returns
+// the packet's headers; the caller writes the extension headers as for
+// newPacketLocked. The packet unpins mr once sent or dropped.
 func (qp *QP) newGatherPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.BTHFields, payload []byte, mr *MR) []byte {
 	if qp.tx.n == txBatch {
 		qp.flushLocked()
@@ -147,7 +153,7 @@ func (qp *QP) newGatherPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wir
 	qp.tx.bufs[i] = pb
 	qp.tx.mrs[i] = mr
 	qp.tx.pkts[i] = transport.Packet{Buf: b, Payload: payload, Split: info.Length, Peer: dst, Flow: qp.qpn}
-	qp.tx.isReq[i] = true
+	qp.tx.isReq[i] = info.Has(wire.FlagRequest)
 	qp.tx.n++
 	return b[:info.Length]
 }
@@ -165,10 +171,8 @@ func (qp *QP) flushLocked() {
 		k := 0
 		for i := 0; i < t.n; i++ {
 			if !t.isReq[i] {
-				// Responses never gather (t.mrs[i] is nil): the stage
-				// needs only the buffer back.
-				st.add(d, t.pkts[i], t.bufs[i])
-				t.pkts[i], t.bufs[i] = transport.Packet{}, nil
+				st.add(d, t.pkts[i], t.bufs[i], t.mrs[i])
+				t.pkts[i], t.bufs[i], t.mrs[i] = transport.Packet{}, nil, nil
 				continue
 			}
 			t.pkts[k], t.bufs[k], t.mrs[k], t.isReq[k] = t.pkts[i], t.bufs[i], t.mrs[i], true
