@@ -92,6 +92,14 @@ func (p *Packet) CopyTo(dst []byte) int {
 	return n + copy(dst[n:], p.Buf[p.Split:])
 }
 
+// Coalescer is implemented by transports that send runs of equal-sized
+// packets to some peers as one datagram (UDP GSO on loopback), where a
+// packet of another size ends the run.
+type Coalescer interface {
+	// Coalesces reports whether Send coalesces packets to peer.
+	Coalesces(peer netip.AddrPort) bool
+}
+
 // Gatherer is implemented by transports whose Send takes packets with a
 // separate Payload (see Packet).
 type Gatherer interface {

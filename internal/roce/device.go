@@ -100,6 +100,16 @@ type Config struct {
 	// copy per byte sent; an AllocMR buffer is then unmapped only when the
 	// last packet pointing into it has gone, even after DeregMR.
 	NoGather bool
+	// NoSplitWrites sends a multi-packet RC RDMA WRITE as FIRST, MIDDLE
+	// and LAST packets even to a peer the transport coalesces packets to
+	// (transport.Coalescer: UDP GSO on loopback). By default such a WRITE
+	// (without immediate) goes as one WRITE ONLY per path MTU, each with
+	// its own RETH: UDP GSO
+	// needs equal-sized segments, and a FIRST packet (with a RETH) is 16
+	// bytes longer than a MIDDLE one, which would cut every message into
+	// at least two datagrams. The responder sees valid WRITEs to
+	// consecutive addresses; only its message count (MSN) differs.
+	NoSplitWrites bool
 	// AcceptUnverifiedICRC accepts packets whose ICRC the transport could
 	// not check (an IPv4 peer that sends a non-zero IP identification, as
 	// Linux rxe does, received on a plain UDP socket). Off, such packets are
@@ -139,9 +149,10 @@ type Device struct {
 
 	inlinePoll  bool
 	deferAck    bool
-	gather      bool        // the transport gathers payloads (transport.Gatherer)
-	rxMu        sync.Mutex  // held by whoever receives: Serve or a polling CQ
-	ackTimer    *time.Timer // sends ACKs a poller left waiting (ackDelay)
+	gather      bool                // the transport gathers payloads (transport.Gatherer)
+	coalescer   transport.Coalescer // nil, or when NoSplitWrites
+	rxMu        sync.Mutex          // held by whoever receives: Serve or a polling CQ
+	ackTimer    *time.Timer         // sends ACKs a poller left waiting (ackDelay)
 	rx          rxBuffers
 	serving     atomic.Bool
 	inlinePolls atomic.Uint64 // receive attempts by busy pollers (PollRx)
@@ -180,6 +191,9 @@ func New(cfg Config) (*Device, error) {
 	d.deferAck = d.inlinePoll && !cfg.NoDeferredAck
 	if g, ok := cfg.Transport.(transport.Gatherer); ok && !cfg.NoGather {
 		d.gather = g.Gathers()
+	}
+	if c, ok := cfg.Transport.(transport.Coalescer); ok && !cfg.NoSplitWrites {
+		d.coalescer = c
 	}
 	d.ackTimer = time.AfterFunc(time.Hour, d.sendLateAcks)
 	d.ackTimer.Stop()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/verbs"
+	"github.com/softrdma/softrdma/wire"
 )
 
 // TestGatherSend: over a transport that gathers, a WRITE and a SEND of
@@ -189,4 +190,84 @@ func TestGatherPinsAllocMR(t *testing.T) {
 	if !mr.unmapped.Load() {
 		t.Fatal("the last packet let go and the buffer stayed mapped")
 	}
+}
+
+// TestSplitWrites: to a peer the transport coalesces packets to (UDP GSO
+// on loopback), a multi-packet WRITE goes as one WRITE ONLY per MTU, whose
+// RETHs cover consecutive addresses, and lands intact; a WRITE with
+// immediate keeps FIRST/MIDDLE/LAST (its receiver reports the length the
+// FIRST carries), and so does every WRITE with NoSplitWrites.
+func TestSplitWrites(t *testing.T) {
+	ta, tb := udpPair(t)
+	if !ta.Coalesces(tb.LocalAddr()) {
+		t.Skip("no UDP GSO on loopback here")
+	}
+	al := &sendLog{Transport: ta}
+	a, b := pair(t, al, tb, defaultOpts()) // MTU 1024
+	fill(a.buf[:4000], 5)
+	a.write(1, 0, 4000)
+	expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
+	b.settle()
+	if !bytes.Equal(b.buf[:4000], a.buf[:4000]) {
+		t.Fatal("the split WRITE did not land intact")
+	}
+	if ops := al.opsSince(0); !equalOps(ops, wire.RCWriteOnly, wire.RCWriteOnly, wire.RCWriteOnly, wire.RCWriteOnly) {
+		t.Fatalf("a 4000-byte WRITE at MTU 1024 went as %v, want four WRITE ONLY", ops)
+	}
+
+	mark := al.count()
+	b.postRecv(9, 0, 0)
+	a.post(&verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMAWriteWithImm, ImmData: 7, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.mr.SGE(0, 3000)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	expectWC(t, a.waitWC(a.scq), 2, verbs.WCSuccess, verbs.WCRDMAWrite)
+	if wc := b.waitWC(b.rcq); wc.ByteLen != 3000 {
+		t.Fatalf("WRITE with immediate: the receiver reports %d bytes, want 3000", wc.ByteLen)
+	}
+	if ops := al.opsSince(mark); !equalOps(ops, wire.RCWriteFirst, wire.RCWriteMiddle, wire.RCWriteLastImm) {
+		t.Fatalf("a 3000-byte WRITE with immediate went as %v", ops)
+	}
+
+	tc, td := udpPair(t)
+	cl := &sendLog{Transport: tc}
+	c, e := pairWith(t, Config{Transport: cl, NoSplitWrites: true}, Config{Transport: td}, defaultOpts())
+	c.write(3, 0, 3000)
+	expectWC(t, c.waitWC(c.scq), 3, verbs.WCSuccess, verbs.WCRDMAWrite)
+	e.settle()
+	if ops := cl.opsSince(0); !equalOps(ops, wire.RCWriteFirst, wire.RCWriteMiddle, wire.RCWriteLast) {
+		t.Fatalf("NoSplitWrites: a 3000-byte WRITE went as %v", ops)
+	}
+}
+
+// opsSince returns the request opcodes of the Send calls after the first
+// mark calls, in order.
+func (s *sendLog) opsSince(mark int) []wire.Opcode {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []wire.Opcode
+	for _, c := range s.calls[mark:] {
+		for _, o := range c {
+			if o.Info().Has(wire.FlagRequest) {
+				out = append(out, o)
+			}
+		}
+	}
+	return out
+}
+
+func (s *sendLog) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.calls)
+}
+
+func equalOps(got []wire.Opcode, want ...wire.Opcode) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			return false
+		}
+	}
+	return true
 }

@@ -53,7 +53,13 @@ func defaultOpts() qpOpts {
 
 func newNode(t testing.TB, tr transport.Transport, o qpOpts) *node {
 	t.Helper()
-	d, err := New(Config{Transport: tr})
+	return newNodeWith(t, Config{Transport: tr}, o)
+}
+
+// newNodeWith is newNode with a device configured by cfg.
+func newNodeWith(t testing.TB, cfg Config, o qpOpts) *node {
+	t.Helper()
+	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +170,12 @@ func must(t testing.TB, err error) {
 
 // pair builds two connected nodes over the two transports.
 func pair(t testing.TB, ta, tb transport.Transport, o qpOpts) (*node, *node) {
-	a, b := newNode(t, ta, o), newNode(t, tb, o)
+	return pairWith(t, Config{Transport: ta}, Config{Transport: tb}, o)
+}
+
+// pairWith is pair with devices configured by ca and cb.
+func pairWith(t testing.TB, ca, cb Config, o qpOpts) (*node, *node) {
+	a, b := newNodeWith(t, ca, o), newNodeWith(t, cb, o)
 	a.peer, b.peer = b, a
 	connect(t, a, b, o)
 	connect(t, b, a, o)

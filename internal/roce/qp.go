@@ -28,22 +28,25 @@ type QP struct {
 	sigAll bool
 	state  atomic.Uint32 // verbs.QPState, readable without mu
 
-	mu         sync.Mutex
-	attr       verbs.QPAttr
-	pmtu       int
-	dest       netip.AddrPort // peer address (RC, UC)
-	destAddr   netip.Addr
-	sq         sendQueue
-	rq         recvQueue
-	req        requester
-	comp       completer
-	resp       responder
-	tx         txq
-	stage      *txStage // the receive path's stage while it holds mu (flushLocked)
-	timer      *time.Timer
-	timerAt    time.Time // when the armed timer fires; zero if not armed
-	destroyed  bool
-	inlineBufs []byte // backing store of every send WQE's inline buffer
+	mu   sync.Mutex
+	attr verbs.QPAttr
+	pmtu int
+	dest netip.AddrPort // peer address (RC, UC)
+	// splitWrites: multi-packet WRITEs go as one WRITE ONLY per MTU
+	// (Config.NoSplitWrites).
+	splitWrites bool
+	destAddr    netip.Addr
+	sq          sendQueue
+	rq          recvQueue
+	req         requester
+	comp        completer
+	resp        responder
+	tx          txq
+	stage       *txStage // the receive path's stage while it holds mu (flushLocked)
+	timer       *time.Timer
+	timerAt     time.Time // when the armed timer fires; zero if not armed
+	destroyed   bool
+	inlineBufs  []byte // backing store of every send WQE's inline buffer
 }
 
 // sendWQE is a send work request as the requester and completer see it.
@@ -313,6 +316,7 @@ func (qp *QP) applyLocked(attr *verbs.QPAttr, mask verbs.QPAttrMask) {
 		a.AHAttr = attr.AHAttr
 		qp.destAddr = attr.AHAttr.GRH.DGID.Addr()
 		qp.dest = netip.AddrPortFrom(qp.destAddr, qp.dev.port)
+		qp.splitWrites = qp.typ == verbs.QPTypeRC && qp.dev.coalescer != nil && qp.dev.coalescer.Coalesces(qp.dest)
 	}
 	if mask&verbs.QPAttrPathMTU != 0 {
 		a.PathMTU = attr.PathMTU

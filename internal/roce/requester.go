@@ -170,6 +170,9 @@ func (qp *QP) sendPacketLocked(w *sendWQE) bool {
 	off := uint64(w.sent) * uint64(qp.pmtu)
 	n := min(uint64(qp.pmtu), w.length-off)
 	first, last := w.sent == 0, w.sent+1 == w.npkts
+	// Config.NoSplitWrites. Not a WRITE with immediate: its receiver's
+	// completion reports the message's length, which only a FIRST carries.
+	split := qp.splitWrites && w.opcode == verbs.WRRDMAWrite && w.npkts > 1
 	pos := posMiddle
 	switch {
 	case first && last:
@@ -191,6 +194,9 @@ func (qp *QP) sendPacketLocked(w *sendWQE) bool {
 		op = writeOps[pos]
 	case verbs.WRRDMAWriteWithImm:
 		op = writeImm[pos]
+	}
+	if split {
+		op = wire.RCWriteOnly // every packet a WRITE of its own
 	}
 	switch qp.typ {
 	case verbs.QPTypeUC:
@@ -218,7 +224,11 @@ func (qp *QP) sendPacketLocked(w *sendWQE) bool {
 		b = qp.newPacketLocked(dst, op, &bth, int(n))
 	}
 	if info.Has(wire.FlagRETH) {
-		wire.RETH(b[info.RETHOff:]).Encode(&wire.RETHFields{VA: w.raddr, RKey: w.rkey, DMALen: uint32(w.length)})
+		reth := wire.RETHFields{VA: w.raddr, RKey: w.rkey, DMALen: uint32(w.length)}
+		if split {
+			reth.VA, reth.DMALen = w.raddr+off, uint32(n)
+		}
+		wire.RETH(b[info.RETHOff:]).Encode(&reth)
 	}
 	if info.Has(wire.FlagImm) {
 		wire.ImmDt(b[info.ImmOff:]).SetImm(w.imm)

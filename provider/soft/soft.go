@@ -61,6 +61,10 @@ type Config struct {
 	// UDP socket gather it from the MR (roce.Config; SOFTRDMA_NO_GATHER=1
 	// sets it too).
 	NoGather bool
+	// NoSplitWrites keeps multi-packet WRITEs to loopback peers as FIRST,
+	// MIDDLE and LAST packets (roce.Config; SOFTRDMA_NO_SPLIT_WRITES=1 sets
+	// it too).
+	NoSplitWrites bool
 	// Transport, if set, is used instead of a UDP socket (tests use
 	// internal/netsim).
 	Transport transport.Transport
@@ -100,7 +104,8 @@ func Open(cfg Config) (*Device, error) {
 	d, err := roce.New(roce.Config{Name: name, Transport: tr, NetDev: netdev, LinkLocal: ll, AcceptUnverifiedICRC: cfg.AcceptUnverifiedICRC,
 		NoInlinePoll:  cfg.NoInlinePoll || os.Getenv("SOFTRDMA_NO_INLINE_POLL") == "1",
 		NoDeferredAck: cfg.NoDeferredAck || os.Getenv("SOFTRDMA_NO_DEFERRED_ACK") == "1",
-		NoGather:      cfg.NoGather || os.Getenv("SOFTRDMA_NO_GATHER") == "1"})
+		NoGather:      cfg.NoGather || os.Getenv("SOFTRDMA_NO_GATHER") == "1",
+		NoSplitWrites: cfg.NoSplitWrites || os.Getenv("SOFTRDMA_NO_SPLIT_WRITES") == "1"})
 	if err != nil {
 		tr.Close()
 		return nil, err

@@ -382,6 +382,13 @@ func (t *Transport) ipInfo(peer netip.AddrPort, local netip.Addr) wire.IPInfo {
 // (transport.Gatherer): they go out as sendmmsg iovecs, without a copy.
 func (t *Transport) Gathers() bool { return true }
 
+// Coalesces reports whether Send sends runs of equal-sized packets to
+// peer as one GSO datagram (transport.Coalescer): to loopback peers, when
+// the kernel supports UDP GSO.
+func (t *Transport) Coalesces(peer netip.AddrPort) bool {
+	return t.gso && peer.Addr().Unmap().IsLoopback()
+}
+
 // senderFor picks the sending socket of a flow.
 func (t *Transport) senderFor(flow uint32) int {
 	return int((flow * 2654435761) >> 16 % uint32(len(t.senders)))
