@@ -550,7 +550,12 @@ func (t *Transport) sendBatch(s *sender, n int) (int, error) {
 	for off < n {
 		t.stats.sendCalls.Add(1)
 		hdrs := t.sbuf.hdrs[off:]
-		r, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&hdrs[0])), uintptr(n-off), 0, 0, 0)
+		// A raw system call: the socket is non-blocking, so it never
+		// sleeps (EAGAIN sends us to waitFD), and without the runtime's
+		// entersyscall the goroutine keeps its P. With it, a sendmmsg that
+		// copies megabytes lets sysmon hand the P to another thread, and
+		// the poller hops between threads on every long call.
+		r, _, errno := unix.RawSyscall6(unix.SYS_SENDMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&hdrs[0])), uintptr(n-off), 0, 0, 0)
 		switch {
 		case errno == unix.EAGAIN || errno == unix.ENOBUFS:
 			// The socket buffer is full: wait until it drains.
@@ -637,7 +642,8 @@ func (t *Transport) recvLocked(pkts []transport.Packet, block bool) (int, error)
 	t.rprep = 0
 	var got int
 	for {
-		r, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(t.fd), uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(n), 0, 0, 0)
+		// Raw, as in sendBatch: the socket is non-blocking.
+		r, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(t.fd), uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(n), 0, 0, 0)
 		if errno == 0 {
 			got = int(r)
 			break
