@@ -110,6 +110,10 @@ type Config struct {
 	// at least two datagrams. The responder sees valid WRITEs to
 	// consecutive addresses; only its message count (MSN) differs.
 	NoSplitWrites bool
+	// SplitWritesAlways splits WRITEs as above to every peer, coalesced
+	// or not: a test switch, to show peers off loopback (Linux rxe) take
+	// them. NoSplitWrites wins.
+	SplitWritesAlways bool
 	// AcceptUnverifiedICRC accepts packets whose ICRC the transport could
 	// not check (an IPv4 peer that sends a non-zero IP identification, as
 	// Linux rxe does, received on a plain UDP socket). Off, such packets are
@@ -151,8 +155,9 @@ type Device struct {
 	deferAck    bool
 	gather      bool                // the transport gathers payloads (transport.Gatherer)
 	coalescer   transport.Coalescer // nil, or when NoSplitWrites
-	rxMu        sync.Mutex          // held by whoever receives: Serve or a polling CQ
-	ackTimer    *time.Timer         // sends ACKs a poller left waiting (ackDelay)
+	splitAlways bool
+	rxMu        sync.Mutex  // held by whoever receives: Serve or a polling CQ
+	ackTimer    *time.Timer // sends ACKs a poller left waiting (ackDelay)
 	rx          rxBuffers
 	serving     atomic.Bool
 	inlinePolls atomic.Uint64 // receive attempts by busy pollers (PollRx)
@@ -195,6 +200,7 @@ func New(cfg Config) (*Device, error) {
 	if c, ok := cfg.Transport.(transport.Coalescer); ok && !cfg.NoSplitWrites {
 		d.coalescer = c
 	}
+	d.splitAlways = cfg.SplitWritesAlways && !cfg.NoSplitWrites
 	d.ackTimer = time.AfterFunc(time.Hour, d.sendLateAcks)
 	d.ackTimer.Stop()
 	d.asideCheck = stepAsideCheck

@@ -316,7 +316,8 @@ func (qp *QP) applyLocked(attr *verbs.QPAttr, mask verbs.QPAttrMask) {
 		a.AHAttr = attr.AHAttr
 		qp.destAddr = attr.AHAttr.GRH.DGID.Addr()
 		qp.dest = netip.AddrPortFrom(qp.destAddr, qp.dev.port)
-		qp.splitWrites = qp.typ == verbs.QPTypeRC && qp.dev.coalescer != nil && qp.dev.coalescer.Coalesces(qp.dest)
+		qp.splitWrites = qp.typ == verbs.QPTypeRC &&
+			(qp.dev.splitAlways || qp.dev.coalescer != nil && qp.dev.coalescer.Coalesces(qp.dest))
 	}
 	if mask&verbs.QPAttrPathMTU != 0 {
 		a.PathMTU = attr.PathMTU

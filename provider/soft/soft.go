@@ -63,7 +63,8 @@ type Config struct {
 	NoGather bool
 	// NoSplitWrites keeps multi-packet WRITEs to loopback peers as FIRST,
 	// MIDDLE and LAST packets (roce.Config; SOFTRDMA_NO_SPLIT_WRITES=1 sets
-	// it too).
+	// it too). SOFTRDMA_SPLIT_WRITES=always splits them to every peer
+	// (roce.Config.SplitWritesAlways; the interop suite uses it).
 	NoSplitWrites bool
 	// Transport, if set, is used instead of a UDP socket (tests use
 	// internal/netsim).
@@ -105,7 +106,9 @@ func Open(cfg Config) (*Device, error) {
 		NoInlinePoll:  cfg.NoInlinePoll || os.Getenv("SOFTRDMA_NO_INLINE_POLL") == "1",
 		NoDeferredAck: cfg.NoDeferredAck || os.Getenv("SOFTRDMA_NO_DEFERRED_ACK") == "1",
 		NoGather:      cfg.NoGather || os.Getenv("SOFTRDMA_NO_GATHER") == "1",
-		NoSplitWrites: cfg.NoSplitWrites || os.Getenv("SOFTRDMA_NO_SPLIT_WRITES") == "1"})
+		NoSplitWrites: cfg.NoSplitWrites || os.Getenv("SOFTRDMA_NO_SPLIT_WRITES") == "1",
+
+		SplitWritesAlways: os.Getenv("SOFTRDMA_SPLIT_WRITES") == "always"})
 	if err != nil {
 		tr.Close()
 		return nil, err

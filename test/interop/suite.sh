@@ -29,6 +29,7 @@ ICRC=$OUT/icrccheck
 PASS=0
 FAIL=0
 FAILED=()
+SOFT_ENV=
 
 say() { printf '%s\n' "$*"; }
 
@@ -62,6 +63,7 @@ stop_capture() {
 }
 
 # run_case NAME DIRECTION "SERVER ARGS" "CLIENT ARGS" TOOL
+#   SOFT_ENV, if set, is more environment for softrdma (VAR=value ...).
 #   DIRECTION rxe-server: the VM's TOOL serves, softrdma's TOOL connects.
 #   DIRECTION soft-server: softrdma serves, the VM's TOOL connects.
 run_case() {
@@ -72,7 +74,7 @@ run_case() {
 	if [ "$dir" = rxe-server ]; then
 		job=$($VM exec -b vm1 "$tool -d rxe0 $sargs")
 		local tries=0
-		until $VM nsexec env SOFTRDMA_ADDR=$HOST timeout 120 "$BIN" "$tool" $cargs $GUEST >>"$log" 2>&1; do
+		until $VM nsexec env SOFTRDMA_ADDR=$HOST $SOFT_ENV timeout 120 "$BIN" "$tool" $cargs $GUEST >>"$log" 2>&1; do
 			tries=$((tries + 1))
 			# The server in the TCG guest may not listen yet: retry a
 			# refused connection a few times.
@@ -82,7 +84,7 @@ run_case() {
 		echo "--- rxe server:" >>"$log"
 		$VM wait vm1 "$job" >>"$log" 2>&1 || ok=0
 	else
-		$VM nsexec env SOFTRDMA_ADDR=$HOST timeout 180 "$BIN" "$tool" $sargs >"$log.server" 2>&1 &
+		$VM nsexec env SOFTRDMA_ADDR=$HOST $SOFT_ENV timeout 180 "$BIN" "$tool" $sargs >"$log.server" 2>&1 &
 		local spid=$!
 		sleep 1
 		$VM exec vm1 "for i in 1 2 3 4 5 6; do $tool -d rxe0 $cargs $HOST && exit 0; sleep 2; done; exit 1" >>"$log" 2>&1 || ok=0
@@ -93,6 +95,16 @@ run_case() {
 	if ! stop_capture >>"$log" 2>&1; then
 		ok=0
 		echo "ICRC check failed" >>"$log"
+	fi
+	# SPLIT_CHECK: softrdma's WRITEs must have gone as WRITE ONLY packets.
+	if [ -n "${SPLIT_CHECK:-}" ]; then
+		local ops
+		ops=$("$ICRC" -opcodes "$CAP" | grep "^$HOST opcodes:")
+		echo "$ops" >>"$log"
+		if ! grep -q "RC_RDMA_WRITE_ONLY=" <<<"$ops" || grep -q "RC_RDMA_WRITE_FIRST" <<<"$ops"; then
+			ok=0
+			echo "softrdma did not split its WRITEs: $ops" >>"$log"
+		fi
 	fi
 	if [ $ok = 1 ]; then
 		PASS=$((PASS + 1))
@@ -136,6 +148,12 @@ if [ $QUICK = 0 ]; then
 	both send_lat ib_send_lat "-x 1 -n 50 -F" "-x 1 -n 50 -F"
 	both read_bw ib_read_bw "-x 1 -s 4096 -n 50 -F" "-x 1 -s 4096 -n 50 -F"
 	both atomic_bw ib_atomic_bw "-x 1 -n 50 -F" "-x 1 -n 50 -F"
+	# WRITEs split into one WRITE ONLY per MTU, as softrdma sends them to
+	# loopback peers (GSO), forced here so that rxe receives them.
+	SOFT_ENV=SOFTRDMA_SPLIT_WRITES=always SPLIT_CHECK=1 run_case split_write_bw-rxe-server rxe-server \
+		"-x 1 -s 65536 -n 50 -F" "-x 1 -s 65536 -n 50 -F" ib_write_bw
+	SOFT_ENV=SOFTRDMA_SPLIT_WRITES=always SPLIT_CHECK=1 run_case split_write_lat-rxe-server rxe-server \
+		"-x 1 -s 3000 -n 50 -F" "-x 1 -s 3000 -n 50 -F" ib_write_lat
 fi
 counters "after the lossless cases"
 
@@ -161,6 +179,8 @@ $VM loss 2 >/dev/null
 both loss_rc_pingpong ibv_rc_pingpong "-g 1 -n 100" "-g 1 -n 100"
 both loss_write_bw ib_write_bw "-x 1 -s 65536 -n 50 -F" "-x 1 -s 65536 -n 50 -F"
 [ $QUICK = 0 ] && both loss_read_bw ib_read_bw "-x 1 -s 65536 -n 50 -F" "-x 1 -s 65536 -n 50 -F"
+[ $QUICK = 0 ] && SOFT_ENV=SOFTRDMA_SPLIT_WRITES=always SPLIT_CHECK=1 run_case loss_split_write_bw-rxe-server rxe-server \
+	"-x 1 -s 65536 -n 50 -F" "-x 1 -s 65536 -n 50 -F" ib_write_bw
 $VM loss 0 >/dev/null
 counters "after the 2% loss cases"
 

@@ -1,9 +1,11 @@
 // Command icrccheck reads a pcap capture and checks every RoCEv2 packet in
 // it (UDP port 4791, IPv4 or IPv6 over Ethernet): the headers parse and the
 // ICRC recomputed from the real IP and UDP headers matches. It prints one
-// summary line per sender and exits 1 if any packet is wrong.
+// summary line per sender and exits 1 if any packet is wrong; with
+// -opcodes, also a line per sender with how many packets of each opcode
+// it sent.
 //
-//	go run ./test/interop/icrccheck capture.pcap
+//	go run ./test/interop/icrccheck [-opcodes] capture.pcap
 package main
 
 import (
@@ -18,14 +20,22 @@ import (
 	"github.com/softrdma/softrdma/wire"
 )
 
-type tally struct{ ok, bad, malformed int }
+type tally struct {
+	ok, bad, malformed int
+	ops                map[wire.Opcode]int
+}
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: icrccheck FILE.pcap")
+	args := os.Args[1:]
+	opcodes := len(args) == 2 && args[0] == "-opcodes"
+	if opcodes {
+		args = args[1:]
+	}
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "usage: icrccheck [-opcodes] FILE.pcap")
 		os.Exit(2)
 	}
-	per, err := check(os.Args[1])
+	per, err := check(args[0])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "icrccheck:", err)
 		os.Exit(2)
@@ -42,6 +52,18 @@ func main() {
 		total += t.ok + t.bad + t.malformed
 		fmt.Printf("%s: %d RoCEv2 packets, %d ICRC ok, %d ICRC bad, %d malformed\n", s, t.ok+t.bad+t.malformed, t.ok, t.bad, t.malformed)
 		failed = failed || t.bad > 0 || t.malformed > 0
+		if opcodes {
+			ops := make([]wire.Opcode, 0, len(t.ops))
+			for op := range t.ops {
+				ops = append(ops, op)
+			}
+			sort.Slice(ops, func(i, j int) bool { return ops[i] < ops[j] })
+			fmt.Printf("%s opcodes:", s)
+			for _, op := range ops {
+				fmt.Printf(" %v=%d", op, t.ops[op])
+			}
+			fmt.Println()
+		}
 	}
 	if total == 0 {
 		fmt.Println("no RoCEv2 packets in the capture")
@@ -123,7 +145,7 @@ func check(name string) (map[string]*tally, error) {
 		}
 		t := per[src.String()]
 		if t == nil {
-			t = &tally{}
+			t = &tally{ops: map[wire.Opcode]int{}}
 			per[src.String()] = t
 		}
 		pkt := rest[8:udpLen]
@@ -132,6 +154,7 @@ func check(name string) (map[string]*tally, error) {
 			t.malformed++
 			continue
 		}
+		t.ops[p.BTH.Opcode()]++
 		if wire.ICRCFromHeaders(ipHdr, rest[:8], pkt[:len(pkt)-wire.ICRCLen]) == p.ICRC {
 			t.ok++
 		} else {
