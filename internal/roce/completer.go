@@ -124,6 +124,7 @@ func (qp *QP) onAckLocked(psn wire.PSN, syn uint8, now time.Time) {
 // for its response and is not evidence of loss.
 func (qp *QP) ackThroughLocked(last wire.PSN, implicit bool, now time.Time) {
 	progress := false
+	from := qp.comp.psn
 	for qp.sq.head != qp.sq.tail {
 		w := qp.sq.at(qp.sq.head)
 		if !w.started {
@@ -155,6 +156,7 @@ func (qp *QP) ackThroughLocked(last wire.PSN, implicit bool, now time.Time) {
 		progress = true
 	}
 	if progress {
+		qp.req.onAcked(uint32(qp.comp.psn.Sub(from)))
 		qp.onProgressLocked(now)
 	}
 }
@@ -254,6 +256,7 @@ func (qp *QP) retryLocked(now time.Time, timeout bool) {
 	}
 	qp.comp.retryCnt--
 	qp.comp.retrying = !timeout
+	qp.req.onLoss()
 	qp.rewindLocked(qp.comp.psn)
 	if t := wire.LocalACKTimeout(qp.attr.Timeout); t > 0 {
 		qp.comp.ackDeadline = now.Add(t)

@@ -31,6 +31,47 @@ type requester struct {
 	rnrWait       bool     // an RNR NAK paused the requester ...
 	rnrUntil      time.Time
 	kick          bool // the completer made room: run the requester again
+
+	// cwnd is the window of unacknowledged PSNs (0: all of ackWindow).
+	// Go-back-N resends everything after a lost packet, so a lossy path
+	// costs about a window per loss: a loss halves the window (down to
+	// minWindow), and it grows back by one PSN per window acknowledged.
+	// Without loss it never leaves ackWindow.
+	cwnd    uint32
+	cwndAcc uint32 // PSNs acknowledged towards the next increase
+}
+
+// minWindow is the smallest window a lossy path shrinks a QP to.
+const minWindow = 16
+
+// window is the number of unacknowledged PSNs the requester may have.
+func (r *requester) window() int32 {
+	if r.cwnd == 0 {
+		return ackWindow
+	}
+	return int32(r.cwnd)
+}
+
+// onLoss halves the window after a loss (a sequence NAK or a timeout).
+func (r *requester) onLoss() {
+	r.cwnd = uint32(max(r.window()/2, minWindow))
+	r.cwndAcc = 0
+}
+
+// onAcked grows the window by one PSN per window's worth of n newly
+// acknowledged PSNs, back to ackWindow.
+func (r *requester) onAcked(n uint32) {
+	if r.cwnd == 0 {
+		return
+	}
+	r.cwndAcc += n
+	for r.cwndAcc >= r.cwnd && r.cwnd < ackWindow {
+		r.cwndAcc -= r.cwnd
+		r.cwnd++
+	}
+	if r.cwnd >= ackWindow {
+		r.cwnd, r.cwndAcc = 0, 0
+	}
 }
 
 // runRequesterLocked transmits as much of the send queue as the QP may.
@@ -66,7 +107,7 @@ func (qp *QP) runRequesterLocked(now time.Time) {
 					break
 				}
 			}
-			if qp.req.psn.Sub(qp.comp.psn) >= ackWindow {
+			if qp.req.psn.Sub(qp.comp.psn) >= qp.req.window() {
 				break
 			}
 		}
@@ -208,7 +249,11 @@ func (qp *QP) sendPacketLocked(w *sendWQE) bool {
 		}
 	}
 	info := op.Info()
-	ackReq := qp.typ == verbs.QPTypeRC && (last || qp.req.noAck >= ackReqEvery-1)
+	// AckReq on the last packet, every ackReqEvery packets, and on the
+	// packet that fills the window (a window shrunk by loss may be smaller
+	// than ackReqEvery, and the requester would wait for an ACK that the
+	// responder has no reason to send).
+	ackReq := qp.typ == verbs.QPTypeRC && (last || qp.req.noAck >= ackReqEvery-1 || psn.Sub(qp.comp.psn)+1 >= qp.req.window())
 	bth.AckReq = ackReq
 	bth.SolicitedEvent = last && w.flags&verbs.SendSolicited != 0 && w.opcode != verbs.WRRDMAWrite
 	var b []byte
