@@ -107,7 +107,13 @@ func (qp *QP) runRequesterLocked(now time.Time) {
 					break
 				}
 			}
-			if qp.req.psn.Sub(qp.comp.psn) >= qp.req.window() {
+			// READs and atomics keep the whole window: a READ's PSNs are
+			// its responses, and its losses are the responder's packets.
+			win := qp.req.window()
+			if w.isReadOrAtomic() {
+				win = ackWindow
+			}
+			if qp.req.psn.Sub(qp.comp.psn) >= win {
 				break
 			}
 		}
