@@ -104,11 +104,11 @@ type Config struct {
 	// and LAST packets even to a peer the transport coalesces packets to
 	// (transport.Coalescer: UDP GSO on loopback). By default such a WRITE
 	// (without immediate) goes as one WRITE ONLY per path MTU, each with
-	// its own RETH: UDP GSO
-	// needs equal-sized segments, and a FIRST packet (with a RETH) is 16
-	// bytes longer than a MIDDLE one, which would cut every message into
-	// at least two datagrams. The responder sees valid WRITEs to
-	// consecutive addresses; only its message count (MSN) differs.
+	// its own RETH: UDP GSO needs equal-sized segments, and a FIRST packet
+	// (with a RETH) is 16 bytes longer than a MIDDLE one, which would cut
+	// every message into at least two datagrams. The responder sees valid
+	// WRITEs to consecutive addresses; only its message count (MSN)
+	// differs.
 	NoSplitWrites bool
 	// SplitWritesAlways splits WRITEs as above to every peer, coalesced
 	// or not: a test switch, to show peers off loopback (Linux rxe) take
@@ -154,7 +154,7 @@ type Device struct {
 	inlinePoll  bool
 	deferAck    bool
 	gather      bool                // the transport gathers payloads (transport.Gatherer)
-	coalescer   transport.Coalescer // nil, or when NoSplitWrites
+	coalescer   transport.Coalescer // nil: no split WRITEs (NoSplitWrites, or the transport cannot coalesce)
 	splitAlways bool
 	rxMu        sync.Mutex  // held by whoever receives: Serve or a polling CQ
 	ackTimer    *time.Timer // sends ACKs a poller left waiting (ackDelay)
