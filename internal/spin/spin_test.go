@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Idle is called on every empty poll of the hot loops: it must not
@@ -40,7 +41,13 @@ func TestCrowded(t *testing.T) {
 		t.Fatal("a runnable goroutine waits for the only P, and Crowded says no")
 	}
 	wg.Wait()
-	if Crowded() && runtime.NumGoroutine() <= 2 {
-		t.Fatal("nothing waits for a P, and Crowded says yes")
+	// The runtime's own goroutines (GC workers, the race detector's) may
+	// be runnable for a moment; with nothing of ours waiting, Crowded must
+	// come back to no.
+	for i := 0; Crowded(); i++ {
+		if i == 1000 {
+			t.Fatalf("nothing of ours waits for a P (%d goroutines), and Crowded keeps saying yes", runtime.NumGoroutine())
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 }
