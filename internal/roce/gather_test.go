@@ -15,7 +15,7 @@ import (
 func TestGatherSend(t *testing.T) {
 	ta, tb := udpPair(t)
 	al, bl := &sendLog{Transport: ta}, &sendLog{Transport: tb}
-	a, b := pair(t, al, bl, defaultOpts()) // MTU 1024
+	a, b := pair(t, al, bl, realOpts()) // MTU 1024
 	if !a.dev.gather {
 		t.Fatal("a UDP transport gathers, and the device does not use it")
 	}
@@ -28,11 +28,9 @@ func TestGatherSend(t *testing.T) {
 	if !bytes.Equal(b.buf[:64<<10], a.buf[:64<<10]) {
 		t.Fatal("the gathered WRITE did not land intact")
 	}
-	al.mu.Lock()
-	g := al.gathered
-	al.mu.Unlock()
-	if g < 64 {
-		t.Fatalf("%d of the WRITE's 64 packets were gathered", g)
+	g, bad := al.counts()
+	if g < 64 || bad != 0 {
+		t.Fatalf("%d of the WRITE's 64 packets were gathered, %d packets against the rule", g, bad)
 	}
 
 	// An unaligned WRITE whose last packet is gathered with a pad: 3075
@@ -45,11 +43,10 @@ func TestGatherSend(t *testing.T) {
 	if !bytes.Equal(b.buf[3:3078], a.buf[3:3078]) || b.buf[2] != 0 || b.buf[3078] != 0 {
 		t.Fatal("the unaligned gathered WRITE did not land exactly")
 	}
-	al.mu.Lock()
-	g, g1 := al.gathered, al.gathered-g
-	al.mu.Unlock()
-	if g1 != 3 {
-		t.Fatalf("WRITE of 1024+1024+1027 bytes: %d packets gathered, want 3", g1)
+	g1, bad := al.counts()
+	g, g1 = g1, g1-g
+	if g1 < 3 || bad != 0 {
+		t.Fatalf("WRITE of 1024+1024+1027 bytes: %d packets gathered (want 3), %d against the rule", g1, bad)
 	}
 
 	b.postRecv(7, 0, 8192)
@@ -65,8 +62,8 @@ func TestGatherSend(t *testing.T) {
 	g2 := al.gathered - g
 	al.mu.Unlock()
 	// 3000 bytes at MTU 1024: 1024 + 1024 gathered, the last 952 copied.
-	if g2 != 2 {
-		t.Fatalf("SEND of 3000 bytes: %d packets gathered, want 2", g2)
+	if g2 < 2 || al.misgathers != 0 {
+		t.Fatalf("SEND of 3000 bytes: %d packets gathered (want 2), %d against the rule", g2, al.misgathers)
 	}
 	if n := a.mr.(*MR).pins.Load(); n != 0 {
 		t.Fatalf("%d pins left on the requester's MR after every completion", n)
@@ -78,7 +75,7 @@ func TestGatherSend(t *testing.T) {
 func TestGatherRead(t *testing.T) {
 	ta, tb := udpPair(t)
 	bl := &sendLog{Transport: tb}
-	a, b := pair(t, ta, bl, defaultOpts())
+	a, b := pair(t, ta, bl, realOpts())
 	for i := range b.buf[:10000] {
 		b.buf[i] = byte(i*13 + 5)
 	}
@@ -89,13 +86,11 @@ func TestGatherRead(t *testing.T) {
 	if !bytes.Equal(a.buf[:10000], b.buf[:10000]) {
 		t.Fatal("the READ did not bring the data back intact")
 	}
-	bl.mu.Lock()
-	g := bl.gathered
-	bl.mu.Unlock()
 	// 10000 bytes at MTU 1024: nine responses of 1024 gathered, the last
 	// (784 bytes) copied.
-	if g != 9 {
-		t.Fatalf("%d READ responses gathered, want 9", g)
+	g, bad := bl.counts()
+	if g < 9 || bad != 0 {
+		t.Fatalf("%d READ responses gathered (want 9, more if some were sent again), %d against the rule", g, bad)
 	}
 	// Sent responses let go of the MR (b unpins right after its sendmmsg,
 	// which may be a moment after a saw the data).
@@ -115,7 +110,7 @@ func TestGatherZeroAllocs(t *testing.T) {
 		t.Skip("allocation counts are meaningless under the race detector (sync.Pool drops items)")
 	}
 	ta, tb := udpPair(t)
-	a, _ := pair(t, ta, tb, defaultOpts())
+	a, _ := pair(t, ta, tb, realOpts())
 	wr := &verbs.SendWR{Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, 8192)},
 		RemoteAddr: a.peer.mr.Addr(), RKey: a.peer.mr.RKey()}
 	round := func() {
@@ -203,7 +198,7 @@ func TestSplitWrites(t *testing.T) {
 		t.Skip("no UDP GSO on loopback here")
 	}
 	al := &sendLog{Transport: ta}
-	a, b := pair(t, al, tb, defaultOpts()) // MTU 1024
+	a, b := pair(t, al, tb, realOpts()) // MTU 1024
 	fill(a.buf[:4000], 5)
 	a.write(1, 0, 4000)
 	expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
@@ -229,7 +224,7 @@ func TestSplitWrites(t *testing.T) {
 
 	tc, td := udpPair(t)
 	cl := &sendLog{Transport: tc}
-	c, e := pairWith(t, Config{Transport: cl, NoSplitWrites: true}, Config{Transport: td}, defaultOpts())
+	c, e := pairWith(t, Config{Transport: cl, NoSplitWrites: true}, Config{Transport: td}, realOpts())
 	c.write(3, 0, 3000)
 	expectWC(t, c.waitWC(c.scq), 3, verbs.WCSuccess, verbs.WCRDMAWrite)
 	e.settle()
