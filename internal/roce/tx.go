@@ -108,27 +108,7 @@ func (t *txq) free(d *Device, i int) {
 // offsets op.Info() gives and the payload at b[info.Length:]. It returns the
 // whole packet, ICRC included (the transport fills the ICRC).
 func (qp *QP) newPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.BTHFields, payloadLen int) []byte {
-	if qp.tx.n == txBatch {
-		qp.flushLocked()
-	}
-	info := op.Info()
-	pad := wire.PadFor(payloadLen)
-	total := info.Length + payloadLen + pad + wire.ICRCLen
-	pb := qp.dev.bufPool.Get().(*pktBuf)
-	b := pb.b[:total]
-	bth.Opcode = op
-	bth.PadCount = pad
-	bth.PKey = defaultPKey
-	wire.BTH(b).Encode(bth)
-	for i := info.Length + payloadLen; i < total-wire.ICRCLen; i++ {
-		b[i] = 0
-	}
-	i := qp.tx.n
-	qp.tx.bufs[i] = pb
-	qp.tx.pkts[i] = transport.Packet{Buf: b, Peer: dst, Flow: qp.qpn}
-	qp.tx.isReq[i] = info.Has(wire.FlagRequest)
-	qp.tx.n++
-	return b
+	return qp.appendPacketLocked(dst, op, bth, payloadLen, nil, nil)
 }
 
 // newGatherPacketLocked is newPacketLocked for a packet (a request or a
@@ -137,25 +117,37 @@ func (qp *QP) newPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.BTHF
 // the packet's headers; the caller writes the extension headers as for
 // newPacketLocked. The packet unpins mr once sent or dropped.
 func (qp *QP) newGatherPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.BTHFields, payload []byte, mr *MR) []byte {
+	return qp.appendPacketLocked(dst, op, bth, len(payload), payload, mr)[:op.Info().Length]
+}
+
+// appendPacketLocked builds the packet of newPacketLocked, with the
+// payload in the buffer (gathered nil) or, gathered, after the headers
+// on the wire (transport.Packet.Split).
+func (qp *QP) appendPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.BTHFields, payloadLen int, gathered []byte, mr *MR) []byte {
 	if qp.tx.n == txBatch {
 		qp.flushLocked()
 	}
 	info := op.Info()
-	pad := wire.PadFor(len(payload))
+	pad := wire.PadFor(payloadLen)
+	inBuf := payloadLen
+	if gathered != nil {
+		inBuf = 0
+	}
+	total := info.Length + inBuf + pad + wire.ICRCLen
 	pb := qp.dev.bufPool.Get().(*pktBuf)
-	b := pb.b[:info.Length+pad+wire.ICRCLen]
+	b := pb.b[:total]
 	bth.Opcode = op
 	bth.PadCount = pad
 	bth.PKey = defaultPKey
 	wire.BTH(b).Encode(bth)
-	clear(b[info.Length : info.Length+pad])
+	clear(b[info.Length+inBuf : total-wire.ICRCLen])
 	i := qp.tx.n
 	qp.tx.bufs[i] = pb
 	qp.tx.mrs[i] = mr
-	qp.tx.pkts[i] = transport.Packet{Buf: b, Payload: payload, Split: info.Length, Peer: dst, Flow: qp.qpn}
+	qp.tx.pkts[i] = transport.Packet{Buf: b, Payload: gathered, Split: info.Length, Peer: dst, Flow: qp.qpn}
 	qp.tx.isReq[i] = info.Has(wire.FlagRequest)
 	qp.tx.n++
-	return b[:info.Length]
+	return b
 }
 
 // flushLocked sends the QP's batch. On the receive path (qp.stage set)
