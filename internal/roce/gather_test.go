@@ -117,21 +117,8 @@ func TestGatherZeroAllocs(t *testing.T) {
 		if err := a.qp.PostSend(wr); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			n, err := a.scq.Poll(a.wcs[:1])
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n == 1 {
-				if a.wcs[0].Status != verbs.WCSuccess {
-					t.Fatalf("completion %v", a.wcs[0].Status)
-				}
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("no completion")
-			}
+		if wc := a.busyPoll(a.scq, nil, "no completion"); wc.Status != verbs.WCSuccess {
+			t.Fatalf("completion %v", wc.Status)
 		}
 	}
 	round()

@@ -200,6 +200,29 @@ func (n *node) waitWC(cq verbs.CQ) verbs.WC {
 	}
 }
 
+// busyPoll polls cq as a busy application does (receiving inline) until
+// it returns a completion, and returns it; also, if set, runs on every
+// empty poll. It fails the test with what after 10 s.
+func (n *node) busyPoll(cq verbs.CQ, also func(), what string) verbs.WC {
+	n.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		k, err := cq.Poll(n.wcs[:1])
+		if err != nil {
+			n.t.Fatalf("poll: %v", err)
+		}
+		if k == 1 {
+			return n.wcs[0]
+		}
+		if also != nil {
+			also()
+		}
+		if time.Now().After(deadline) {
+			n.t.Fatal(what)
+		}
+	}
+}
+
 // settle orders the test's accesses to n's memory against the engine's in
 // the memory model's sense. Over real sockets the chain "responder writes,
 // sends ACK, requester completes" (and "test reads, posts the next WRITE,
