@@ -72,13 +72,7 @@ func (s *txStage) flush(d *Device) {
 		d.Counters.SendErr.Add(uint64(len(s.pkts) - sent))
 	}
 	for i := range s.pkts {
-		d.bufPool.Put(s.bufs[i])
-		if mr := s.mrs[i]; mr != nil {
-			mr.unpin()
-			s.mrs[i] = nil
-		}
-		s.bufs[i] = nil
-		s.pkts[i] = transport.Packet{}
+		release(d, &s.pkts[i], &s.bufs[i], &s.mrs[i])
 	}
 	s.pkts, s.bufs, s.mrs = s.pkts[:0], s.bufs[:0], s.mrs[:0]
 }
@@ -86,20 +80,19 @@ func (s *txStage) flush(d *Device) {
 // drop discards queued packets without sending them.
 func (t *txq) drop(d *Device) {
 	for i := 0; i < t.n; i++ {
-		t.free(d, i)
+		release(d, &t.pkts[i], &t.bufs[i], &t.mrs[i])
 	}
 	t.n = 0
 }
 
-// free returns packet i's buffer and unpins its MR.
-func (t *txq) free(d *Device, i int) {
-	d.bufPool.Put(t.bufs[i])
-	if mr := t.mrs[i]; mr != nil {
-		mr.unpin()
-		t.mrs[i] = nil
+// release returns a sent or dropped packet's buffer, unpins the MR its
+// payload was gathered from, if any, and clears the slots.
+func release(d *Device, p *transport.Packet, b **pktBuf, mr **MR) {
+	d.bufPool.Put(*b)
+	if *mr != nil {
+		(*mr).unpin()
 	}
-	t.bufs[i] = nil
-	t.pkts[i] = transport.Packet{}
+	*p, *b, *mr = transport.Packet{}, nil, nil
 }
 
 // newPacketLocked appends a packet with opcode op and payloadLen bytes of
@@ -192,7 +185,7 @@ func (t *txq) keepResponses(d *Device) {
 	n := 0
 	for i := 0; i < t.n; i++ {
 		if wire.BTH(t.pkts[i].Buf).Opcode().Info().Has(wire.FlagRequest) {
-			t.free(d, i)
+			release(d, &t.pkts[i], &t.bufs[i], &t.mrs[i])
 			continue
 		}
 		t.pkts[n], t.bufs[n], t.mrs[n] = t.pkts[i], t.bufs[i], t.mrs[i]
