@@ -51,7 +51,7 @@ func (s ICRCStatus) String() string {
 	return "ICRCStatus(?)"
 }
 
-// Packet is one RoCEv2 datagram in a batch.
+// Datagram is one RoCEv2 packet in a batch: the UDP payload.
 //
 // On Send, Buf holds the whole packet from the BTH to the ICRC; the last four
 // bytes are overwritten by the transport with the ICRC it computes for the
@@ -68,7 +68,7 @@ func (s ICRCStatus) String() string {
 // Payload, Buf[Split:] (the headers, the payload, the pad and ICRC), and
 // the transport gathers the three without copying the payload, which
 // stays where the application registered it.
-type Packet struct {
+type Datagram struct {
 	Buf     []byte
 	Payload []byte
 	Split   int
@@ -79,11 +79,11 @@ type Packet struct {
 }
 
 // Len is the length of the packet on the wire.
-func (p *Packet) Len() int { return len(p.Buf) + len(p.Payload) }
+func (p *Datagram) Len() int { return len(p.Buf) + len(p.Payload) }
 
 // CopyTo copies the packet as it goes on the wire into dst, which must
 // hold Len bytes, and returns Len.
-func (p *Packet) CopyTo(dst []byte) int {
+func (p *Datagram) CopyTo(dst []byte) int {
 	if len(p.Payload) == 0 {
 		return copy(dst, p.Buf)
 	}
@@ -101,7 +101,7 @@ type Coalescer interface {
 }
 
 // Gatherer is implemented by transports whose Send takes packets with a
-// separate Payload (see Packet).
+// separate Payload (see Datagram).
 type Gatherer interface {
 	// Gathers reports whether Send takes packets with a Payload.
 	Gathers() bool
@@ -118,7 +118,7 @@ type Transport interface {
 	// (for example to an unreachable address) is counted as sent and dropped,
 	// as a network would drop it; an error means the transport itself failed.
 	// Send does not retain pkts or their buffers after it returns.
-	Send(pkts []Packet) (int, error)
+	Send(pkts []Datagram) (int, error)
 
 	// Recv blocks until at least one packet arrives and fills pkts[0:n].
 	// Each pkts[i].Buf is either the caller's buffer resliced to the
@@ -127,7 +127,7 @@ type Transport interface {
 	// memory of the transport's, valid until the next Recv or TryRecv call;
 	// either way the caller must be done with the packets before it
 	// receives again. It returns ErrClosed once the transport is closed.
-	Recv(pkts []Packet) (n int, err error)
+	Recv(pkts []Datagram) (n int, err error)
 
 	// LocalAddr is the address and port the transport receives on.
 	LocalAddr() netip.AddrPort
@@ -159,7 +159,7 @@ var ErrClosed = errors.New("transport: closed")
 type Poller interface {
 	// TryRecv is Recv that returns 0 at once when nothing is waiting or
 	// another goroutine is receiving.
-	TryRecv(pkts []Packet) (n int, err error)
+	TryRecv(pkts []Datagram) (n int, err error)
 	// Wait blocks until a packet is waiting to be received (it does not
 	// receive it) or the transport is closed (ErrClosed).
 	Wait() error

@@ -331,7 +331,7 @@ func TestCaptureFacts(t *testing.T) {
 					t.Errorf("%s: payload %d bytes, want one MTU (%d)", where, len(p.Payload), mtu)
 				}
 				qpAt[cp.ip.Dst] = p.BTH.DestQP()
-				if info.Transport == TransportUD {
+				if info.Service == ServiceUD {
 					if got, want := cp.ip.SrcPort, UDSourcePort(p.DETH.SrcQP()); got != want {
 						t.Errorf("%s: UD source port %d, want UDSourcePort(%#x) = %d", where, got, p.DETH.SrcQP(), want)
 					}

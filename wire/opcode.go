@@ -3,7 +3,7 @@ package wire
 import "fmt"
 
 // Opcode is the BTH OpCode field (IBTA 9.2.1, table 38). Its top three bits
-// select the transport service (Transport), the low five bits the operation.
+// select the transport service (Service), the low five bits the operation.
 type Opcode uint8
 
 // Opcodes of the Reliable Connected service (IBTA table 38, prefix 000).
@@ -34,7 +34,7 @@ const (
 )
 
 // Opcodes of the Unreliable Connected service (IBTA table 38, prefix 001).
-// Each equals its RC twin with TransportUC in the top three bits.
+// Each equals its RC twin with ServiceUC in the top three bits.
 const (
 	UCSendFirst    Opcode = 0x20 // UC SEND First
 	UCSendMiddle   Opcode = 0x21 // UC SEND Middle
@@ -56,40 +56,40 @@ const (
 	UDSendOnlyImm Opcode = 0x65 // UD SEND Only with Immediate
 )
 
-// Transport is the transport service an opcode belongs to: the top three
+// Service is the transport service an opcode belongs to: the top three
 // bits of the opcode (IBTA 9.2.1). RD, CNP and XRC have no constants because
 // this package implements none of their opcodes.
-type Transport uint8
+type Service uint8
 
 // Transport services.
 const (
-	TransportRC Transport = 0 // Reliable Connected
-	TransportUC Transport = 1 // Unreliable Connected
-	TransportUD Transport = 3 // Unreliable Datagram
+	ServiceRC Service = 0 // Reliable Connected
+	ServiceUC Service = 1 // Unreliable Connected
+	ServiceUD Service = 3 // Unreliable Datagram
 )
 
-// String returns "RC", "UC", "UD", or "Transport(n)".
-func (t Transport) String() string {
+// String returns "RC", "UC", "UD", or "Service(n)".
+func (t Service) String() string {
 	switch t {
-	case TransportRC:
+	case ServiceRC:
 		return "RC"
-	case TransportUC:
+	case ServiceUC:
 		return "UC"
-	case TransportUD:
+	case ServiceUD:
 		return "UD"
 	default:
-		return fmt.Sprintf("Transport(%d)", uint8(t))
+		return fmt.Sprintf("Service(%d)", uint8(t))
 	}
 }
 
-// Transport returns the transport service encoded in the opcode's top three
+// Service returns the transport service encoded in the opcode's top three
 // bits. It does not check that the opcode is valid.
-func (op Opcode) Transport() Transport { return Transport(op >> 5) }
+func (op Opcode) Service() Service { return Service(op >> 5) }
 
-// WithTransport returns the opcode with the same operation (low five bits)
-// in transport t, e.g. RCSendFirst.WithTransport(TransportUC) == UCSendFirst.
+// WithService returns the opcode with the same operation (low five bits)
+// in transport t, e.g. RCSendFirst.WithService(ServiceUC) == UCSendFirst.
 // The result is not necessarily a valid opcode: check Info().Valid().
-func (op Opcode) WithTransport(t Transport) Opcode {
+func (op Opcode) WithService(t Service) Opcode {
 	return Opcode(t&7)<<5 | op&0x1f
 }
 
@@ -136,10 +136,10 @@ const (
 // from the start of the BTH; an offset is 0 when the header is absent (no
 // extension header can start at 0, where the BTH is).
 type OpInfo struct {
-	Name      string    // IBTA name with transport prefix, e.g. "RC_SEND_FIRST"
-	Flags     OpFlags   // headers present and packet kind
-	Transport Transport // the opcode's top three bits
-	Length    int       // BTH and all extension headers: the offset of the payload
+	Name    string  // IBTA name with transport prefix, e.g. "RC_SEND_FIRST"
+	Flags   OpFlags // headers present and packet kind
+	Service Service // the opcode's top three bits
+	Length  int     // BTH and all extension headers: the offset of the payload
 
 	// Offsets of the extension headers present, 0 for those absent.
 	RETHOff, AETHOff, AtomicETHOff, AtomicAckETHOff, ImmOff, IETHOff, DETHOff int
@@ -210,11 +210,11 @@ func buildOpTable() *[256]OpInfo {
 	var t [256]OpInfo
 	for i := range t {
 		t[i].Name = fmt.Sprintf("Opcode(0x%02x)", i)
-		t[i].Transport = Opcode(i).Transport()
+		t[i].Service = Opcode(i).Service()
 	}
 	add := func(op Opcode, name string, flags OpFlags) {
 		i := &t[op]
-		i.Name = op.Transport().String() + "_" + name
+		i.Name = op.Service().String() + "_" + name
 		i.Flags = flags
 		off := BTHLen
 		next := func(f OpFlags, n int) int {
@@ -238,8 +238,8 @@ func buildOpTable() *[256]OpInfo {
 		add(d.op, d.name, d.flags)
 		// UC has the SEND and WRITE opcodes of RC without invalidate
 		// (IBTA table 38).
-		if d.op.Transport() == TransportRC && d.op <= RCWriteOnlyImm {
-			add(d.op.WithTransport(TransportUC), d.name, d.flags)
+		if d.op.Service() == ServiceRC && d.op <= RCWriteOnlyImm {
+			add(d.op.WithService(ServiceUC), d.name, d.flags)
 		}
 	}
 	return &t

@@ -31,7 +31,7 @@ func TestOpcodeTableConsistent(t *testing.T) {
 	for v := 0; v < 256; v++ {
 		op := Opcode(v)
 		i := op.Info()
-		if i != &opTable[v] || i.Transport != op.Transport() {
+		if i != &opTable[v] || i.Service != op.Service() {
 			t.Errorf("%v: Info not the table entry or wrong transport", op)
 		}
 		if !i.Valid() {
@@ -87,7 +87,7 @@ func TestOpcodeTableConsistent(t *testing.T) {
 		}
 		// Position in the message agrees with the name.
 		name := op.String()
-		if name != i.Name || !strings.HasPrefix(name, op.Transport().String()+"_") {
+		if name != i.Name || !strings.HasPrefix(name, op.Service().String()+"_") {
 			t.Errorf("%v: name %q", op, name)
 		}
 		first, middle, last := i.Has(FlagFirst), i.Has(FlagMiddle), i.Has(FlagLast)
@@ -128,7 +128,7 @@ func TestOpcodeTableConsistent(t *testing.T) {
 		if i.Has(FlagPayload) != wantPayload {
 			t.Errorf("%v: FlagPayload %v, want %v", op, i.Has(FlagPayload), wantPayload)
 		}
-		if i.Has(FlagDETH) != (op.Transport() == TransportUD) {
+		if i.Has(FlagDETH) != (op.Service() == ServiceUD) {
 			t.Errorf("%v: DETH iff UD", op)
 		}
 		if i.Has(FlagRETH) != ((i.Has(FlagWrite) && first) || op == RCReadRequest) {
@@ -149,7 +149,7 @@ func TestOpcodeTableConsistent(t *testing.T) {
 func TestUCTwins(t *testing.T) {
 	for v := 0; v < 0x20; v++ {
 		rc := Opcode(v)
-		uc := rc.WithTransport(TransportUC)
+		uc := rc.WithService(ServiceUC)
 		ri, ui := rc.Info(), uc.Info()
 		if !ri.Valid() {
 			if ui.Valid() {
@@ -170,12 +170,12 @@ func TestUCTwins(t *testing.T) {
 		}
 		want := *ri
 		want.Name = "UC" + strings.TrimPrefix(ri.Name, "RC")
-		want.Transport = TransportUC
+		want.Service = ServiceUC
 		if *ui != want {
 			t.Errorf("UC twin of %v:\n got %+v\nwant %+v", rc, *ui, want)
 		}
-		if uc.WithTransport(TransportRC) != rc {
-			t.Errorf("WithTransport does not round-trip %v", rc)
+		if uc.WithService(ServiceRC) != rc {
+			t.Errorf("WithService does not round-trip %v", rc)
 		}
 	}
 }
@@ -223,7 +223,7 @@ func TestOpcodeValues(t *testing.T) {
 	if i := UDSendOnlyImm.Info(); i.DETHOff != 12 || i.ImmOff != 20 {
 		t.Errorf("UD_SEND_ONLY_IMM: DETH at %d, ImmDt at %d; want 12, 20", i.DETHOff, i.ImmOff)
 	}
-	if TransportUD.String() != "UD" || Transport(2).String() != "Transport(2)" {
-		t.Errorf("Transport strings")
+	if ServiceUD.String() != "UD" || Service(2).String() != "Service(2)" {
+		t.Errorf("Service strings")
 	}
 }

@@ -199,7 +199,7 @@ type Network struct {
 	cfg       Config
 	rng       *rand.Rand
 	endpoints map[netip.Addr]*Endpoint
-	filter    func(p *transport.Packet, from, to netip.Addr) Verdict
+	filter    func(p *transport.Datagram, from, to netip.Addr) Verdict
 	stats     Stats
 	flight    flightQueue // packets not yet delivered
 	seq       uint64      // send order of the next packet
@@ -270,7 +270,7 @@ func (n *Network) Stats() Stats {
 // delivered, like corruption on the wire. f is called without the network's
 // lock held, possibly from several sending goroutines at once, and may call
 // the network's methods. A nil f removes the filter.
-func (n *Network) SetFilter(f func(p *transport.Packet, from, to netip.Addr) Verdict) {
+func (n *Network) SetFilter(f func(p *transport.Datagram, from, to netip.Addr) Verdict) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.filter = f
@@ -329,7 +329,7 @@ func (n *Network) drawLocked() draws {
 // reacquire n.mu to call the filter.
 //
 // Precondition: n.mu held, e open.
-func (n *Network) sendLocked(e *Endpoint, p *transport.Packet) error {
+func (n *Network) sendLocked(e *Endpoint, p *transport.Datagram) error {
 	size := p.Len()
 	if size < icrcLen || len(p.Payload) > 0 && len(p.Buf)-p.Split < icrcLen {
 		return fmt.Errorf("netsim: a %d-byte packet cannot hold its %d-byte ICRC", size, icrcLen)
@@ -359,7 +359,7 @@ func (n *Network) sendLocked(e *Endpoint, p *transport.Packet) error {
 	putICRC(pkt.buf, pkt.from, dst.addr, pkt.sport)
 
 	if f := n.filter; f != nil {
-		wire := &transport.Packet{Buf: pkt.buf, Peer: p.Peer, Local: e.addr, Flow: p.Flow}
+		wire := &transport.Datagram{Buf: pkt.buf, Peer: p.Peer, Local: e.addr, Flow: p.Flow}
 		n.mu.Unlock()
 		v := f(wire, e.addr, dst.addr)
 		n.mu.Lock()
@@ -568,7 +568,7 @@ func (e *Endpoint) Gathers() bool { return true }
 // 4791, or too long for the MTU is counted as sent and dropped. Send returns
 // an error only for a closed endpoint (transport.ErrClosed) or a packet
 // shorter than its 4-byte ICRC.
-func (e *Endpoint) Send(pkts []transport.Packet) (int, error) {
+func (e *Endpoint) Send(pkts []transport.Datagram) (int, error) {
 	n := e.net
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -590,7 +590,7 @@ func (e *Endpoint) Send(pkts []transport.Packet) (int, error) {
 // was changed on the way or truncated to fit Buf, transport.ICRCBad. Flow is
 // left alone. Recv with an empty pkts returns at once. Once e or its network
 // is closed, Recv returns transport.ErrClosed.
-func (e *Endpoint) Recv(pkts []transport.Packet) (int, error) {
+func (e *Endpoint) Recv(pkts []transport.Datagram) (int, error) {
 	n := e.net
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -94,7 +94,7 @@ func receive(e *Endpoint, start time.Time) func() []arrival {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		pkts := make([]transport.Packet, e.BatchSize())
+		pkts := make([]transport.Datagram, e.BatchSize())
 		for i := range pkts {
 			pkts[i].Buf = make([]byte, 0, 9000)
 		}
@@ -127,9 +127,9 @@ func mustEndpoint(t *testing.T, n *Network, addr netip.Addr) *Endpoint {
 
 func mustSend(t *testing.T, e *Endpoint, to netip.Addr, flow uint32, bufs ...[]byte) {
 	t.Helper()
-	pkts := make([]transport.Packet, len(bufs))
+	pkts := make([]transport.Datagram, len(bufs))
 	for i, b := range bufs {
-		pkts[i] = transport.Packet{Buf: b, Peer: netip.AddrPortFrom(to, transport.Port), Flow: flow}
+		pkts[i] = transport.Datagram{Buf: b, Peer: netip.AddrPortFrom(to, transport.Port), Flow: flow}
 	}
 	n, err := e.Send(pkts)
 	if err != nil || n != len(pkts) {
@@ -506,7 +506,7 @@ func TestQueueLimit(t *testing.T) {
 		if s.Delivered != 10 || s.QueueDrops != 15 {
 			t.Fatalf("stats %+v, want 10 delivered and 15 queue drops", s)
 		}
-		pkts := make([]transport.Packet, 64)
+		pkts := make([]transport.Datagram, 64)
 		for i := range pkts {
 			pkts[i].Buf = make([]byte, 0, 2048)
 		}
@@ -534,7 +534,7 @@ func TestTruncation(t *testing.T) {
 		defer n.Close()
 		a, b := mustEndpoint(t, n, addrA), mustEndpoint(t, n, addrB)
 		mustSend(t, a, addrB, 1, testPacket(0, 200, opSendOnly), testPacket(1, 100, opSendOnly))
-		pkts := []transport.Packet{{Buf: make([]byte, 0, 150)}, {Buf: make([]byte, 0, 150)}}
+		pkts := []transport.Datagram{{Buf: make([]byte, 0, 150)}, {Buf: make([]byte, 0, 150)}}
 		k, err := b.Recv(pkts)
 		if err != nil || k != 2 {
 			t.Fatalf("Recv = %d, %v", k, err)
@@ -555,7 +555,7 @@ func TestClose(t *testing.T) {
 		errs := make(chan error, 2)
 		for _, e := range []*Endpoint{a, b} {
 			go func() {
-				_, err := e.Recv(make([]transport.Packet, 1))
+				_, err := e.Recv(make([]transport.Datagram, 1))
 				errs <- err
 			}()
 		}
@@ -571,7 +571,7 @@ func TestClose(t *testing.T) {
 		if err := <-errs; !errors.Is(err, transport.ErrClosed) {
 			t.Fatalf("Recv after Endpoint.Close: %v", err)
 		}
-		if _, err := a.Send([]transport.Packet{{Buf: testPacket(0, 64, opSendOnly)}}); !errors.Is(err, transport.ErrClosed) {
+		if _, err := a.Send([]transport.Datagram{{Buf: testPacket(0, 64, opSendOnly)}}); !errors.Is(err, transport.ErrClosed) {
 			t.Errorf("Send on a closed endpoint: %v", err)
 		}
 		if err := a.Close(); err != nil {
@@ -583,7 +583,7 @@ func TestClose(t *testing.T) {
 		if err := <-errs; !errors.Is(err, transport.ErrClosed) {
 			t.Fatalf("Recv after Network.Close: %v", err)
 		}
-		if _, err := a2.Recv(make([]transport.Packet, 1)); !errors.Is(err, transport.ErrClosed) {
+		if _, err := a2.Recv(make([]transport.Datagram, 1)); !errors.Is(err, transport.ErrClosed) {
 			t.Errorf("Recv on a closed network: %v", err)
 		}
 		if _, err := n.Endpoint(addrB); !errors.Is(err, transport.ErrClosed) {
@@ -627,7 +627,7 @@ func TestRouting(t *testing.T) {
 			t.Errorf("LinkMTU %d, BatchSize %d", a.LinkMTU(), a.BatchSize())
 		}
 		p := testPacket(0, 64, opSendOnly)
-		pkts := []transport.Packet{
+		pkts := []transport.Datagram{
 			{Buf: p, Peer: netip.MustParseAddrPort("10.0.0.9:4791")}, // nobody there
 			{Buf: p, Peer: netip.MustParseAddrPort("10.0.0.2:4792")}, // wrong port
 			{Buf: p, Peer: netip.AddrPortFrom(addr6, 4791)},          // other family
@@ -637,7 +637,7 @@ func TestRouting(t *testing.T) {
 		if k, err := a.Send(pkts); k != len(pkts) || err != nil {
 			t.Fatalf("Send = %d, %v", k, err)
 		}
-		if k, err := a.Send([]transport.Packet{{Buf: p}, {Buf: make([]byte, 3)}, {Buf: p}}); k != 1 || err == nil {
+		if k, err := a.Send([]transport.Datagram{{Buf: p}, {Buf: make([]byte, 3)}, {Buf: p}}); k != 1 || err == nil {
 			t.Errorf("Send with a 3-byte packet = %d, %v; want 1 and an error", k, err)
 		}
 		time.Sleep(time.Millisecond)
@@ -661,7 +661,7 @@ func TestFilter(t *testing.T) {
 		a, b := mustEndpoint(t, n, addrA), mustEndpoint(t, n, addrB)
 		wait := receive(b, time.Now())
 		acks := 0
-		n.SetFilter(func(p *transport.Packet, from, to netip.Addr) Verdict {
+		n.SetFilter(func(p *transport.Datagram, from, to netip.Addr) Verdict {
 			if from != addrA || to != addrB || p.Peer != b.LocalAddr() || p.Local != addrA {
 				t.Errorf("filter got %v→%v, peer %v, local %v", from, to, p.Peer, p.Local)
 			}
@@ -793,11 +793,11 @@ func TestConcurrentSenders(t *testing.T) {
 				for s := range senders {
 					e := mustEndpoint(t, n, netip.AddrFrom4([4]byte{10, 0, 0, byte(s + 1)}))
 					wg.Go(func() {
-						pkts := make([]transport.Packet, 10)
+						pkts := make([]transport.Datagram, 10)
 						for i := 0; i < perSender; i += len(pkts) {
 							for j := range pkts {
 								q := s*perSender + i + j
-								pkts[j] = transport.Packet{Buf: testPacket(q, 64+q%100, opSendOnly), Peer: sink.LocalAddr(), Flow: uint32(s)}
+								pkts[j] = transport.Datagram{Buf: testPacket(q, 64+q%100, opSendOnly), Peer: sink.LocalAddr(), Flow: uint32(s)}
 							}
 							if k, err := e.Send(pkts); k != len(pkts) || err != nil {
 								t.Errorf("sender %d: Send = %d, %v", s, k, err)
@@ -872,10 +872,10 @@ func TestAllocs(t *testing.T) {
 		n := New(Config{Delay: time.Microsecond})
 		defer n.Close()
 		a, b := mustEndpoint(t, n, addrA), mustEndpoint(t, n, addrB)
-		out := make([]transport.Packet, 64)
-		in := make([]transport.Packet, 64)
+		out := make([]transport.Datagram, 64)
+		in := make([]transport.Datagram, 64)
 		for i := range out {
-			out[i] = transport.Packet{Buf: testPacket(i, 1024, opSendOnly), Peer: b.LocalAddr()}
+			out[i] = transport.Datagram{Buf: testPacket(i, 1024, opSendOnly), Peer: b.LocalAddr()}
 			in[i].Buf = make([]byte, 0, 2048)
 		}
 		step := func() {
@@ -902,10 +902,10 @@ func BenchmarkSendRecv(b *testing.B) {
 	defer n.Close()
 	x, _ := n.Endpoint(addrA)
 	y, _ := n.Endpoint(addrB)
-	out := make([]transport.Packet, 64)
-	in := make([]transport.Packet, 64)
+	out := make([]transport.Datagram, 64)
+	in := make([]transport.Datagram, 64)
 	for i := range out {
-		out[i] = transport.Packet{Buf: testPacket(i, 1024, opSendOnly), Peer: y.LocalAddr()}
+		out[i] = transport.Datagram{Buf: testPacket(i, 1024, opSendOnly), Peer: y.LocalAddr()}
 		in[i].Buf = make([]byte, 0, 2048)
 	}
 	b.ReportAllocs()

@@ -36,7 +36,7 @@ func TestZeroAllocs(t *testing.T) {
 	ack := buildPacket(wire.RCAck, wire.BTHFields{DestQP: qp.qpn}, nil, func(b []byte, info *wire.OpInfo) {
 		wire.AETH(b[info.AETHOff:]).Encode(&wire.AETHFields{Syndrome: wire.ACKSyndrome(0x1F)})
 	})
-	batch := []transport.Packet{{Buf: ack, Peer: f.peer, ICRC: transport.ICRCOK}}
+	batch := []transport.Datagram{{Buf: ack, Peer: f.peer, ICRC: transport.ICRCOK}}
 	round := func() {
 		qp.mu.Lock()
 		last := qp.req.psn.Add(1) // the WRITE of 512 bytes at MTU 256 takes 2 PSNs
@@ -59,7 +59,7 @@ func TestZeroAllocs(t *testing.T) {
 	req := buildPacket(wire.RCWriteOnly, wire.BTHFields{DestQP: qp.qpn, AckReq: true}, make([]byte, 200), func(b []byte, info *wire.OpInfo) {
 		wire.RETH(b[info.RETHOff:]).Encode(&wire.RETHFields{VA: f.mr.Addr(), RKey: f.mr.RKey(), DMALen: 200})
 	})
-	rbatch := []transport.Packet{{Buf: req, Peer: f.peer, ICRC: transport.ICRCOK}}
+	rbatch := []transport.Datagram{{Buf: req, Peer: f.peer, ICRC: transport.ICRCOK}}
 	recv := func() {
 		qp.mu.Lock()
 		psn := qp.resp.psn
@@ -79,7 +79,7 @@ func TestZeroAllocs(t *testing.T) {
 	// PostRecv and a SEND that consumes it.
 	rwr := &verbs.RecvWR{SGList: []verbs.SGE{f.mr.SGE(0, 256)}}
 	send := buildPacket(wire.RCSendOnly, wire.BTHFields{DestQP: qp.qpn, AckReq: true}, make([]byte, 100), nil)
-	sbatch := []transport.Packet{{Buf: send, Peer: f.peer, ICRC: transport.ICRCOK}}
+	sbatch := []transport.Datagram{{Buf: send, Peer: f.peer, ICRC: transport.ICRCOK}}
 	for f.rc.PostRecv(rwr) == nil { // fill, then drain one per round
 	}
 	for {

@@ -28,7 +28,7 @@ func BenchmarkRequesterWrite(b *testing.B) {
 			ack := buildPacket(wire.RCAck, wire.BTHFields{DestQP: qp.qpn}, nil, func(p []byte, info *wire.OpInfo) {
 				wire.AETH(p[info.AETHOff:]).Encode(&wire.AETHFields{Syndrome: wire.ACKSyndrome(0x1F)})
 			})
-			batch := []transport.Packet{{Buf: ack, Peer: f.peer, ICRC: transport.ICRCOK}}
+			batch := []transport.Datagram{{Buf: ack, Peer: f.peer, ICRC: transport.ICRCOK}}
 			b.ReportAllocs()
 			b.SetBytes(int64(size))
 			for b.Loop() {
@@ -60,7 +60,7 @@ func BenchmarkResponderWrite(b *testing.B) {
 			req := buildPacket(wire.RCWriteOnly, wire.BTHFields{DestQP: qp.qpn, AckReq: true}, make([]byte, size), func(p []byte, info *wire.OpInfo) {
 				wire.RETH(p[info.RETHOff:]).Encode(&wire.RETHFields{VA: f.mr.Addr(), RKey: f.mr.RKey(), DMALen: uint32(size)})
 			})
-			batch := []transport.Packet{{Buf: req, Peer: f.peer, ICRC: transport.ICRCOK}}
+			batch := []transport.Datagram{{Buf: req, Peer: f.peer, ICRC: transport.ICRCOK}}
 			b.ReportAllocs()
 			b.SetBytes(int64(size))
 			for b.Loop() {

@@ -23,7 +23,7 @@ type sendLog struct {
 	misgathers int
 }
 
-func (s *sendLog) Send(pkts []transport.Packet) (int, error) {
+func (s *sendLog) Send(pkts []transport.Datagram) (int, error) {
 	ops := make([]wire.Opcode, len(pkts))
 	g, bad := 0, 0
 	for i, p := range pkts {

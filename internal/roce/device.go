@@ -411,13 +411,13 @@ func (d *Device) Progress() { d.PollRx() }
 // rxBuffers are the receive batch and its buffers, used by whoever holds
 // rxMu.
 type rxBuffers struct {
-	pkts  []transport.Packet
+	pkts  []transport.Datagram
 	bufs  [][]byte
 	state rxState
 }
 
 func newRxBuffers(n int) rxBuffers {
-	r := rxBuffers{pkts: make([]transport.Packet, n), bufs: make([][]byte, n), state: rxState{stage: newTxStage()}}
+	r := rxBuffers{pkts: make([]transport.Datagram, n), bufs: make([][]byte, n), state: rxState{stage: newTxStage()}}
 	for i := range r.bufs {
 		r.bufs[i] = make([]byte, maxPacketSize+64)
 	}
@@ -432,7 +432,7 @@ func (r *rxBuffers) reset() {
 
 // HandleBatch processes received packets as Serve does; tests and fuzzers
 // feed packets through it directly.
-func (d *Device) HandleBatch(pkts []transport.Packet) {
+func (d *Device) HandleBatch(pkts []transport.Datagram) {
 	d.handleBatch(&rxState{}, pkts)
 }
 

@@ -30,7 +30,7 @@ func newCapture(addr string) *capture {
 	return &capture{local: netip.AddrPortFrom(netip.MustParseAddr(addr), transport.Port), done: make(chan struct{})}
 }
 
-func (c *capture) Send(pkts []transport.Packet) (int, error) {
+func (c *capture) Send(pkts []transport.Datagram) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.count += len(pkts)
@@ -42,7 +42,7 @@ func (c *capture) Send(pkts []transport.Packet) (int, error) {
 	return len(pkts), nil
 }
 
-func (c *capture) Recv(pkts []transport.Packet) (int, error) {
+func (c *capture) Recv(pkts []transport.Datagram) (int, error) {
 	<-c.done
 	return 0, transport.ErrClosed
 }
@@ -187,7 +187,7 @@ func FuzzReceive(f *testing.F) {
 				rewriteKeys(pkt, target)
 			}
 		}
-		target.dev.HandleBatch([]transport.Packet{{Buf: pkt, Peer: target.peer, Local: target.dev.local, ICRC: transport.ICRCOK}})
+		target.dev.HandleBatch([]transport.Datagram{{Buf: pkt, Peer: target.peer, Local: target.dev.local, ICRC: transport.ICRCOK}})
 		target.checkGuards(t)
 		target.revive(t)
 		target.refill()

@@ -277,14 +277,14 @@ type lossy struct {
 	heldDst netip.AddrPort
 	heldFl  uint32
 	dropped atomic.Int64
-	out     []transport.Packet
+	out     []transport.Datagram
 }
 
 func newLossy(tr transport.Transport, seed uint64, loss, dup float64) *lossy {
 	return &lossy{Transport: tr, rng: rand.New(rand.NewPCG(seed, 7)), loss: loss, dup: dup}
 }
 
-func (l *lossy) Send(pkts []transport.Packet) (int, error) {
+func (l *lossy) Send(pkts []transport.Datagram) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.out = l.out[:0]
@@ -301,7 +301,7 @@ func (l *lossy) Send(pkts []transport.Packet) (int, error) {
 		default:
 			l.out = append(l.out, p)
 			if l.held != nil {
-				l.out = append(l.out, transport.Packet{Buf: l.held, Peer: l.heldDst, Flow: l.heldFl})
+				l.out = append(l.out, transport.Datagram{Buf: l.held, Peer: l.heldDst, Flow: l.heldFl})
 				l.held = nil
 			}
 		}

@@ -86,7 +86,7 @@ func (rx *rxState) stageDeferredAcks() {
 	rx.deferred = rx.deferred[:0]
 }
 
-func (d *Device) handleBatch(rx *rxState, pkts []transport.Packet) {
+func (d *Device) handleBatch(rx *rxState, pkts []transport.Datagram) {
 	if len(pkts) == 0 {
 		return
 	}
@@ -137,18 +137,18 @@ func (d *Device) handleBatch(rx *rxState, pkts []transport.Packet) {
 	}
 }
 
-// qpTransport is the wire transport of a QP type.
-func qpTransport(t verbs.QPType) wire.Transport {
+// qpService is the wire transport of a QP type.
+func qpService(t verbs.QPType) wire.Service {
 	switch t {
 	case verbs.QPTypeUC:
-		return wire.TransportUC
+		return wire.ServiceUC
 	case verbs.QPTypeUD:
-		return wire.TransportUD
+		return wire.ServiceUD
 	}
-	return wire.TransportRC
+	return wire.ServiceRC
 }
 
-func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Packet, now time.Time) {
+func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Time) {
 	c := &qp.dev.Counters
 	if qp.destroyed {
 		c.DropUnknownQP.Add(1)
@@ -160,7 +160,7 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Packet, now time.Time)
 		return
 	}
 	info := p.Info
-	if info.Transport != qpTransport(qp.typ) {
+	if info.Service != qpService(qp.typ) {
 		c.DropWrongTransport.Add(1)
 		return
 	}
@@ -219,7 +219,7 @@ func (qp *QP) endRxLocked(rx *rxState, now time.Time) {
 // buildGRH writes the 40-byte network header of a received UD packet:
 // for IPv4, 20 zero bytes then the IPv4 header; for IPv6 the IPv6 header.
 // udpPayload is the length of the RoCEv2 packet (BTH to ICRC).
-func buildGRH(b []byte, pk *transport.Packet, udpPayload int) {
+func buildGRH(b []byte, pk *transport.Datagram, udpPayload int) {
 	clear(b[:grhLen])
 	src, dst := pk.Peer.Addr().Unmap(), pk.Local.Unmap()
 	if src.Is4() {

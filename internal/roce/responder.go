@@ -545,7 +545,7 @@ func (qp *QP) onUCRequestLocked(p *wire.Packet) {
 
 // onUDRequestLocked delivers a UD SEND: Q_Key check, a receive WQE, the
 // 40-byte network header, then the payload.
-func (qp *QP) onUDRequestLocked(p *wire.Packet, pk *transport.Packet) {
+func (qp *QP) onUDRequestLocked(p *wire.Packet, pk *transport.Datagram) {
 	if p.DETH == nil || p.DETH.QKey() != qp.attr.QKey {
 		qp.dev.Counters.DropQKey.Add(1)
 		return

@@ -20,7 +20,7 @@ type pktBuf struct {
 // txq is a QP's outgoing batch. It is used only under the QP's mutex, so
 // a QP's packets reach the transport in the order they were built.
 type txq struct {
-	pkts  [txBatch]transport.Packet
+	pkts  [txBatch]transport.Datagram
 	bufs  [txBatch]*pktBuf
 	mrs   [txBatch]*MR  // the MR a gathered packet's payload lies in (pinned)
 	isReq [txBatch]bool // a requester's packet (not an ACK or a response)
@@ -41,7 +41,7 @@ const gatherMin = 1024
 // also be sent by PostSend on another goroutine, and must not overtake
 // earlier ones. Used under the device's rxMu only.
 type txStage struct {
-	pkts []transport.Packet
+	pkts []transport.Datagram
 	bufs []*pktBuf
 	mrs  []*MR // pinned by gathered READ responses
 }
@@ -49,10 +49,10 @@ type txStage struct {
 const stageCap = 256
 
 func newTxStage() *txStage {
-	return &txStage{pkts: make([]transport.Packet, 0, stageCap), bufs: make([]*pktBuf, 0, stageCap), mrs: make([]*MR, 0, stageCap)}
+	return &txStage{pkts: make([]transport.Datagram, 0, stageCap), bufs: make([]*pktBuf, 0, stageCap), mrs: make([]*MR, 0, stageCap)}
 }
 
-func (s *txStage) add(d *Device, p transport.Packet, b *pktBuf, mr *MR) {
+func (s *txStage) add(d *Device, p transport.Datagram, b *pktBuf, mr *MR) {
 	if len(s.pkts) == cap(s.pkts) {
 		s.flush(d)
 	}
@@ -87,12 +87,12 @@ func (t *txq) drop(d *Device) {
 
 // release returns a sent or dropped packet's buffer, unpins the MR its
 // payload was gathered from, if any, and clears the slots.
-func release(d *Device, p *transport.Packet, b **pktBuf, mr **MR) {
+func release(d *Device, p *transport.Datagram, b **pktBuf, mr **MR) {
 	d.bufPool.Put(*b)
 	if *mr != nil {
 		(*mr).unpin()
 	}
-	*p, *b, *mr = transport.Packet{}, nil, nil
+	*p, *b, *mr = transport.Datagram{}, nil, nil
 }
 
 // newPacketLocked appends a packet with opcode op and payloadLen bytes of
@@ -106,7 +106,7 @@ func (qp *QP) newPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.BTHF
 
 // newGatherPacketLocked is newPacketLocked for a packet (a request or a
 // READ response) whose payload stays in mr, pinned by the caller: the
-// transport gathers it from there (transport.Packet.Payload). It returns
+// transport gathers it from there (transport.Datagram.Payload). It returns
 // the packet's headers; the caller writes the extension headers as for
 // newPacketLocked. The packet unpins mr once sent or dropped.
 func (qp *QP) newGatherPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.BTHFields, payload []byte, mr *MR) []byte {
@@ -115,7 +115,7 @@ func (qp *QP) newGatherPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wir
 
 // appendPacketLocked builds the packet of newPacketLocked, with the
 // payload in the buffer (gathered nil) or, gathered, after the headers
-// on the wire (transport.Packet.Split).
+// on the wire (transport.Datagram.Split).
 func (qp *QP) appendPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.BTHFields, payloadLen int, gathered []byte, mr *MR) []byte {
 	if qp.tx.n == txBatch {
 		qp.flushLocked()
@@ -137,7 +137,7 @@ func (qp *QP) appendPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.B
 	i := qp.tx.n
 	qp.tx.bufs[i] = pb
 	qp.tx.mrs[i] = mr
-	qp.tx.pkts[i] = transport.Packet{Buf: b, Payload: gathered, Split: info.Length, Peer: dst, Flow: qp.qpn}
+	qp.tx.pkts[i] = transport.Datagram{Buf: b, Payload: gathered, Split: info.Length, Peer: dst, Flow: qp.qpn}
 	qp.tx.isReq[i] = info.Has(wire.FlagRequest)
 	qp.tx.n++
 	return b
@@ -157,12 +157,12 @@ func (qp *QP) flushLocked() {
 		for i := 0; i < t.n; i++ {
 			if !t.isReq[i] {
 				st.add(d, t.pkts[i], t.bufs[i], t.mrs[i])
-				t.pkts[i], t.bufs[i], t.mrs[i] = transport.Packet{}, nil, nil
+				t.pkts[i], t.bufs[i], t.mrs[i] = transport.Datagram{}, nil, nil
 				continue
 			}
 			t.pkts[k], t.bufs[k], t.mrs[k], t.isReq[k] = t.pkts[i], t.bufs[i], t.mrs[i], true
 			if k != i {
-				t.pkts[i], t.bufs[i], t.mrs[i] = transport.Packet{}, nil, nil
+				t.pkts[i], t.bufs[i], t.mrs[i] = transport.Datagram{}, nil, nil
 			}
 			k++
 		}
@@ -192,7 +192,7 @@ func (t *txq) keepResponses(d *Device) {
 		n++
 	}
 	for i := n; i < t.n; i++ {
-		t.pkts[i], t.bufs[i], t.mrs[i] = transport.Packet{}, nil, nil
+		t.pkts[i], t.bufs[i], t.mrs[i] = transport.Datagram{}, nil, nil
 	}
 	t.n = n
 }

@@ -85,7 +85,7 @@ func TestUC(t *testing.T) {
 		b.postRecv(2, 4096, 4096)
 		// Drop the middle packet of the first 3-packet SEND.
 		count := 0
-		n.SetFilter(func(p *transport.Packet, from, to netip.Addr) netsim.Verdict {
+		n.SetFilter(func(p *transport.Datagram, from, to netip.Addr) netsim.Verdict {
 			if wire.BTH(p.Buf).Opcode() == wire.UCSendMiddle {
 				if count++; count == 1 {
 					return netsim.Drop

@@ -87,7 +87,7 @@ type Transport struct {
 	sendMu  sync.Mutex
 	senders []sender
 	sbuf    batchBuf
-	grp     []transport.Packet // Send's batch regrouped by sending socket
+	grp     []transport.Datagram // Send's batch regrouped by sending socket
 	grpIdx  []uint8
 
 	recvMu  sync.Mutex
@@ -396,7 +396,7 @@ func (t *Transport) senderFor(flow uint32) int {
 
 // Send sends pkts in batches of at most BatchSize packets with sendmmsg,
 // runs of a QP's equal-sized packets to a loopback peer as one GSO message.
-func (t *Transport) Send(pkts []transport.Packet) (int, error) {
+func (t *Transport) Send(pkts []transport.Datagram) (int, error) {
 	t.fdMu.RLock()
 	defer t.fdMu.RUnlock()
 	if t.closed.Load() {
@@ -494,7 +494,7 @@ func (t *Transport) Send(pkts []transport.Packet) (int, error) {
 // together, each flow's packets in their order: a batch that mixes many
 // QPs (the ACKs of one receive batch) then leaves in one sendmmsg per
 // socket rather than one per run. Precondition: sendMu held.
-func (t *Transport) groupBySender(pkts []transport.Packet) []transport.Packet {
+func (t *Transport) groupBySender(pkts []transport.Datagram) []transport.Datagram {
 	if len(t.senders) < 2 || len(pkts) < 2 {
 		return pkts
 	}
@@ -586,13 +586,13 @@ func getPort(p uint16) uint16 {
 
 // Recv receives a batch with recvmmsg, blocking (in ppoll)
 // until at least one datagram is there.
-func (t *Transport) Recv(pkts []transport.Packet) (int, error) {
+func (t *Transport) Recv(pkts []transport.Datagram) (int, error) {
 	return t.recv(pkts, true)
 }
 
 // TryRecv receives what is waiting, without blocking; see transport.Poller.
 // It returns 0 at once if another goroutine is receiving.
-func (t *Transport) TryRecv(pkts []transport.Packet) (int, error) {
+func (t *Transport) TryRecv(pkts []transport.Datagram) (int, error) {
 	if !t.recvMu.TryLock() {
 		return 0, nil
 	}
@@ -614,13 +614,13 @@ func (t *Transport) Wait() error {
 	return nil
 }
 
-func (t *Transport) recv(pkts []transport.Packet, block bool) (int, error) {
+func (t *Transport) recv(pkts []transport.Datagram, block bool) (int, error) {
 	t.recvMu.Lock()
 	defer t.recvMu.Unlock()
 	return t.recvLocked(pkts, block)
 }
 
-func (t *Transport) recvLocked(pkts []transport.Packet, block bool) (int, error) {
+func (t *Transport) recvLocked(pkts []transport.Datagram, block bool) (int, error) {
 	t.fdMu.RLock()
 	defer t.fdMu.RUnlock()
 	if t.closed.Load() {
@@ -705,7 +705,7 @@ func (t *Transport) prepRecv(i int) {
 
 // drain hands out received packets, splitting GRO-coalesced datagrams at
 // their segment size.
-func (t *Transport) drain(pkts []transport.Packet) int {
+func (t *Transport) drain(pkts []transport.Datagram) int {
 	b := &t.rbuf
 	local := t.local.Addr()
 	k := 0

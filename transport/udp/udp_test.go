@@ -41,8 +41,8 @@ func listenPair(t *testing.T, a, b netip.Addr) (*Transport, *Transport) {
 	return ta, tb
 }
 
-func recvBufs(n int) []transport.Packet {
-	pkts := make([]transport.Packet, n)
+func recvBufs(n int) []transport.Datagram {
+	pkts := make([]transport.Datagram, n)
 	for i := range pkts {
 		pkts[i].Buf = make([]byte, 9000)
 	}
@@ -58,9 +58,9 @@ func TestSendRecvBatch(t *testing.T) {
 	// Five flows: packets of a flow must arrive in order, flows may
 	// interleave (Send groups packets by sending socket).
 	const n, flows = 40, 5
-	out := make([]transport.Packet, n)
+	out := make([]transport.Datagram, n)
 	for i := range out {
-		out[i] = transport.Packet{Buf: packet(100+i, byte(i)), Peer: tb.LocalAddr(), Flow: uint32(i % flows)}
+		out[i] = transport.Datagram{Buf: packet(100+i, byte(i)), Peer: tb.LocalAddr(), Flow: uint32(i % flows)}
 	}
 	last := [flows]int{-1, -1, -1, -1, -1}
 	seen := map[int]bool{}
@@ -127,7 +127,7 @@ func TestICRCVerdicts(t *testing.T) {
 	}
 	defer t6a.Close()
 	_ = v6b
-	good := []transport.Packet{{Buf: packet(33, 2), Peer: t6a.LocalAddr()}}
+	good := []transport.Datagram{{Buf: packet(33, 2), Peer: t6a.LocalAddr()}}
 	if _, err := t6a.Send(good); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestCloseUnblocksRecv(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close did not unblock Recv")
 	}
-	if _, err := ta.Send([]transport.Packet{{Buf: packet(1, 1), Peer: ta.LocalAddr()}}); !errors.Is(err, transport.ErrClosed) {
+	if _, err := ta.Send([]transport.Datagram{{Buf: packet(1, 1), Peer: ta.LocalAddr()}}); !errors.Is(err, transport.ErrClosed) {
 		t.Fatalf("Send after Close: %v", err)
 	}
 }
@@ -181,9 +181,9 @@ func TestAddressInUse(t *testing.T) {
 func TestZeroAllocs(t *testing.T) {
 	a, b := testAddrs(t, 5)
 	ta, tb := listenPair(t, a, b)
-	out := make([]transport.Packet, 32)
+	out := make([]transport.Datagram, 32)
 	for i := range out {
-		out[i] = transport.Packet{Buf: packet(1024, byte(i)), Peer: tb.LocalAddr()}
+		out[i] = transport.Datagram{Buf: packet(1024, byte(i)), Peer: tb.LocalAddr()}
 	}
 	in := recvBufs(64)
 	round := func() {
@@ -216,9 +216,9 @@ func BenchmarkSendRecv1024(b *testing.B) {
 		b.Skip(err)
 	}
 	defer tc.Close()
-	out := make([]transport.Packet, 32)
+	out := make([]transport.Datagram, 32)
 	for i := range out {
-		out[i] = transport.Packet{Buf: packet(1024, byte(i)), Peer: tc.LocalAddr()}
+		out[i] = transport.Datagram{Buf: packet(1024, byte(i)), Peer: tc.LocalAddr()}
 	}
 	in := recvBufs(64)
 	b.ReportAllocs()
@@ -243,7 +243,7 @@ func TestSourcePortPerFlow(t *testing.T) {
 	distinct := map[uint16]bool{}
 	for round := 0; round < 2; round++ {
 		for flow := uint32(0x11); flow < 0x11+32; flow++ {
-			if _, err := ta.Send([]transport.Packet{{Buf: packet(8, 1), Peer: tb.LocalAddr(), Flow: flow}}); err != nil {
+			if _, err := ta.Send([]transport.Datagram{{Buf: packet(8, 1), Peer: tb.LocalAddr(), Flow: flow}}); err != nil {
 				t.Fatal(err)
 			}
 			k, err := tb.Recv(in[:1])
@@ -281,13 +281,13 @@ func TestGSO(t *testing.T) {
 			ta.Close()
 			t.Skip(err)
 		}
-		out := make([]transport.Packet, 40)
+		out := make([]transport.Datagram, 40)
 		for i := range out {
 			n := 1024
 			if i == len(out)-1 {
 				n = 100
 			}
-			out[i] = transport.Packet{Buf: packet(n, byte(i)), Peer: tb.LocalAddr(), Flow: 7}
+			out[i] = transport.Datagram{Buf: packet(n, byte(i)), Peer: tb.LocalAddr(), Flow: 7}
 		}
 		if _, err := ta.Send(out); err != nil {
 			t.Fatal(err)
@@ -322,7 +322,7 @@ func TestCloseUnblocksWait(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- ta.Wait() }()
 	time.Sleep(10 * time.Millisecond)
-	if _, err := tb.Send([]transport.Packet{{Buf: packet(8, 1), Peer: ta.LocalAddr()}}); err != nil {
+	if _, err := tb.Send([]transport.Datagram{{Buf: packet(8, 1), Peer: ta.LocalAddr()}}); err != nil {
 		t.Fatal(err)
 	}
 	select {
