@@ -97,8 +97,8 @@ type Config struct {
 	// NoGather copies every payload into its packet. By default a request
 	// payload of 1 KiB or more that lies in one SGE stays in its MR and the
 	// transport gathers it from there (transport.Gatherer), which saves a
-	// copy per byte sent; an AllocMR buffer is then unmapped only when the
-	// last packet pointing into it has gone, even after DeregMR.
+	// copy per byte sent; DeregMR waits for the packets that point into
+	// the region to leave (they never wait for a doorbell).
 	NoGather bool
 	// NoSplitWrites sends a multi-packet RC RDMA WRITE as FIRST, MIDDLE
 	// and LAST packets even to a peer the transport coalesces packets to
@@ -385,7 +385,13 @@ var ackDelay = 100 * time.Microsecond
 // sendLateAcks is ackTimer's function. A goroutine that holds rxMu is
 // receiving and sends the waiting ACKs itself.
 func (d *Device) sendLateAcks() {
-	if d.closed.Load() || !d.rxMu.TryLock() {
+	if d.closed.Load() {
+		return
+	}
+	if !d.rxMu.TryLock() {
+		// The holder may have begun its poll before these ACKs waited:
+		// look again later rather than trust it to send them.
+		d.ackTimer.Reset(ackDelay)
 		return
 	}
 	d.rx.state.stageDeferredAcks()

@@ -2,6 +2,7 @@ package roce
 
 import (
 	"bytes"
+	"runtime"
 	"testing"
 	"time"
 
@@ -127,9 +128,9 @@ func TestGatherZeroAllocs(t *testing.T) {
 	}
 }
 
-// TestGatherPinsAllocMR: an AllocMR buffer that queued packets point into
-// is unmapped only when the last of them lets go, even after DeregMR; a
-// deregistered MR is never pinned again.
+// TestGatherPinsAllocMR: DeregMR of a buffer that queued packets point
+// into waits until the last of them lets go (after it returns no byte of
+// the region is read again), and a deregistered MR is never pinned again.
 func TestGatherPinsAllocMR(t *testing.T) {
 	ta, _ := udpPair(t)
 	d, err := New(Config{Transport: ta})
@@ -154,23 +155,24 @@ func TestGatherPinsAllocMR(t *testing.T) {
 	if _, no := s.pin(60000, 8192); no != nil {
 		t.Fatal("pinned a range past the SGE")
 	}
-	if err := mr.Dereg(); err != nil {
-		t.Fatal(err)
+	done := make(chan error)
+	go func() { done <- mr.Dereg() }()
+	for !mr.isDead() {
+		runtime.Gosched()
 	}
-	if mr.unmapped.Load() {
-		t.Fatal("DeregMR unmapped a buffer two packets point into")
-	}
-	p1[0] = 1 // still mapped: this must not fault
 	if _, again := s.pin(0, 1024); again != nil {
 		t.Fatal("pinned a deregistered MR")
 	}
+	p1[0] = 1 // still mapped: this must not fault
 	pin1.unpin()
-	if mr.unmapped.Load() {
-		t.Fatal("unmapped with one packet left")
+	select {
+	case err := <-done:
+		t.Fatalf("DeregMR returned (%v) with a packet still pointing into the buffer", err)
+	case <-time.After(20 * time.Millisecond):
 	}
 	pin2.unpin()
-	if !mr.unmapped.Load() {
-		t.Fatal("the last packet let go and the buffer stayed mapped")
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package roce
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -55,28 +56,20 @@ type MR struct {
 	dead       bool // deregistered: every access fails
 	rkeyRevoke bool // invalidated by SEND_WITH_INV: remote access fails
 
-	// Packets that gather their payload from buf pin the MR: buf, if
-	// AllocMR mapped it, is unmapped only once none is left (Dereg, unpin).
-	pins     atomic.Int64
-	deregged atomic.Bool // dead, readable without mu
-	unmapped atomic.Bool
+	// Packets that gather their payload from buf pin the MR until they
+	// are sent or dropped; Dereg waits for them.
+	pins atomic.Int64
 }
 
-// unpin releases a packet's pin; the last one after Dereg unmaps buf.
-func (mr *MR) unpin() {
-	if mr.pins.Add(-1) == 0 && mr.deregged.Load() {
-		mr.unmapIfUnpinned()
-	}
+// isDead reports whether Dereg has begun.
+func (mr *MR) isDead() bool {
+	mr.mu.RLock()
+	defer mr.mu.RUnlock()
+	return mr.dead
 }
 
-// unmapIfUnpinned unmaps an AllocMR buffer that no packet points into,
-// once.
-func (mr *MR) unmapIfUnpinned() error {
-	if !mr.mmapped || mr.pins.Load() != 0 || !mr.unmapped.CompareAndSwap(false, true) {
-		return nil
-	}
-	return syscall.Munmap(mr.buf)
-}
+// unpin releases a packet's pin.
+func (mr *MR) unpin() { mr.pins.Add(-1) }
 
 const accessMask = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
 
@@ -189,7 +182,6 @@ func (mr *MR) Dereg() error {
 		return verbs.Errorf("DeregMR", verbs.ErrDestroyed, "MR already deregistered")
 	}
 	mr.dead = true
-	mr.deregged.Store(true)
 	mr.mu.Unlock()
 
 	d := mr.pd.dev
@@ -205,9 +197,18 @@ func (mr *MR) Dereg() error {
 	d.keysMu.Unlock()
 	mr.pd.refs.Add(-1)
 	d.nMR.Add(-1)
-	// Packets still queued may point into buf (gathered sends): the last
-	// of them unmaps it then.
-	return mr.unmapIfUnpinned()
+	// Packets already built may gather their payload from buf. They leave
+	// within one batch (a QP never holds such a packet back for its
+	// doorbell, and the receive path flushes its stage at the end of
+	// every batch), so the wait is short; after it no byte of the region
+	// is read again, and the caller may reuse or free the memory.
+	for mr.pins.Load() != 0 {
+		runtime.Gosched()
+	}
+	if mr.mmapped {
+		return syscall.Munmap(mr.buf)
+	}
+	return nil
 }
 
 // lookupKey returns the MR with local or remote key k, or nil.

@@ -389,6 +389,10 @@ func (qp *QP) Destroy() error {
 		qp.flushAckLocked()
 		qp.flushLocked()
 	}
+	// Requests waiting for the doorbell are discarded with their WQEs;
+	// their buffers and MR pins go back now, or a DeregMR of their
+	// memory would wait for them forever.
+	qp.tx.drop(qp.dev)
 	qp.setStateLocked(verbs.QPStateReset)
 	qp.stopTimerLocked()
 	qp.clearRecvLocked()
@@ -582,7 +586,9 @@ func (qp *QP) kickLocked(now time.Time) {
 			qp.resp.deferMisses = 0
 			qp.flushAckLocked()
 			qp.flushLocked()
-		} else if !inFlight {
+		} else if !inFlight || qp.tx.pinsMemory() {
+			// Packets that gather from an MR never wait for the
+			// doorbell: DeregMR waits for them to leave.
 			qp.flushLocked()
 		}
 	}
@@ -629,13 +635,11 @@ func (qp *QP) postOneLocked(wr *verbs.SendWR) error {
 		w.inline = w.inline[:0]
 		w.sgl.reset()
 		for _, e := range wr.SGList {
-			mr := qp.dev.findMRByAddr(qp.pd, e.Addr, uint64(e.Length), e.LKey)
-			if mr == nil {
+			var ok bool
+			if w.inline, ok = qp.dev.appendInline(w.inline, qp.pd, e); !ok {
 				w.status = verbs.WCLocProtErr
 				break
 			}
-			b, _ := mr.span(e.Addr, uint64(e.Length))
-			w.inline = append(w.inline, b...)
 		}
 		w.isInline = true
 		w.length = uint64(len(w.inline))
@@ -689,22 +693,35 @@ func (qp *QP) opcodeAllowed(op verbs.WROpcode) bool {
 	return false
 }
 
-// findMRByAddr finds the MR of pd that holds [addr, addr+n), preferring the
-// one lkey names. It is used for inline data, where the lkey is optional.
-func (d *Device) findMRByAddr(pd *PD, addr, n uint64, lkey uint32) *MR {
-	if mr := d.lookupKey(lkey); mr != nil && mr.pd == pd && mr.lkey == lkey {
-		if _, ok := mr.span(addr, n); ok && !mr.dead {
-			return mr
+// appendInline appends the bytes an inline SGE names to dst. The SGE
+// needs no lkey but must lie in an MR of pd (softrdma addresses memory
+// only through MRs); the lkey, if it names one, is tried first. The copy
+// happens under the MR's read lock, so it cannot overlap a DeregMR (after
+// which the memory may be unmapped or reused). ok is false if no live MR
+// of pd holds the range.
+func (d *Device) appendInline(dst []byte, pd *PD, e verbs.SGE) (_ []byte, ok bool) {
+	try := func(mr *MR) bool {
+		if mr == nil || mr.pd != pd {
+			return false
 		}
+		mr.mu.RLock()
+		defer mr.mu.RUnlock()
+		b, in := mr.span(e.Addr, uint64(e.Length))
+		if mr.dead || !in {
+			return false
+		}
+		dst = append(dst, b...)
+		return true
+	}
+	if mr := d.lookupKey(e.LKey); mr != nil && mr.lkey == e.LKey && try(mr) {
+		return dst, true
 	}
 	for k, mr := range *d.keys.Load() {
-		if k == mr.lkey && mr.pd == pd && !mr.dead {
-			if _, ok := mr.span(addr, n); ok {
-				return mr
-			}
+		if k == mr.lkey && try(mr) {
+			return dst, true
 		}
 	}
-	return nil
+	return dst, false
 }
 
 // PostRecv posts receive work requests.

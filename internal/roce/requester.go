@@ -295,9 +295,7 @@ func (qp *QP) sendPacketLocked(w *sendWQE) bool {
 	case w.isInline:
 		copy(b[info.Length:info.Length+int(n)], w.inline[off:off+n])
 	case !w.sgl.copyOut(b[info.Length:info.Length+int(n)], off):
-		qp.tx.n-- // unqueue the half-built packet
-		qp.dev.bufPool.Put(qp.tx.bufs[qp.tx.n])
-		qp.tx.bufs[qp.tx.n] = nil
+		qp.tx.unqueueLast(qp.dev) // the half-built packet
 		w.status = verbs.WCLocProtErr
 		if qp.typ != verbs.QPTypeRC || qp.sq.next == qp.sq.head {
 			qp.errorLocked()

@@ -18,13 +18,103 @@ type pktBuf struct {
 }
 
 // txq is a QP's outgoing batch. It is used only under the QP's mutex, so
-// a QP's packets reach the transport in the order they were built.
+// a QP's packets reach the transport in the order they were built. The
+// four arrays are parallel; slot i < n holds a packet, its buffer, the MR
+// its payload is gathered from (pinned, or nil) and whether it is a
+// requester's packet (req) or a responder's (an ACK, NAK, READ response or
+// atomic ACK). Slots at n and beyond are always empty: every way a packet
+// leaves the queue (sent, dropped, moved to the receive path's stage) goes
+// through the methods below, which keep that so.
 type txq struct {
-	pkts  [txBatch]transport.Datagram
-	bufs  [txBatch]*pktBuf
-	mrs   [txBatch]*MR  // the MR a gathered packet's payload lies in (pinned)
-	isReq [txBatch]bool // a requester's packet (not an ACK or a response)
-	n     int
+	pkts [txBatch]transport.Datagram
+	bufs [txBatch]*pktBuf
+	mrs  [txBatch]*MR
+	req  [txBatch]bool
+	n    int
+}
+
+// push appends a packet; the caller has made room (n < txBatch).
+func (t *txq) push(p transport.Datagram, b *pktBuf, mr *MR, req bool) {
+	i := t.n
+	t.pkts[i], t.bufs[i], t.mrs[i], t.req[i] = p, b, mr, req
+	t.n++
+}
+
+// pinsMemory reports whether a queued packet gathers its payload from an
+// MR.
+func (t *txq) pinsMemory() bool {
+	for _, mr := range t.mrs[:t.n] {
+		if mr != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// unqueueLast releases the packet pushed last (one that could not be
+// completed).
+func (t *txq) unqueueLast(d *Device) {
+	t.n--
+	t.clear(d, t.n)
+}
+
+// clear releases slot i's buffer and pin and empties the slot.
+func (t *txq) clear(d *Device, i int) {
+	release(d, &t.pkts[i], &t.bufs[i], &t.mrs[i])
+	t.req[i] = false
+}
+
+// drop discards queued packets without sending them.
+func (t *txq) drop(d *Device) {
+	for i := 0; i < t.n; i++ {
+		t.clear(d, i)
+	}
+	t.n = 0
+}
+
+// filter keeps, in order, the packets whose req flag equals keepReq. Each
+// other packet goes to st if st is set (in order, with its buffer and pin),
+// else it is released.
+func (t *txq) filter(d *Device, keepReq bool, st *txStage) {
+	k := 0
+	for i := 0; i < t.n; i++ {
+		if t.req[i] != keepReq {
+			if st != nil {
+				st.add(d, t.pkts[i], t.bufs[i], t.mrs[i])
+				t.pkts[i], t.bufs[i], t.mrs[i], t.req[i] = transport.Datagram{}, nil, nil, false
+			} else {
+				t.clear(d, i)
+			}
+			continue
+		}
+		if k != i {
+			t.pkts[k], t.bufs[k], t.mrs[k], t.req[k] = t.pkts[i], t.bufs[i], t.mrs[i], t.req[i]
+			t.pkts[i], t.bufs[i], t.mrs[i], t.req[i] = transport.Datagram{}, nil, nil, false
+		}
+		k++
+	}
+	t.n = k
+}
+
+// keepResponses drops the queued request packets and keeps the responses
+// (ACKs, NAKs, READ responses, atomic ACKs), in order.
+func (t *txq) keepResponses(d *Device) { t.filter(d, false, nil) }
+
+// stageResponses moves the queued responses to st, in order, and keeps the
+// requests.
+func (t *txq) stageResponses(d *Device, st *txStage) { t.filter(d, true, st) }
+
+// send hands the queued packets to the transport and releases them.
+func (t *txq) send(d *Device) {
+	if t.n == 0 {
+		return
+	}
+	sent, err := d.tr.Send(t.pkts[:t.n])
+	d.Counters.SentPkts.Add(uint64(sent))
+	if err != nil || sent < t.n {
+		d.Counters.SendErr.Add(uint64(t.n - sent))
+	}
+	t.drop(d)
 }
 
 // gatherMin is the smallest payload a request gathers from its MR rather
@@ -77,14 +167,6 @@ func (s *txStage) flush(d *Device) {
 	s.pkts, s.bufs, s.mrs = s.pkts[:0], s.bufs[:0], s.mrs[:0]
 }
 
-// drop discards queued packets without sending them.
-func (t *txq) drop(d *Device) {
-	for i := 0; i < t.n; i++ {
-		release(d, &t.pkts[i], &t.bufs[i], &t.mrs[i])
-	}
-	t.n = 0
-}
-
 // release returns a sent or dropped packet's buffer, unpins the MR its
 // payload was gathered from, if any, and clears the slots.
 func release(d *Device, p *transport.Datagram, b **pktBuf, mr **MR) {
@@ -134,12 +216,7 @@ func (qp *QP) appendPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.B
 	bth.PKey = defaultPKey
 	wire.BTH(b).Encode(bth)
 	clear(b[info.Length+inBuf : total-wire.ICRCLen])
-	i := qp.tx.n
-	qp.tx.bufs[i] = pb
-	qp.tx.mrs[i] = mr
-	qp.tx.pkts[i] = transport.Datagram{Buf: b, Payload: gathered, Split: info.Length, Peer: dst, Flow: qp.qpn}
-	qp.tx.isReq[i] = info.Has(wire.FlagRequest)
-	qp.tx.n++
+	qp.tx.push(transport.Datagram{Buf: b, Payload: gathered, Split: info.Length, Peer: dst, Flow: qp.qpn}, pb, mr, info.Has(wire.FlagRequest))
 	return b
 }
 
@@ -147,52 +224,11 @@ func (qp *QP) appendPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.B
 // its responder packets join the stage instead, in order, and only the
 // requester packets leave now.
 func (qp *QP) flushLocked() {
-	t := &qp.tx
-	if t.n == 0 {
+	if qp.tx.n == 0 {
 		return
 	}
-	d := qp.dev
-	if st := qp.stage; st != nil {
-		k := 0
-		for i := 0; i < t.n; i++ {
-			if !t.isReq[i] {
-				st.add(d, t.pkts[i], t.bufs[i], t.mrs[i])
-				t.pkts[i], t.bufs[i], t.mrs[i] = transport.Datagram{}, nil, nil
-				continue
-			}
-			t.pkts[k], t.bufs[k], t.mrs[k], t.isReq[k] = t.pkts[i], t.bufs[i], t.mrs[i], true
-			if k != i {
-				t.pkts[i], t.bufs[i], t.mrs[i] = transport.Datagram{}, nil, nil
-			}
-			k++
-		}
-		t.n = k
-		if k == 0 {
-			return
-		}
+	if qp.stage != nil {
+		qp.tx.stageResponses(qp.dev, qp.stage)
 	}
-	sent, err := d.tr.Send(t.pkts[:t.n])
-	d.Counters.SentPkts.Add(uint64(sent))
-	if err != nil || sent < t.n {
-		d.Counters.SendErr.Add(uint64(t.n - sent))
-	}
-	t.drop(d)
-}
-
-// keepResponses drops the queued request packets and keeps the responses
-// (ACKs, NAKs, READ responses, atomic ACKs), in order.
-func (t *txq) keepResponses(d *Device) {
-	n := 0
-	for i := 0; i < t.n; i++ {
-		if wire.BTH(t.pkts[i].Buf).Opcode().Info().Has(wire.FlagRequest) {
-			release(d, &t.pkts[i], &t.bufs[i], &t.mrs[i])
-			continue
-		}
-		t.pkts[n], t.bufs[n], t.mrs[n] = t.pkts[i], t.bufs[i], t.mrs[i]
-		n++
-	}
-	for i := n; i < t.n; i++ {
-		t.pkts[i], t.bufs[i], t.mrs[i] = transport.Datagram{}, nil, nil
-	}
-	t.n = n
+	qp.tx.send(qp.dev)
 }

@@ -1,0 +1,294 @@
+package roce
+
+// Regression tests for the bugs of the engine review (issue 9). Each was
+// checked to fail with its fix taken out.
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/softrdma/softrdma/transport"
+	"github.com/softrdma/softrdma/verbs"
+	"github.com/softrdma/softrdma/wire"
+)
+
+// gatherCapture is a capture transport that takes gathered payloads and
+// has a jumbo link, so 1 KiB+ payloads are gathered from their MR.
+type gatherCapture struct{ *capture }
+
+func (gatherCapture) Gathers() bool { return true }
+func (gatherCapture) LinkMTU() int  { return 9000 }
+
+// clean reports the first slot at or past n that is not empty.
+func (t *txq) clean() error {
+	for i := t.n; i < txBatch; i++ {
+		if t.pkts[i].Buf != nil || t.pkts[i].Payload != nil || t.bufs[i] != nil || t.mrs[i] != nil || t.req[i] {
+			return fmt.Errorf("slot %d of %d queued packets is not empty: %+v buf=%v mr=%v req=%v", i, t.n, t.pkts[i], t.bufs[i] != nil, t.mrs[i] != nil, t.req[i])
+		}
+	}
+	return nil
+}
+
+// rcTowards creates an RC QP in RTS on pd towards a peer that never
+// answers, with path MTU mtu.
+func rcTowards(tb testing.TB, pd verbs.PD, cq verbs.CQ, mtu verbs.MTU, timeout, retry uint8) *QP {
+	tb.Helper()
+	qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTypeRC, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}})
+	must(tb, err)
+	all := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	must(tb, qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QPAccessFlags: all}, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
+	rtr := &verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: mtu, DestQPNum: 0x99, RQPSN: 100, MaxDestRdAtomic: 4, MinRNRTimer: 1,
+		AHAttr: verbs.AHAttr{IsGlobal: true, GRH: verbs.GlobalRoute{DGID: verbs.GIDFromAddr(netip.MustParseAddr("10.9.0.2")), SGIDIndex: 1}}}
+	must(tb, qp.Modify(rtr, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
+	must(tb, qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: 500, Timeout: timeout, RetryCnt: retry, RNRRetry: 7, MaxRdAtomic: 4},
+		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic))
+	return qp.(*QP)
+}
+
+// TestDestroyReleasesQueuedPackets: destroying a QP releases the packets
+// that wait for its doorbell, with their MR pins, so a DeregMR of their
+// memory (an AllocMR region) returns and unmaps it.
+func TestDestroyReleasesQueuedPackets(t *testing.T) {
+	d, err := New(Config{Transport: gatherCapture{newCapture("10.9.0.1")}})
+	must(t, err)
+	defer d.Close()
+	pd, _ := d.AllocPD()
+	defer pd.Dealloc()
+	cq, _ := d.CreateCQ(64, nil)
+	defer cq.Destroy()
+	m, err := pd.AllocMR(1<<16, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	must(t, err)
+	qp := rcTowards(t, pd, cq, verbs.MTU1024, 14, 7)
+	write := func(n int) {
+		must(t, qp.PostSend(&verbs.SendWR{Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{m.SGE(0, n)}, RemoteAddr: 0x1000, RKey: 7}))
+	}
+	write(8)    // sent: the QP was idle
+	write(2048) // gathered from the AllocMR region
+	write(8)    // waits for the doorbell (the first is unacknowledged)
+	must(t, qp.Destroy())
+	qp.mu.Lock()
+	n, clean := qp.tx.n, qp.tx.clean()
+	qp.mu.Unlock()
+	if n != 0 || clean != nil {
+		t.Fatalf("after Destroy %d packets are still queued (%v)", n, clean)
+	}
+	done := make(chan error, 1)
+	go func() { done <- m.Dereg() }()
+	select {
+	case err := <-done:
+		must(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("DeregMR waits for packets of a destroyed QP")
+	}
+}
+
+// TestKeepResponsesKeepsOrder: when a QP fails, its queued requests are
+// dropped and its responses kept; a kept NAK is still a response, so on
+// the receive path it joins the batch's stage behind earlier responses
+// instead of leaving ahead of them.
+func TestKeepResponsesKeepsOrder(t *testing.T) {
+	c := newCapture("10.9.0.1")
+	d, err := New(Config{Transport: c})
+	must(t, err)
+	defer d.Close()
+	pd, _ := d.AllocPD()
+	defer pd.Dealloc()
+	cq, _ := d.CreateCQ(64, nil)
+	defer cq.Destroy()
+	qp := rcTowards(t, pd, cq, verbs.MTU1024, 14, 7)
+	defer qp.Destroy()
+
+	qp.mu.Lock()
+	bth := wire.BTHFields{PSN: 9, DestQP: 0x99}
+	qp.newPacketLocked(qp.dest, wire.RCSendOnly, &bth, 4) // a request
+	qp.sendAckLocked(wire.PSN(5), wire.NAKSyndrome(wire.NAKRemoteAccessError))
+	qp.tx.keepResponses(d)
+	st := newTxStage()
+	qp.stage = st
+	qp.flushLocked()
+	qp.stage = nil
+	clean := qp.tx.clean()
+	qp.mu.Unlock()
+	if clean != nil {
+		t.Fatal(clean)
+	}
+	c.mu.Lock()
+	sent := len(c.sent)
+	c.mu.Unlock()
+	if sent != 0 || len(st.pkts) != 1 || wire.BTH(st.pkts[0].Buf).Opcode() != wire.RCAck {
+		t.Fatalf("the kept NAK was sent directly (%d sent, %d staged): it would overtake the batch's earlier responses", sent, len(st.pkts))
+	}
+	st.flush(d)
+}
+
+// TestUnqueueReleases: a packet the requester cannot complete (its MR was
+// deregistered between post and transmission) leaves the queue through
+// the same release as every other packet: no slot keeps a pooled buffer.
+func TestUnqueueReleases(t *testing.T) {
+	f := newFuzzTarget(t)
+	defer f.destroy()
+	other, err := f.pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite)
+	must(t, err)
+	read := &verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMARead, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{f.mr.SGE(0, 8)}, RemoteAddr: 0x1000, RKey: 1}
+	must(t, f.rc.PostSend(read))
+	// Fenced behind the READ: built only once the READ completes.
+	write := &verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled | verbs.SendFence, SGList: []verbs.SGE{other.SGE(0, 8)}, RemoteAddr: 0x1000, RKey: 1}
+	must(t, f.rc.PostSend(write))
+	must(t, other.Dereg())
+	resp := buildPacket(wire.RCReadResponseOnly, wire.BTHFields{DestQP: f.rc.QPNum(), PSN: 500}, make([]byte, 8), func(b []byte, info *wire.OpInfo) {
+		wire.AETH(b[info.AETHOff:]).Encode(&wire.AETHFields{Syndrome: wire.ACKSyndrome(0x1F)})
+	})
+	f.dev.HandleBatch([]transport.Datagram{{Buf: resp, Peer: f.peer, ICRC: transport.ICRCOK}})
+	qp := f.rc.(*QP)
+	qp.mu.Lock()
+	clean := qp.tx.clean()
+	qp.mu.Unlock()
+	if clean != nil {
+		t.Fatal(clean)
+	}
+	wcs := make([]verbs.WC, 4)
+	n, _ := f.cq.Poll(wcs)
+	if n < 2 || wcs[0].Status != verbs.WCSuccess || wcs[1].WRID != 2 || wcs[1].Status != verbs.WCLocProtErr {
+		t.Fatalf("completions %+v; want the READ, then the WRITE with a local protection error", wcs[:n])
+	}
+}
+
+// TestRetryCount7IsFinite: retry_cnt 7 means seven retransmissions, as
+// IBTA 9.7.6.1.3 has it (unlike rxe, which retries forever at 7): a peer
+// that never answers fails the WQE with WCRetryExcErr after the original
+// transmission and seven retries, one local ACK timeout apart.
+func TestRetryCount7IsFinite(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCapture("10.9.0.1")
+		d, err := New(Config{Transport: c})
+		must(t, err)
+		pd, _ := d.AllocPD()
+		cq, _ := d.CreateCQ(64, nil)
+		mr, _ := pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite)
+		qp := rcTowards(t, pd, cq, verbs.MTU1024, 14, 7) // 67 ms
+		start := time.Now()
+		must(t, qp.PostSend(&verbs.SendWR{WRID: 9, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{mr.SGE(0, 8)}, RemoteAddr: 0x1000, RKey: 7}))
+		wcs := make([]verbs.WC, 1)
+		for {
+			if n, _ := cq.Poll(wcs); n == 1 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+			if time.Since(start) > time.Minute {
+				t.Fatal("retry_cnt 7 retried for a minute")
+			}
+		}
+		elapsed := time.Since(start)
+		c.mu.Lock()
+		sent := len(c.sent)
+		c.mu.Unlock()
+		if wcs[0].Status != verbs.WCRetryExcErr || sent != 8 {
+			t.Fatalf("status %v after %d transmissions; want WCRetryExcErr after 8 (1 + 7 retries)", wcs[0].Status, sent)
+		}
+		if want := 8 * wire.LocalACKTimeout(14); elapsed < want || elapsed > want+100*time.Millisecond {
+			t.Fatalf("failed after %v; want 8 timeouts, %v", elapsed, want)
+		}
+		qp.Destroy()
+		mr.Dereg()
+		cq.Destroy()
+		pd.Dealloc()
+		d.Close()
+	})
+}
+
+// TestLateAckTimerRetries: the timer that sends ACKs a busy poller left
+// waiting tries again when another goroutine holds the receive lock, so
+// the ACK leaves within a few ackDelays and the requester never
+// retransmits.
+func TestLateAckTimerRetries(t *testing.T) {
+	a, b, _ := deferredAckPair(t, time.Millisecond)
+	a.buf[0] = 1
+	a.write(1, 0, 1)
+	progressUntil(t, b, 0, 1) // b receives inline: its ACK waits for it
+	b.dev.rxMu.Lock()         // someone else is receiving when the timer fires
+	time.Sleep(10 * time.Millisecond)
+	b.dev.rxMu.Unlock()
+	// b never polls again: only the timer can send the ACK now.
+	expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
+	if n := a.dev.Counters.Timeouts.Load() + a.dev.Counters.Retransmits.Load(); n != 0 {
+		t.Fatalf("the ACK waited for the requester's timeout (%d timeouts and retransmits)", n)
+	}
+}
+
+// TestSplitWriteError states what a failed multi-packet WRITE leaves in
+// the target memory. Split into one WRITE ONLY per MTU (towards a peer
+// the transport coalesces packets to), each packet is checked against the
+// MR on its own: the packets before the first one out of bounds land, and
+// the WQE fails with WCRemAccessErr. As FIRST/MIDDLE/LAST the range is
+// checked on the FIRST packet: nothing lands. IBTA (C9-? / 9.7.5.2.8)
+// leaves the target memory of a failed WRITE undefined, and both forms
+// stay inside the MR.
+func TestSplitWriteError(t *testing.T) {
+	for _, split := range []bool{true, false} {
+		t.Run(fmt.Sprintf("split=%v", split), func(t *testing.T) {
+			ta, tb := udpPair(t)
+			a, b := pairWith(t, Config{Transport: ta, SplitWritesAlways: split, NoSplitWrites: !split}, Config{Transport: tb}, realOpts())
+			const mtu, size = 1024, 3 * 1024
+			fill(a.buf[:size], 11)
+			// The target starts 2500 bytes before the end of b's MR: the
+			// third packet would cross it.
+			at := len(b.buf) - 2500
+			b.settle()
+			before := bytes.Clone(b.buf[at:])
+			a.post(&verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, size)},
+				RemoteAddr: b.mr.Addr() + uint64(at), RKey: b.mr.RKey()})
+			expectWC(t, a.waitWC(a.scq), 1, verbs.WCRemAccessErr, verbs.WCRDMAWrite)
+			b.settle()
+			landed := b.buf[at:]
+			if split {
+				if !bytes.Equal(landed[:2*mtu], a.buf[:2*mtu]) || !bytes.Equal(landed[2*mtu:], before[2*mtu:]) {
+					t.Fatal("split WRITE: want the two packets before the bad one landed, nothing after")
+				}
+			} else if !bytes.Equal(landed, before) {
+				t.Fatal("FIRST/MIDDLE/LAST WRITE out of bounds changed the target")
+			}
+		})
+	}
+}
+
+// TestInlinePostVsDereg: an inline post copies MR memory under the MR's
+// lock, so it never overlaps DeregMR (under -race, the detector reports
+// the overlap; with AllocMR memory, the copy could fault after the unmap).
+func TestInlinePostVsDereg(t *testing.T) {
+	f := newFuzzTarget(t)
+	defer f.destroy()
+	qp, err := f.pd.CreateQP(&verbs.QPInitAttr{SendCQ: f.cq, RecvCQ: f.cq, QPType: verbs.QPTypeUC, Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 1, MaxInlineData: 64}})
+	must(t, err)
+	defer qp.Destroy()
+	must(t, qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1}, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
+	must(t, qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: verbs.MTU256, DestQPNum: 0x99, RQPSN: 1,
+		AHAttr: verbs.AHAttr{IsGlobal: true, GRH: verbs.GlobalRoute{DGID: verbs.GIDFromAddr(f.peer.Addr()), SGIDIndex: 1}}},
+		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN))
+	must(t, qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: 1}, verbs.QPAttrState|verbs.QPAttrSQPSN))
+	for range 20 {
+		m, err := f.pd.AllocMR(4096, verbs.AccessLocalWrite)
+		must(t, err)
+		var wg sync.WaitGroup
+		var stop atomic.Bool
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wr := &verbs.SendWR{Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendInline, SGList: []verbs.SGE{m.SGE(0, 32)}, RemoteAddr: 0x1000, RKey: 1}
+			for !stop.Load() {
+				qp.PostSend(wr)
+				f.cq.Poll(f.wcs)
+			}
+		}()
+		time.Sleep(time.Millisecond)
+		must(t, m.Dereg())
+		stop.Store(true)
+		wg.Wait()
+		f.cq.Poll(f.wcs)
+	}
+}
