@@ -31,7 +31,7 @@ var rules = []struct {
 	{"internal/spin", nil, nil},
 	{"examples", []string{""}, []string{""}},
 	{"internal/roce", []string{"wire", "verbs", "transport", "internal/spin"}, nil},
-	{"internal/perftest", nil, nil},
+	{"internal/perftest", []string{"verbs"}, nil},
 	{"internal/pingpong", nil, nil},
 	{"internal/replay", nil, nil},
 	{"provider", []string{"wire", "verbs", "transport", "internal/roce", "internal/netsim"}, []string{"golang.org/x/sys"}},
