@@ -33,7 +33,8 @@ var rules = []struct {
 	{"internal/roce", []string{"wire", "verbs", "transport", "internal/spin"}, nil},
 	{"internal/perftest", []string{"verbs"}, nil},
 	{"internal/pingpong", nil, nil},
-	{"internal/replay", nil, nil},
+	{"internal/replay", []string{"internal/pcapfile"}, nil},
+	{"internal/pcapfile", nil, []string{"github.com/gopacket/gopacket"}},
 	{"provider", []string{"wire", "verbs", "transport", "internal/roce", "internal/netsim"}, []string{"golang.org/x/sys"}},
 	{"cmd", []string{""}, []string{""}}, // the CLI may import anything
 	{"internal/layering", nil, nil},
