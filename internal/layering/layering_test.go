@@ -36,6 +36,7 @@ var rules = []struct {
 	{"internal/replay", []string{"internal/pcapfile"}, nil},
 	{"internal/pcapfile", nil, []string{"github.com/gopacket/gopacket"}},
 	{"provider", []string{"wire", "verbs", "transport", "internal/roce", "internal/netsim"}, []string{"golang.org/x/sys"}},
+	{"cm", []string{"verbs"}, nil},
 	{"cmd", []string{""}, []string{""}}, // the CLI may import anything
 	{"internal/layering", nil, nil},
 	{"test", []string{""}, []string{""}},
@@ -129,6 +130,9 @@ func TestRulesCatchViolations(t *testing.T) {
 	}
 	if check("internal/roce", module+"/wire") != "" {
 		t.Error("roce importing wire failed")
+	}
+	if check("cm", module+"/verbs") != "" || check("cm", module+"/internal/roce") == "" {
+		t.Error("cm may import verbs and nothing below it")
 	}
 	if check("transport/udp", "golang.org/x/sys/unix") != "" {
 		t.Error("udp importing x/sys failed")
