@@ -70,7 +70,44 @@ func TestGID(t *testing.T) {
 	if _, err := ParseGID("nope"); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("ParseGID(nope) = %v", err)
 	}
-	if MTUFromBytes(1500-80) != MTU1024 || MTUFromBytes(9000) != MTU4096 || MTU2048.Bytes() != 2048 {
-		t.Fatal("MTU conversions")
+}
+
+func TestMTU(t *testing.T) {
+	for _, tt := range []struct {
+		m     MTU
+		bytes int
+		s     string
+	}{
+		{0, 0, "MTU(0)"}, {MTU256, 256, "256"}, {MTU512, 512, "512"}, {MTU1024, 1024, "1024"},
+		{MTU2048, 2048, "2048"}, {MTU4096, 4096, "4096"}, {6, 0, "MTU(6)"}, {255, 0, "MTU(255)"},
+	} {
+		if tt.m.Bytes() != tt.bytes || tt.m.String() != tt.s || tt.m.Valid() != (tt.bytes != 0) {
+			t.Errorf("MTU %d: %d %q", uint8(tt.m), tt.m.Bytes(), tt.m.String())
+		}
+	}
+	for _, tt := range []struct {
+		n    int
+		want MTU
+	}{
+		{-1, 0}, {0, 0}, {255, 0}, {256, MTU256}, {511, MTU256}, {512, MTU512}, {1023, MTU512},
+		{1024, MTU1024}, {1420, MTU1024}, {2048, MTU2048}, {4095, MTU2048}, {4096, MTU4096}, {65536, MTU4096},
+	} {
+		if got := MTUFromBytes(tt.n); got != tt.want {
+			t.Errorf("MTUFromBytes(%d) = %v, want %v", tt.n, got, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		link int
+		want MTU
+	}{
+		{1500, MTU1024}, // as in the rxe captures
+		{9000, MTU4096}, // write_bw_mtu4096.pcap
+		{1104, MTU1024}, {1103, MTU512},
+		{4176, MTU4096}, {4175, MTU2048},
+		{576, MTU256}, {100, MTU256}, {0, MTU256}, {65536, MTU4096},
+	} {
+		if got := MTUFromLinkMTU(tt.link); got != tt.want {
+			t.Errorf("MTUFromLinkMTU(%d) = %v, want %v", tt.link, got, tt.want)
+		}
 	}
 }

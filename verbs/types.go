@@ -40,7 +40,10 @@ func ParseGID(s string) (GID, error) {
 	return GIDFromAddr(a), nil
 }
 
-// MTU is an InfiniBand MTU, as enum ibv_mtu.
+// MTU is an InfiniBand path MTU as enum ibv_mtu numbers it (IBTA 7.7.8,
+// the PortInfo and PathRecord encoding): at most 256 << (m-1) bytes of
+// payload per packet. It is softrdma's only MTU type: the engine, the tools
+// and the perftest exchange all use it. The zero value is not a valid MTU.
 type MTU uint8
 
 // MTU values (IBTA 7.7.8): the path MTU of a connected QP.
@@ -52,9 +55,13 @@ const (
 	MTU4096 MTU = 5
 )
 
+// rxeMaxHdrLen is what rxe subtracts from the Ethernet MTU for the headers
+// of a RoCEv2 packet (RXE_MAX_HDR_LENGTH, rxe_param.h).
+const rxeMaxHdrLen = 80
+
 // Bytes returns the MTU in bytes, or 0 for an invalid value.
 func (m MTU) Bytes() int {
-	if m < MTU256 || m > MTU4096 {
+	if !m.Valid() {
 		return 0
 	}
 	return 128 << m
@@ -63,6 +70,7 @@ func (m MTU) Bytes() int {
 // Valid reports whether m is one of the five IB MTUs.
 func (m MTU) Valid() bool { return m >= MTU256 && m <= MTU4096 }
 
+// String returns the MTU in bytes ("1024"), or "MTU(n)" for an invalid value.
 func (m MTU) String() string {
 	if !m.Valid() {
 		return fmt.Sprintf("MTU(%d)", uint8(m))
@@ -70,7 +78,8 @@ func (m MTU) String() string {
 	return fmt.Sprint(m.Bytes())
 }
 
-// MTUFromBytes returns the largest IB MTU not above n bytes, or 0 if n < 256.
+// MTUFromBytes returns the largest IB MTU not above n bytes (capped at
+// MTU4096), or 0 if n < 256.
 func MTUFromBytes(n int) MTU {
 	for m := MTU4096; m >= MTU256; m-- {
 		if m.Bytes() <= n {
@@ -78,6 +87,18 @@ func MTUFromBytes(n int) MTU {
 		}
 	}
 	return 0
+}
+
+// MTUFromLinkMTU returns the path MTU rxe uses on a link with the given
+// Ethernet (IP) MTU: the largest IB MTU that fits in linkMTU - 80 bytes,
+// capped at 4096, and 256 when even that does not fit (rxe_set_mtu and
+// eth_mtu_int_to_enum in rxe). A 1500-byte link gives MTU1024; 9000 gives
+// MTU4096. It is the one place that derivation is written.
+func MTUFromLinkMTU(linkMTU int) MTU {
+	if m := MTUFromBytes(linkMTU - rxeMaxHdrLen); m != 0 {
+		return m
+	}
+	return MTU256
 }
 
 // QPType is the transport service of a queue pair.

@@ -2,14 +2,14 @@ package wire
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/softrdma/softrdma/internal/pcapfile"
 )
 
 // captureDir holds Linux rxe traffic captured between two VMs (see its
@@ -26,123 +26,21 @@ type capPacket struct {
 	ttl    uint8
 }
 
-// readCapture returns every UDP packet to or from port 4791 in a classic
-// pcap file of Ethernet frames.
+// readCapture returns every UDP packet to or from port 4791 in a capture.
 func readCapture(tb testing.TB, path string) []capPacket {
 	tb.Helper()
-	data, err := os.ReadFile(path)
+	ds, err := pcapfile.RoCEv2(path)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	frames, err := pcapFrames(data)
-	if err != nil {
-		tb.Fatalf("%s: %v", path, err)
-	}
-	var out []capPacket
-	for i, fr := range frames {
-		if cp, ok := splitFrame(fr); ok {
-			cp.frame = i + 1
-			out = append(out, cp)
+	out := make([]capPacket, len(ds))
+	for i, d := range ds {
+		out[i] = capPacket{
+			frame: d.Frame, ipHdr: d.IP.Header, udpHdr: d.Header, pkt: d.Payload, ttl: d.IP.TTL,
+			ip: IPInfo{Src: d.IP.Src, Dst: d.IP.Dst, SrcPort: d.SrcPort, DstPort: d.DstPort, ID: d.IP.ID, DF: d.IP.DF},
 		}
 	}
 	return out
-}
-
-// pcapFrames splits a classic pcap file (the libpcap format: a 24-byte
-// global header, then a 16-byte record header before each frame) of
-// Ethernet frames into its frames. It rejects truncated frames.
-func pcapFrames(b []byte) ([][]byte, error) {
-	if len(b) < 24 {
-		return nil, errors.New("pcap: short global header")
-	}
-	var bo binary.ByteOrder
-	switch binary.LittleEndian.Uint32(b) {
-	case 0xa1b2c3d4, 0xa1b23c4d: // microsecond, nanosecond timestamps
-		bo = binary.LittleEndian
-	case 0xd4c3b2a1, 0x4d3cb2a1:
-		bo = binary.BigEndian
-	default:
-		return nil, errors.New("pcap: bad magic (pcapng is not supported)")
-	}
-	if lt := bo.Uint32(b[20:]) & 0x0fffffff; lt != 1 {
-		return nil, fmt.Errorf("pcap: link type %d, want Ethernet (1)", lt)
-	}
-	var out [][]byte
-	for b = b[24:]; len(b) > 0; {
-		if len(b) < 16 {
-			return nil, errors.New("pcap: short record header")
-		}
-		incl, orig := int(bo.Uint32(b[8:])), int(bo.Uint32(b[12:]))
-		if incl != orig {
-			return nil, fmt.Errorf("pcap: frame %d truncated (%d of %d bytes)", len(out)+1, incl, orig)
-		}
-		if len(b) < 16+incl {
-			return nil, errors.New("pcap: short record")
-		}
-		out = append(out, b[16:16+incl:16+incl])
-		b = b[16+incl:]
-	}
-	return out, nil
-}
-
-// splitFrame splits an Ethernet frame into IP header, UDP header and UDP
-// payload if it is a UDP datagram to or from the RoCEv2 port.
-func splitFrame(b []byte) (cp capPacket, ok bool) {
-	if len(b) < 14 {
-		return cp, false
-	}
-	etype := binary.BigEndian.Uint16(b[12:])
-	b = b[14:]
-	for etype == 0x8100 && len(b) >= 4 { // 802.1Q
-		etype = binary.BigEndian.Uint16(b[2:])
-		b = b[4:]
-	}
-	var l4 []byte
-	switch etype {
-	case 0x0800:
-		if len(b) < 20 || b[9] != 17 {
-			return cp, false
-		}
-		ihl := int(b[0]&0x0f) * 4
-		total := int(binary.BigEndian.Uint16(b[2:]))
-		if total > len(b) || ihl < 20 || total < ihl {
-			return cp, false
-		}
-		cp.ipHdr, l4 = b[:ihl], b[ihl:total] // drop Ethernet padding
-		cp.ip.Src = netip.AddrFrom4([4]byte(b[12:16]))
-		cp.ip.Dst = netip.AddrFrom4([4]byte(b[16:20]))
-		cp.ip.ID = binary.BigEndian.Uint16(b[4:])
-		cp.ip.DF = b[6]&0x40 != 0
-		cp.ttl = b[8]
-	case 0x86DD:
-		if len(b) < 40 || b[6] != 17 {
-			return cp, false
-		}
-		plen := int(binary.BigEndian.Uint16(b[4:]))
-		if 40+plen > len(b) {
-			return cp, false
-		}
-		cp.ipHdr, l4 = b[:40], b[40:40+plen]
-		cp.ip.Src = netip.AddrFrom16([16]byte(b[8:24]))
-		cp.ip.Dst = netip.AddrFrom16([16]byte(b[24:40]))
-		cp.ttl = b[7]
-	default:
-		return cp, false
-	}
-	if len(l4) < 8 {
-		return cp, false
-	}
-	cp.ip.SrcPort = binary.BigEndian.Uint16(l4[0:])
-	cp.ip.DstPort = binary.BigEndian.Uint16(l4[2:])
-	if cp.ip.SrcPort != UDPPort && cp.ip.DstPort != UDPPort {
-		return cp, false
-	}
-	ulen := int(binary.BigEndian.Uint16(l4[4:]))
-	if ulen < 8 || ulen > len(l4) {
-		return cp, false
-	}
-	cp.udpHdr, cp.pkt = l4[:8], l4[8:ulen]
-	return cp, true
 }
 
 // captureFiles returns the capture files, failing if there are none.

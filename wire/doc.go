@@ -2,7 +2,8 @@
 // carried in a UDP datagram to port 4791 (IBTA vol 1 chapter 9 and the RoCEv2
 // annex A17), the opcode table that says which headers follow each opcode and
 // what kind of packet it is, 24-bit packet sequence number arithmetic, the
-// invariant CRC, and the timer and MTU encodings that travel in QP attributes.
+// invariant CRC, and the timer encodings that travel in QP attributes. (The
+// path MTU enumeration is verbs.MTU, the public API's, and nowhere else.)
 //
 // Headers are views in the style of gVisor's header package: a header type
 // is a byte slice (type BTH []byte) with one getter and one setter per field,

@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/internal/perftest"
 	"github.com/softrdma/softrdma/verbs"
 )
@@ -118,8 +119,9 @@ func newPTResources(ctx verbs.Context, o *ptOptions, cycle, cacheLine uint64, in
 			return nil, fmt.Errorf("Couldn't create QP: %w", err)
 		}
 		r.qps = append(r.qps, qp)
-		if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: uint8(o.ibPort), QPAccessFlags: qpAccess},
-			verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+		p := cm.DefaultParams()
+		p.Port, p.Access = uint8(o.ibPort), qpAccess
+		if err := cm.Init(qp, &p); err != nil {
 			return nil, fmt.Errorf("Failed to modify QP to INIT: %w", err)
 		}
 	}
@@ -182,21 +184,19 @@ func (r *ptResources) localDests(lid uint16, outReads int, gid verbs.GID, psns [
 // perftest's attributes (ctx_modify_qp_to_rtr/rts).
 func (r *ptResources) connect(i int, o *ptOptions, my, rem perftest.Dest, mtu perftest.MTU, gidIndex int, maxRdAtom int, rts bool) error {
 	qp := r.qps[i]
-	rtr := &verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: verbs.MTU(mtu), DestQPNum: rem.QPN, RQPSN: rem.PSN,
-		MaxDestRdAtomic: uint8(min(max(my.OutReads, 1), maxRdAtom)), MinRNRTimer: ptMinRNRTimer,
-		AHAttr: verbs.AHAttr{IsGlobal: true, DLID: rem.LID, SL: uint8(o.sl), PortNum: uint8(o.ibPort),
-			GRH: verbs.GlobalRoute{DGID: verbs.GID(rem.GID), SGIDIndex: uint8(gidIndex), HopLimit: 0xFF}}}
-	if err := qp.Modify(rtr, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|
-		verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
+	p := cm.Params{
+		Port: uint8(o.ibPort), PathMTU: mtu, SGIDIndex: uint8(gidIndex), HopLimit: 0xFF, SL: uint8(o.sl),
+		AlwaysGRH: true, Timeout: uint8(o.timeout), RetryCnt: 7, RNRRetry: 7, MinRNRTimer: ptMinRNRTimer,
+		MaxRdAtomic:     uint8(min(max(rem.OutReads, 1), maxRdAtom)),
+		MaxDestRdAtomic: uint8(min(max(my.OutReads, 1), maxRdAtom)),
+	}
+	if err := cm.ReadyToReceive(qp, cm.Endpoint{QPN: rem.QPN, PSN: rem.PSN, GID: verbs.GID(rem.GID), LID: rem.LID}, &p); err != nil {
 		return fmt.Errorf("Failed to modify QP %d to RTR: %w", qp.QPNum(), err)
 	}
 	if !rts {
 		return nil
 	}
-	if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: my.PSN, Timeout: uint8(o.timeout),
-		RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: uint8(min(max(rem.OutReads, 1), maxRdAtom))},
-		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
-			verbs.QPAttrMaxQPRdAtomic); err != nil {
+	if err := cm.ReadyToSend(qp, cm.Endpoint{QPN: my.QPN, PSN: my.PSN}, &p); err != nil {
 		return fmt.Errorf("Failed to modify QP to RTS: %w", err)
 	}
 	return nil

@@ -151,7 +151,7 @@ func runPingpong(name string, typ verbs.QPType, args []string) error {
 	for i := range r.buf {
 		r.buf[i] = 0x7b
 	}
-	if err := r.initRC(f.ibPort); err != nil {
+	if err := r.initRC(f); err != nil {
 		return err
 	}
 	local, err := localDest(dev, f, r.qp.QPNum())
@@ -172,7 +172,7 @@ func runPingpong(name string, typ verbs.QPType, args []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	connectQP := func(rem pingpong.Dest) error {
-		return r.connectRC(typ, local.PSN, rem.QPN, rem.PSN, verbs.GID(rem.GID), f)
+		return r.connectRC(local.PSN, rem.QPN, rem.PSN, verbs.GID(rem.GID), f)
 	}
 	remote, err := exchange(ctx, f, conn, local, connectQP)
 	if err != nil {

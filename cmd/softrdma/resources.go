@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 
+	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/provider/soft"
 	"github.com/softrdma/softrdma/verbs"
 )
@@ -120,36 +121,38 @@ func (r *resources) postRecvs(n, size int) (int, error) {
 	return n, nil
 }
 
+// ppParams are pingpong.c's QP attributes (pp_init_ctx, pp_connect_ctx):
+// cm's defaults except no remote access, the -m MTU, -l SL, -g GID index
+// and hop limit 1.
+func ppParams(f *ppFlags) *cm.Params {
+	p := cm.DefaultParams()
+	p.Port = uint8(f.ibPort)
+	p.Access = 0
+	p.PathMTU = verbs.MTUFromBytes(f.mtu)
+	p.SL = uint8(f.sl)
+	p.SGIDIndex = uint8(max(f.gidx, 0))
+	p.HopLimit = 1
+	return &p
+}
+
 // initRC moves a new RC or UC QP to INIT, as pingpong.c does right after
 // creating it, so receives can be posted before the exchange.
-func (r *resources) initRC(ibPort int) error {
-	if err := r.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: uint8(ibPort), QPAccessFlags: 0},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+func (r *resources) initRC(f *ppFlags) error {
+	if err := cm.Init(r.qp, ppParams(f)); err != nil {
 		return fmt.Errorf("Failed to modify QP to INIT: %w", err)
 	}
 	return nil
 }
 
 // connectRC moves an RC or UC QP from INIT to RTS with pingpong.c's
-// attributes.
-func (r *resources) connectRC(typ verbs.QPType, myPSN, remQPN, remPSN uint32, remGID verbs.GID, f *ppFlags) error {
-	rtr := &verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: verbs.MTUFromBytes(f.mtu), DestQPNum: remQPN, RQPSN: remPSN,
-		MaxDestRdAtomic: 1, MinRNRTimer: 12,
-		AHAttr: verbs.AHAttr{IsGlobal: !remGID.IsZero(), SL: uint8(f.sl), PortNum: uint8(f.ibPort),
-			GRH: verbs.GlobalRoute{DGID: remGID, SGIDIndex: uint8(max(f.gidx, 0)), HopLimit: 1}}}
-	mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
-	if typ == verbs.QPTypeRC {
-		mask |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
-	}
-	if err := r.qp.Modify(rtr, mask); err != nil {
+// attributes. Like the softrdma pingpong before cm, it leaves the DLID 0
+// (rxe ignores it).
+func (r *resources) connectRC(myPSN, remQPN, remPSN uint32, remGID verbs.GID, f *ppFlags) error {
+	p := ppParams(f)
+	if err := cm.ReadyToReceive(r.qp, cm.Endpoint{QPN: remQPN, PSN: remPSN, GID: remGID}, p); err != nil {
 		return fmt.Errorf("Failed to modify QP to RTR: %w", err)
 	}
-	rts := &verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: myPSN, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}
-	mask = verbs.QPAttrState | verbs.QPAttrSQPSN
-	if typ == verbs.QPTypeRC {
-		mask |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
-	}
-	if err := r.qp.Modify(rts, mask); err != nil {
+	if err := cm.ReadyToSend(r.qp, cm.Endpoint{PSN: myPSN}, p); err != nil {
 		return fmt.Errorf("Failed to modify QP to RTS: %w", err)
 	}
 	return nil

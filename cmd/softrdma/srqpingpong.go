@@ -85,7 +85,7 @@ func runSRQPingpong(args []string) error {
 		}
 		defer qp.Destroy()
 		r := &resources{qp: qp}
-		if err := r.initRC(f.ibPort); err != nil {
+		if err := r.initRC(f); err != nil {
 			return err
 		}
 		qps[i] = qp
@@ -120,7 +120,7 @@ func runSRQPingpong(args []string) error {
 	connectAll := func(rem []pingpong.Dest) error {
 		for i, qp := range qps {
 			r := &resources{qp: qp}
-			if err := r.connectRC(verbs.QPTypeRC, local[i].PSN, rem[i].QPN, rem[i].PSN, verbs.GID(rem[i].GID), f); err != nil {
+			if err := r.connectRC(local[i].PSN, rem[i].QPN, rem[i].PSN, verbs.GID(rem[i].GID), f); err != nil {
 				return err
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/internal/pingpong"
 	"github.com/softrdma/softrdma/verbs"
 )
@@ -34,8 +35,9 @@ func runUDPingpong(args []string) error {
 		return err
 	}
 	defer r.close()
-	if err := r.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: uint8(f.ibPort), QKey: udQKey},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrQKey); err != nil {
+	params := ppParams(f)
+	params.QKey = udQKey
+	if err := cm.Init(r.qp, params); err != nil {
 		return fmt.Errorf("Failed to modify QP to INIT: %w", err)
 	}
 	routs, err := r.postRecvs(f.rxDepth, f.size)
@@ -54,10 +56,10 @@ func runUDPingpong(args []string) error {
 	defer conn.Close()
 	var ah verbs.AH
 	connect := func(rem pingpong.Dest) error {
-		if err := r.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR}, verbs.QPAttrState); err != nil {
+		if err := cm.ReadyToReceive(r.qp, cm.Endpoint{}, params); err != nil {
 			return fmt.Errorf("Failed to modify QP to RTR: %w", err)
 		}
-		if err := r.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: local.PSN}, verbs.QPAttrState|verbs.QPAttrSQPSN); err != nil {
+		if err := cm.ReadyToSend(r.qp, cm.Endpoint{PSN: local.PSN}, params); err != nil {
 			return fmt.Errorf("Failed to modify QP to RTS: %w", err)
 		}
 		var err error

@@ -21,6 +21,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/provider/soft"
 	"github.com/softrdma/softrdma/verbs"
 )
@@ -207,19 +208,13 @@ func doRDMA(ctx context.Context, qp verbs.QP, cq verbs.CQ, wr *verbs.SendWR) err
 	}
 }
 
-// connectQP moves qp through INIT and RTR to RTS towards peer.
+// connectQP moves qp through INIT and RTR to RTS towards peer with cm's
+// defaults, except for the 4096-byte path MTU that loopback allows and the
+// GID index of the device's IPv4 address.
 func connectQP(qp verbs.QP, me, peer peerInfo) error {
-	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
-	if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QPAccessFlags: access},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
-		return err
-	}
-	if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: verbs.MTU4096, DestQPNum: peer.QPN, RQPSN: peer.PSN,
-		MaxDestRdAtomic: 1, MinRNRTimer: 12,
-		AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: peer.GID, SGIDIndex: 1, HopLimit: 64}}},
-		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
-		return err
-	}
-	return qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: me.PSN, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
-		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic)
+	p := cm.DefaultParams()
+	p.PathMTU = verbs.MTU4096
+	p.SGIDIndex = 1
+	return cm.Connect(qp, cm.Endpoint{QPN: me.QPN, PSN: me.PSN, GID: me.GID},
+		cm.Endpoint{QPN: peer.QPN, PSN: peer.PSN, GID: peer.GID}, &p)
 }

@@ -31,10 +31,12 @@ var rules = []struct {
 	{"internal/spin", nil, nil},
 	{"examples", []string{""}, []string{""}},
 	{"internal/roce", []string{"wire", "verbs", "transport", "internal/spin"}, nil},
-	{"internal/perftest", nil, nil},
+	{"internal/perftest", []string{"verbs"}, nil},
 	{"internal/pingpong", nil, nil},
-	{"internal/replay", nil, nil},
+	{"internal/replay", []string{"internal/pcapfile"}, nil},
+	{"internal/pcapfile", nil, []string{"github.com/gopacket/gopacket"}},
 	{"provider", []string{"wire", "verbs", "transport", "internal/roce", "internal/netsim"}, []string{"golang.org/x/sys"}},
+	{"cm", []string{"verbs"}, nil},
 	{"cmd", []string{""}, []string{""}}, // the CLI may import anything
 	{"internal/layering", nil, nil},
 	{"test", []string{""}, []string{""}},
@@ -128,6 +130,9 @@ func TestRulesCatchViolations(t *testing.T) {
 	}
 	if check("internal/roce", module+"/wire") != "" {
 		t.Error("roce importing wire failed")
+	}
+	if check("cm", module+"/verbs") != "" || check("cm", module+"/internal/roce") == "" {
+		t.Error("cm may import verbs and nothing below it")
 	}
 	if check("transport/udp", "golang.org/x/sys/unix") != "" {
 		t.Error("udp importing x/sys failed")

@@ -850,7 +850,8 @@ func TestICRC(t *testing.T) {
 		}
 		sport := uint16(r.Uint32())
 		for _, addrs := range [][2]netip.Addr{{addrA, addrB}, {addr6, addr7}} {
-			if got, want := icrc(p, addrs[0], addrs[1], sport), refICRC(p, addrs[0], addrs[1], sport); got != want {
+			putICRC(p, addrs[0], addrs[1], sport)
+			if got, want := binary.LittleEndian.Uint32(p[len(p)-4:]), refICRC(p, addrs[0], addrs[1], sport); got != want {
 				t.Fatalf("packet %d (%d bytes), %v: icrc %#x, want %#x", i, len(p), addrs, got, want)
 			}
 		}

@@ -5,8 +5,9 @@
 // (peak/average bandwidth, latency median, stdev and percentiles with all of
 // their quirks), and its report text and --out_json files.
 //
-// It depends only on the standard library and moves plain values; the caller
-// owns the queue pairs and the clock.
+// It depends only on the standard library and verbs (for [MTU], which is
+// verbs.MTU) and moves plain values; the caller owns the queue pairs and
+// the clock.
 //
 // # The exchange
 //

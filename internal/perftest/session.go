@@ -194,7 +194,9 @@ func (s *Session) Negotiate(ctx context.Context, local SysInfo) (Negotiated, err
 		if err != nil {
 			return err
 		}
-		n.RemoteMTU = MTU(atoi(cString(rm)))
+		if v := atoi(cString(rm)); v <= 255 { // not truncated into a valid MTU
+			n.RemoteMTU = MTU(v)
+		}
 		n.MTU = local.MTU
 		if n.RemoteMTU.Valid() && local.MTU > n.RemoteMTU {
 			n.MTU = n.RemoteMTU

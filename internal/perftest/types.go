@@ -3,6 +3,8 @@ package perftest
 import (
 	"fmt"
 	"strconv"
+
+	"github.com/softrdma/softrdma/verbs"
 )
 
 // DefaultPort is perftest's TCP port for the out-of-band exchange.
@@ -150,37 +152,18 @@ func (c Connection) String() string {
 }
 
 // MTU is an InfiniBand path MTU as the verbs enum ibv_mtu numbers it; that
-// number, not the byte count, is what perftest exchanges.
-type MTU int
+// number, not the byte count, is what perftest exchanges. It is verbs.MTU,
+// softrdma's one MTU type, named here so the exchange reads as perftest's.
+type MTU = verbs.MTU
 
 // The path MTUs.
 const (
-	MTU256 MTU = 1 + iota
-	MTU512
-	MTU1024
-	MTU2048
-	MTU4096
+	MTU256  = verbs.MTU256
+	MTU512  = verbs.MTU512
+	MTU1024 = verbs.MTU1024
+	MTU2048 = verbs.MTU2048
+	MTU4096 = verbs.MTU4096
 )
-
-// Valid reports whether m is one of the five path MTUs.
-func (m MTU) Valid() bool { return m >= MTU256 && m <= MTU4096 }
-
-// Bytes returns the MTU in bytes (perftest's MTU_SIZE), or 0 if m is not
-// valid.
-func (m MTU) Bytes() int {
-	if !m.Valid() {
-		return 0
-	}
-	return 1 << (7 + int(m))
-}
-
-// String returns the MTU in bytes, or "MTU(n)" if m is not valid.
-func (m MTU) String() string {
-	if !m.Valid() {
-		return "MTU(" + strconv.Itoa(int(m)) + ")"
-	}
-	return strconv.Itoa(m.Bytes())
-}
 
 // MTUFromBytes returns the MTU of n bytes, which must be 256, 512, 1024,
 // 2048 or 4096.

@@ -1,18 +1,18 @@
 // Package replay is a test helper shared by the out-of-band exchange tests
-// (internal/pingpong, internal/perftest): a tiny classic-pcap reader, a TCP
-// reassembler and a scripted net.Conn, so an exchange can be replayed
-// against captures of the real programs.
+// (internal/pingpong, internal/perftest): a TCP reassembler over the
+// segments internal/pcapfile reads and a scripted net.Conn, so an exchange
+// can be replayed against captures of the real programs.
 package replay
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"testing"
 	"time"
+
+	"github.com/softrdma/softrdma/internal/pcapfile"
 )
 
 // Event is one run of payload bytes in one direction, in capture order.
@@ -22,27 +22,14 @@ type Event struct {
 }
 
 // LoadTCP returns the payload events of the first TCP connection to port in
-// a classic pcap file (Ethernet or raw IPv4 link type), with retransmitted
+// a pcap or pcapng capture (read by internal/pcapfile), with retransmitted
 // bytes removed and consecutive same-direction segments merged.
 func LoadTCP(t testing.TB, path string, port uint16) []Event {
 	t.Helper()
-	raw, err := os.ReadFile(path)
+	segs, err := pcapfile.TCP(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(raw) < 24 {
-		t.Fatalf("%s: short pcap header", path)
-	}
-	var bo binary.ByteOrder
-	switch binary.LittleEndian.Uint32(raw) {
-	case 0xa1b2c3d4, 0xa1b23c4d:
-		bo = binary.LittleEndian
-	case 0xd4c3b2a1, 0x4d3cb2a1:
-		bo = binary.BigEndian
-	default:
-		t.Fatalf("%s: not a classic pcap file", path)
-	}
-	linkType := bo.Uint32(raw[20:])
 	var (
 		events          []Event
 		nextSeq         [2]uint32 // [0] client→server, [1] server→client
@@ -50,41 +37,8 @@ func LoadTCP(t testing.TB, path string, port uint16) []Event {
 		clientPort      uint16
 		clientPortKnown bool
 	)
-	for off := 24; off+16 <= len(raw); {
-		incl := int(bo.Uint32(raw[off+8:]))
-		pkt := raw[off+16 : off+16+incl]
-		off += 16 + incl
-		switch linkType {
-		case 1: // Ethernet
-			if len(pkt) < 14 {
-				continue
-			}
-			et := binary.BigEndian.Uint16(pkt[12:])
-			pkt = pkt[14:]
-			if et == 0x8100 && len(pkt) >= 4 {
-				et = binary.BigEndian.Uint16(pkt[2:])
-				pkt = pkt[4:]
-			}
-			if et != 0x0800 {
-				continue
-			}
-		case 101, 228: // raw IPv4
-		default:
-			t.Fatalf("%s: unsupported link type %d", path, linkType)
-		}
-		if len(pkt) < 20 || pkt[0]>>4 != 4 || pkt[9] != 6 {
-			continue
-		}
-		ihl := int(pkt[0]&15) * 4
-		total := int(binary.BigEndian.Uint16(pkt[2:]))
-		if total > len(pkt) {
-			total = len(pkt)
-		}
-		seg := pkt[ihl:total]
-		sport, dport := binary.BigEndian.Uint16(seg), binary.BigEndian.Uint16(seg[2:])
-		seq := binary.BigEndian.Uint32(seg[4:])
-		flags := seg[13]
-		payload := seg[int(seg[12]>>4)*4:]
+	for _, sg := range segs {
+		sport, dport, seq, payload := sg.SrcPort, sg.DstPort, sg.Seq, sg.Payload
 		var dir int
 		switch {
 		case dport == port:
@@ -100,7 +54,7 @@ func LoadTCP(t testing.TB, path string, port uint16) []Event {
 		default:
 			continue
 		}
-		if flags&0x02 != 0 { // SYN
+		if sg.SYN {
 			nextSeq[dir], haveSeq[dir] = seq+1, true
 			continue
 		}

@@ -229,15 +229,8 @@ func New(cfg Config) (*Device, error) {
 	return d, nil
 }
 
-// linkToPathMTU derives the IB MTU from the link's IP MTU as rxe does: the
-// largest IB MTU that fits with room for the RoCEv2 headers, at most 4096.
-func linkToPathMTU(link int) verbs.MTU {
-	m := verbs.MTUFromBytes(link - 80)
-	if m == 0 {
-		return verbs.MTU256
-	}
-	return m
-}
+// linkToPathMTU derives the IB MTU from the link's IP MTU as rxe does.
+func linkToPathMTU(link int) verbs.MTU { return verbs.MTUFromLinkMTU(link) }
 
 // Serve receives and processes packets until the device is closed. The
 // provider runs it in a goroutine.

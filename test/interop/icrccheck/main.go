@@ -1,5 +1,5 @@
-// Command icrccheck reads a pcap capture and checks every RoCEv2 packet in
-// it (UDP port 4791, IPv4 or IPv6 over Ethernet): the headers parse and the
+// Command icrccheck reads a pcap or pcapng capture and checks every RoCEv2
+// packet in it (UDP to port 4791, IPv4 or IPv6): the headers parse and the
 // ICRC recomputed from the real IP and UDP headers matches. It prints one
 // summary line per sender and exits 1 if any packet is wrong; with
 // -opcodes, also a line per sender with how many packets of each opcode
@@ -9,14 +9,11 @@
 package main
 
 import (
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"io"
-	"net/netip"
 	"os"
 	"sort"
 
+	"github.com/softrdma/softrdma/internal/pcapfile"
 	"github.com/softrdma/softrdma/wire"
 )
 
@@ -74,91 +71,35 @@ func main() {
 	}
 }
 
-// check reads a classic pcap file (Ethernet link type).
+// check tallies, per sender, the RoCEv2 packets (UDP to port 4791) of a
+// pcap or pcapng capture.
 func check(name string) (map[string]*tally, error) {
-	f, err := os.Open(name)
+	ds, err := pcapfile.RoCEv2(name)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	var gh [24]byte
-	if _, err := io.ReadFull(f, gh[:]); err != nil {
-		return nil, fmt.Errorf("%s: not a pcap file: %w", name, err)
-	}
-	var bo binary.ByteOrder
-	switch binary.LittleEndian.Uint32(gh[:]) {
-	case 0xa1b2c3d4, 0xa1b23c4d:
-		bo = binary.LittleEndian
-	case 0xd4c3b2a1, 0x4d3cb2a1:
-		bo = binary.BigEndian
-	default:
-		return nil, fmt.Errorf("%s: not a classic pcap file", name)
-	}
-	if lt := bo.Uint32(gh[20:]); lt != 1 {
-		return nil, fmt.Errorf("%s: link type %d, want Ethernet (1)", name, lt)
-	}
 	per := map[string]*tally{}
-	var rh [16]byte
-	buf := make([]byte, 1<<18)
-	for {
-		if _, err := io.ReadFull(f, rh[:]); err != nil {
-			if errors.Is(err, io.EOF) {
-				return per, nil
-			}
-			return nil, err
-		}
-		n := int(bo.Uint32(rh[8:]))
-		if n > len(buf) {
-			return nil, fmt.Errorf("record of %d bytes", n)
-		}
-		if _, err := io.ReadFull(f, buf[:n]); err != nil {
-			return nil, err
-		}
-		frame := buf[:n]
-		if len(frame) < 14 {
+	for _, d := range ds {
+		if d.DstPort != wire.UDPPort {
 			continue
 		}
-		eth := binary.BigEndian.Uint16(frame[12:])
-		l3 := frame[14:]
-		var ipHdr, rest []byte
-		var src netip.Addr
-		switch {
-		case eth == 0x0800 && len(l3) >= 20 && l3[9] == 17:
-			ihl := int(l3[0]&0xF) * 4
-			if len(l3) < ihl+8 {
-				continue
-			}
-			ipHdr, rest = l3[:ihl], l3[ihl:]
-			src = netip.AddrFrom4([4]byte(l3[12:16]))
-		case eth == 0x86DD && len(l3) >= 48 && l3[6] == 17:
-			ipHdr, rest = l3[:40], l3[40:]
-			src = netip.AddrFrom16([16]byte(l3[8:24]))
-		default:
-			continue
-		}
-		if binary.BigEndian.Uint16(rest[2:]) != 4791 {
-			continue
-		}
-		udpLen := int(binary.BigEndian.Uint16(rest[4:]))
-		if udpLen > len(rest) || udpLen < 8 {
-			continue // truncated capture
-		}
-		t := per[src.String()]
+		src := d.IP.Src.String()
+		t := per[src]
 		if t == nil {
 			t = &tally{ops: map[wire.Opcode]int{}}
-			per[src.String()] = t
+			per[src] = t
 		}
-		pkt := rest[8:udpLen]
 		var p wire.Packet
-		if err := wire.Parse(pkt, &p); err != nil {
+		if err := wire.Parse(d.Payload, &p); err != nil {
 			t.malformed++
 			continue
 		}
 		t.ops[p.BTH.Opcode()]++
-		if wire.ICRCFromHeaders(ipHdr, rest[:8], pkt[:len(pkt)-wire.ICRCLen]) == p.ICRC {
+		if wire.ICRCFromHeaders(d.IP.Header, d.Header, d.Payload[:len(d.Payload)-wire.ICRCLen]) == p.ICRC {
 			t.ok++
 		} else {
 			t.bad++
 		}
 	}
+	return per, nil
 }
