@@ -188,12 +188,12 @@ func runBench(args []string) error {
 	bar.stop()
 	fmt.Fprintln(w, dashes)
 	rep.Counter = map[string]uint64{}
-	for _, c := range a.Counters.Snapshot() {
+	for _, c := range a.Counters() {
 		if c.Value != 0 {
 			rep.Counter["a."+c.Name] = c.Value
 		}
 	}
-	for _, c := range b.Counters.Snapshot() {
+	for _, c := range b.Counters() {
 		if c.Value != 0 {
 			rep.Counter["b."+c.Name] = c.Value
 		}

@@ -35,7 +35,7 @@ var rules = []struct {
 	{"internal/pingpong", nil, nil},
 	{"internal/replay", []string{"internal/pcapfile"}, nil},
 	{"internal/pcapfile", nil, []string{"github.com/gopacket/gopacket"}},
-	{"provider", []string{"wire", "verbs", "transport", "internal/roce", "internal/netsim"}, []string{"golang.org/x/sys"}},
+	{"provider", []string{"wire", "verbs", "transport", "internal/roce", "internal/netsim", "internal/spin"}, []string{"golang.org/x/sys"}},
 	{"cm", []string{"verbs"}, nil},
 	{"cmd", []string{""}, []string{""}}, // the CLI may import anything
 	{"internal/layering", nil, nil},

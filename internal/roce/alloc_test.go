@@ -45,7 +45,7 @@ func TestZeroAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 		wire.BTH(ack).SetPSN(last)
-		f.dev.HandleBatch(batch)
+		f.handle(batch)
 		if n, _ := f.cq.Poll(wcs); n != 1 || wcs[0].Status != verbs.WCSuccess {
 			t.Fatalf("poll: %d %+v", n, wcs[0])
 		}
@@ -65,7 +65,7 @@ func TestZeroAllocs(t *testing.T) {
 		psn := qp.resp.psn
 		qp.mu.Unlock()
 		wire.BTH(req).SetPSN(psn)
-		f.dev.HandleBatch(rbatch)
+		f.handle(rbatch)
 	}
 	recv()
 	sent := f.dev.tr.(*capture).count
@@ -91,7 +91,7 @@ func TestZeroAllocs(t *testing.T) {
 		qp.mu.Lock()
 		wire.BTH(send).SetPSN(qp.resp.psn)
 		qp.mu.Unlock()
-		f.dev.HandleBatch(sbatch)
+		f.handle(sbatch)
 		if n, _ := f.cq.Poll(wcs); n != 1 || wcs[0].Status != verbs.WCSuccess {
 			t.Fatalf("recv poll: %d %+v", n, wcs[0])
 		}

@@ -39,7 +39,7 @@ func BenchmarkRequesterWrite(b *testing.B) {
 				last := qp.req.psn.Add(^uint32(0))
 				qp.mu.Unlock()
 				wire.BTH(ack).SetPSN(last)
-				f.dev.HandleBatch(batch)
+				f.handle(batch)
 				if n, _ := f.cq.Poll(wcs); n != 1 {
 					b.Fatal("no completion")
 				}
@@ -68,7 +68,7 @@ func BenchmarkResponderWrite(b *testing.B) {
 				psn := qp.resp.psn
 				qp.mu.Unlock()
 				wire.BTH(req).SetPSN(psn)
-				f.dev.HandleBatch(batch)
+				f.handle(batch)
 			}
 		})
 	}

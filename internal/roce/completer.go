@@ -89,7 +89,7 @@ func (qp *QP) onAckLocked(psn wire.PSN, syn uint8, now time.Time) {
 		qp.req.rnrWait = true
 		qp.req.rnrUntil = now.Add(wire.RNRTimeout(wire.SyndromeValue(syn)))
 		qp.comp.ackDeadline = time.Time{}
-		qp.armTimerLocked(now, qp.req.rnrUntil)
+		qp.armTimerLocked(qp.req.rnrUntil)
 	case wire.AckTypeNAK:
 		code := wire.NAKCode(wire.SyndromeValue(syn))
 		if code == wire.NAKPSNSeqError {
@@ -170,7 +170,7 @@ func (qp *QP) onProgressLocked(now time.Time) {
 		qp.comp.ackDeadline = time.Time{}
 	} else if t := wire.LocalACKTimeout(qp.attr.Timeout); t > 0 {
 		qp.comp.ackDeadline = now.Add(t)
-		qp.armTimerLocked(now, qp.comp.ackDeadline)
+		qp.armTimerLocked(qp.comp.ackDeadline)
 	}
 	qp.req.kick = true
 }
@@ -260,7 +260,7 @@ func (qp *QP) retryLocked(now time.Time, timeout bool) {
 	qp.rewindLocked(qp.comp.psn)
 	if t := wire.LocalACKTimeout(qp.attr.Timeout); t > 0 {
 		qp.comp.ackDeadline = now.Add(t)
-		qp.armTimerLocked(now, qp.comp.ackDeadline)
+		qp.armTimerLocked(qp.comp.ackDeadline)
 	}
 	qp.req.kick = true
 }

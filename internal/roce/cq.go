@@ -91,7 +91,9 @@ func (cq *CQ) Poll(wc []verbs.WC) (int, error) {
 	if cq.count.Load() == 0 {
 		// Receive inline: a busy poller processes the packets that would
 		// complete its work itself, without a hop through Serve.
-		cq.dev.PollRx()
+		if poll := cq.dev.cfg.Poll; poll != nil {
+			poll()
+		}
 	}
 	if cq.count.Load() == 0 {
 		if cq.dead.Load() {
@@ -123,8 +125,10 @@ var errCQOverrun = &verbs.Error{Op: "PollCQ", Err: verbs.ErrQueueFull,
 
 // Wait blocks until the CQ holds a completion.
 func (cq *CQ) Wait(ctx context.Context) error {
-	// A waiter may block: Serve must be receiving, not stepped aside.
-	cq.dev.kickServe()
+	// A waiter may block: the driver must be receiving.
+	if f := cq.dev.cfg.BeforeWait; f != nil {
+		f()
+	}
 	for i := 0; i < spinPolls; i++ {
 		if cq.count.Load() > 0 {
 			return nil

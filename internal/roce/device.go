@@ -19,10 +19,11 @@
 //	                      retire WQEs in order → send completions; NAKs and
 //	                      timeouts rewind the requester (go-back-N)
 //
-// Each QP's protocol state has one owner: the QP's mutex. The engine starts
-// no goroutines of its own except the timers it arms with time.AfterFunc
-// (virtual inside a testing/synctest bubble); the receive loop is Serve,
-// which the provider runs.
+// Each QP's protocol state has one owner: the QP's mutex. The engine reads
+// no clock and starts no goroutine or timer (timers.go): its driver, the
+// provider, runs the receive loop (handing batches to HandleBatch), serves
+// the deadlines (NextDeadline, OnTimeout) and tells it the time
+// (Config.Clock), so tests drive it in virtual time.
 package roce
 
 import (
@@ -32,13 +33,10 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/netip"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/softrdma/softrdma/internal/spin"
 	"github.com/softrdma/softrdma/transport"
 	"github.com/softrdma/softrdma/verbs"
 	"github.com/softrdma/softrdma/wire"
@@ -46,54 +44,53 @@ import (
 
 // Limits the device reports in DeviceAttr; they follow rxe's.
 const (
-	maxQP         = 1 << 16
-	maxQPWR       = 1 << 14
-	maxSGE        = 32
-	maxCQE        = 1<<15 - 1
-	maxInline     = 512
-	maxRdAtomic   = 128
-	maxSRQWR      = 1 << 14
-	firstQPN      = 0x11 // QPNs below are reserved (QP0, QP1 and rxe's habit)
-	vendorID      = 0xFFFFFF
-	ackWindow     = 512 // unacknowledged PSNs a requester may have in flight (rxe: RXE_MAX_UNACKED_PSNS = 128)
-	ackReqEvery   = 64  // AckReq at least every this many packets (rxe: RXE_MAX_PKT_PER_ACK)
-	maxPacketSize = wire.BTHLen + wire.RETHLen + wire.ImmDtLen + 4096 + 3 + wire.ICRCLen + 16
+	maxQP       = 1 << 16
+	maxQPWR     = 1 << 14
+	maxSGE      = 32
+	maxCQE      = 1<<15 - 1
+	maxInline   = 512
+	maxRdAtomic = 128
+	maxSRQWR    = 1 << 14
+	firstQPN    = 0x11 // QPNs below are reserved (QP0, QP1 and rxe's habit)
+	vendorID    = 0xFFFFFF
+	ackWindow   = 512 // unacknowledged PSNs a requester may have in flight (rxe: RXE_MAX_UNACKED_PSNS = 128)
+	ackReqEvery = 64  // AckReq at least every this many packets (rxe: RXE_MAX_PKT_PER_ACK)
+	// MaxPacketSize is the largest RoCEv2 packet (UDP payload) the engine
+	// builds or accepts: a receive buffer of this size holds any packet.
+	MaxPacketSize = wire.BTHLen + wire.RETHLen + wire.ImmDtLen + 4096 + 3 + wire.ICRCLen + 16
 )
 
 // Config configures a Device.
 type Config struct {
+	// Clock returns the current time. The engine reads no other clock:
+	// the provider passes time.Now, tests a virtual clock. Required.
+	Clock func() time.Time
+	// SetTimer asks the driver to call Device.OnTimeout at at, replacing
+	// the time it was given before. The engine calls it (under a lock of
+	// its own: it must not call back into the device) whenever its next
+	// deadline becomes earlier than the one it last gave. Required.
+	SetTimer func(at time.Time)
+	// Poll, if set, is called by CQ.Poll when it finds the CQ empty: the
+	// driver may receive and process waiting packets on the polling
+	// goroutine (a busy poller then needs no hop through a receive
+	// goroutine). It must not block.
+	Poll func()
+	// BeforeWait, if set, is called when CQ.Wait is about to block: a
+	// driver that left receiving to busy pollers must receive again.
+	BeforeWait func()
+	// Context, if set, is the verbs.Context that PD.Context returns: the
+	// provider's own device type that wraps this engine.
+	Context verbs.Context
 	// Name is the device name ("softrdma0" if empty).
 	Name string
-	// Transport carries the packets. The device owns it from now on and
-	// closes it on Close.
+	// Transport carries the packets. The device sends through it and
+	// closes it on Close; the driver receives from it.
 	Transport transport.Transport
 	// NetDev names the network interface under the device, for display.
 	NetDev string
 	// LinkLocal, if valid, is GID index 0; otherwise a link-local GID is
 	// derived from the node GUID.
 	LinkLocal netip.Addr
-	// SpinPolls is how many empty non-blocking polls the receive loop makes
-	// after the last packet before it sleeps in the kernel, when the
-	// transport can poll (transport.Poller). 0 means 2000 (tens of
-	// microseconds), or the value of the environment variable
-	// SOFTRDMA_SPIN_POLLS; a negative value never polls.
-	SpinPolls int
-	// NoInlinePoll leaves all receiving to the Serve goroutine. By default
-	// a goroutine that busy-polls (CQ.Poll on an empty CQ, or Progress)
-	// receives and processes the device's waiting packets itself, and while
-	// it keeps doing so Serve steps aside: one busy thread per process
-	// instead of two, which is what lets two processes on two cores each
-	// get a core (UCX progresses the same way, in the caller's poll).
-	NoInlinePoll bool
-	// NoDeferredAck sends a busy poller's ACKs at the end of the receive
-	// batch that made them. By default an ACK due to a packet that a busy
-	// poller received waits until that goroutine comes back to the device:
-	// it leaves with the QP's next request if the goroutine posts one (in
-	// the same system call: a ping-pong's answer carries the ACK of the
-	// question), else at its next poll, else after 100 µs (a timer), and
-	// destroying the QP sends it too. On loopback that takes one of the
-	// two system calls of a ping-pong hop off the critical path.
-	NoDeferredAck bool
 	// NoGather copies every payload into its packet. By default a request
 	// payload of 1 KiB or more that lies in one SGE stays in its MR and the
 	// transport gathers it from there (transport.Gatherer), which saves a
@@ -147,32 +144,25 @@ type Device struct {
 
 	nPD, nCQ, nMR, nAH, nSRQ atomic.Int32
 	closed                   atomic.Bool
-	serveDone                chan struct{}
-	spinPolls                int
-	poller                   transport.Poller
 
-	inlinePoll  bool
-	deferAck    bool
 	gather      bool                // the transport gathers payloads (transport.Gatherer)
 	coalescer   transport.Coalescer // nil: no split WRITEs (NoSplitWrites, or the transport cannot coalesce)
 	splitAlways bool
-	rxMu        sync.Mutex  // held by whoever receives: Serve or a polling CQ
-	ackTimer    *time.Timer // sends ACKs a poller left waiting (ackDelay)
-	rx          rxBuffers
-	serving     atomic.Bool
-	inlinePolls atomic.Uint64 // receive attempts by busy pollers (PollRx)
-	asideCheck  time.Duration // stepAsideCheck when the device was created
-	aside       atomic.Bool   // Serve has stepped aside for a busy poller
-	serveKick   chan struct{} // wakes Serve from stepping aside
+	clock       func() time.Time
+	timers      timerQueue
 
 	Counters Counters
 }
 
-// New creates a device on cfg.Transport. Call Serve (in a goroutine) to
-// start receiving.
+// New creates a device on cfg.Transport. The driver then receives from the
+// transport and hands each batch to HandleBatch, and serves the deadlines
+// it is given (Config.SetTimer) with OnTimeout.
 func New(cfg Config) (*Device, error) {
 	if cfg.Transport == nil {
 		return nil, verbs.Errorf("roce.New", verbs.ErrInvalidArgument, "Config.Transport is nil")
+	}
+	if cfg.Clock == nil || cfg.SetTimer == nil {
+		return nil, verbs.Errorf("roce.New", verbs.ErrInvalidArgument, "Config.Clock and Config.SetTimer are required: the engine's driver supplies the time and serves its deadlines")
 	}
 	if cfg.Name == "" {
 		cfg.Name = "softrdma0"
@@ -182,18 +172,14 @@ func New(cfg Config) (*Device, error) {
 		return nil, fmt.Errorf("roce.New: seeding key generator: %w", err)
 	}
 	d := &Device{
-		cfg:       cfg,
-		tr:        cfg.Transport,
-		local:     cfg.Transport.LocalAddr().Addr().Unmap(),
-		port:      cfg.Transport.LocalAddr().Port(),
-		rng:       mrand.New(mrand.NewChaCha8(seed)),
-		serveDone: make(chan struct{}),
-		serveKick: make(chan struct{}, 1),
+		cfg:   cfg,
+		tr:    cfg.Transport,
+		local: cfg.Transport.LocalAddr().Addr().Unmap(),
+		port:  cfg.Transport.LocalAddr().Port(),
+		rng:   mrand.New(mrand.NewChaCha8(seed)),
+		clock: cfg.Clock,
 	}
-	d.rx = newRxBuffers(cfg.Transport.BatchSize())
-	d.poller, _ = cfg.Transport.(transport.Poller)
-	d.inlinePoll = !cfg.NoInlinePoll
-	d.deferAck = d.inlinePoll && !cfg.NoDeferredAck
+	d.timers.set = cfg.SetTimer
 	if g, ok := cfg.Transport.(transport.Gatherer); ok && !cfg.NoGather {
 		d.gather = g.Gathers()
 	}
@@ -201,13 +187,6 @@ func New(cfg Config) (*Device, error) {
 		d.coalescer = c
 	}
 	d.splitAlways = cfg.SplitWritesAlways && !cfg.NoSplitWrites
-	d.ackTimer = time.AfterFunc(time.Hour, d.sendLateAcks)
-	d.ackTimer.Stop()
-	d.asideCheck = stepAsideCheck
-	d.spinPolls = cfg.SpinPolls
-	if d.spinPolls == 0 {
-		d.spinPolls = spinPollsDefault()
-	}
 	d.guid = binary.BigEndian.Uint64(seed[24:]) &^ (0xFF << 56) // locally administered range
 	d.guid |= 0x02 << 56
 	d.linkMT = cfg.Transport.LinkMTU()
@@ -231,209 +210,6 @@ func New(cfg Config) (*Device, error) {
 
 // linkToPathMTU derives the IB MTU from the link's IP MTU as rxe does.
 func linkToPathMTU(link int) verbs.MTU { return verbs.MTUFromLinkMTU(link) }
-
-// Serve receives and processes packets until the device is closed. The
-// provider runs it in a goroutine.
-//
-// It polls the transport while traffic flows and, after SpinPolls empty
-// polls, waits in the kernel. Receiving is shared: a goroutine busy-polling
-// a CQ of this device (or calling Progress) receives and processes packets
-// itself, which saves the hop through this goroutine; whoever holds rxMu
-// receives. While such a poller keeps polling, Serve steps aside and
-// sleeps, so that the process has one busy thread, not two.
-func (d *Device) Serve() {
-	if !d.serving.CompareAndSwap(false, true) {
-		return
-	}
-	defer close(d.serveDone)
-	poller, _ := d.tr.(transport.Poller)
-	if poller == nil {
-		d.serveBlocking()
-		return
-	}
-	idle := 0
-	var seen uint64 // inlinePolls at the last look
-	for i := 0; !d.closed.Load(); i++ {
-		if d.inlinePoll && i%stepAsideLook == 0 {
-			n := d.inlinePolls.Load()
-			if n-seen >= stepAsidePolls {
-				d.stepAside(n)
-				n = d.inlinePolls.Load()
-			}
-			seen = n
-		}
-		n, err := d.pollRx(poller, false)
-		if err != nil {
-			return
-		}
-		if n > 0 {
-			idle = 0
-			continue
-		}
-		if idle++; idle < d.spinPolls {
-			spin.Idle(idle)
-			continue
-		}
-		if err := poller.Wait(); err != nil {
-			return
-		}
-		idle = 0
-	}
-}
-
-// Serve looks every stepAsideLook iterations whether busy pollers made at
-// least stepAsidePolls receive attempts since the last look; if they did,
-// it sleeps, checking every stepAsideCheck that they still poll.
-const (
-	stepAsideLook  = 64
-	stepAsidePolls = 32
-)
-
-// stepAsideCheck is long because each check wakes a thread that competes
-// with the busy pollers for the CPUs; a poller that blocks in CQ.Wait
-// brings Serve back at once (kickServe), so the check matters only for a
-// program that stops polling without waiting. It is a variable so that
-// tests can change it before they create devices.
-var stepAsideCheck = 10 * time.Millisecond
-
-// stepAside sleeps while busy pollers receive for the device: until a
-// check finds that no poller tried to receive since the previous one, a
-// CQ.Wait is about to block (kickServe), or the device closes.
-func (d *Device) stepAside(seen uint64) {
-	d.aside.Store(true)
-	defer d.aside.Store(false)
-	t := time.NewTimer(d.asideCheck)
-	defer t.Stop()
-	for !d.closed.Load() {
-		select {
-		case <-d.serveKick:
-			return
-		case <-t.C:
-		}
-		n := d.inlinePolls.Load()
-		if n == seen {
-			return
-		}
-		seen = n
-		t.Reset(d.asideCheck)
-	}
-}
-
-// kickServe brings Serve back to receiving if it stepped aside.
-func (d *Device) kickServe() {
-	if d.aside.Load() {
-		select {
-		case d.serveKick <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// serveBlocking is Serve for transports that cannot poll.
-func (d *Device) serveBlocking() {
-	for {
-		d.rxMu.Lock()
-		d.rx.reset()
-		got, err := d.tr.Recv(d.rx.pkts)
-		if err == nil {
-			d.handleBatch(&d.rx.state, d.rx.pkts[:got])
-		}
-		d.rxMu.Unlock()
-		if err != nil {
-			return
-		}
-	}
-}
-
-// pollRx receives and processes one batch if no other goroutine is
-// receiving. It returns the number of packets handled. inline says that a
-// busy poller calls: the batch's ACKs may then wait for it to come back.
-func (d *Device) pollRx(poller transport.Poller, inline bool) (int, error) {
-	if !d.rxMu.TryLock() {
-		return 0, nil
-	}
-	defer d.rxMu.Unlock()
-	rx := &d.rx.state
-	// ACKs left behind by the previous batch go now: with this batch's
-	// responder packets if it has any, else on their own.
-	rx.stageDeferredAcks()
-	rx.deferAck = inline && d.deferAck
-	d.rx.reset()
-	got, err := poller.TryRecv(d.rx.pkts)
-	if got > 0 {
-		d.handleBatch(rx, d.rx.pkts[:got])
-	} else {
-		rx.stage.flush(d)
-	}
-	return got, err
-}
-
-// ackDelay bounds how long an ACK waits for the poller that left it
-// (Config.NoDeferredAck): ackTimer sends it if the poller has not come
-// back by then. Far below any retransmission timeout in use (IBTA Local
-// ACK Timeout 8 is 1 ms; perftest uses 14, 67 ms). A variable so that
-// tests can take the timer out of the way.
-var ackDelay = 100 * time.Microsecond
-
-// sendLateAcks is ackTimer's function. A goroutine that holds rxMu is
-// receiving and sends the waiting ACKs itself.
-func (d *Device) sendLateAcks() {
-	if d.closed.Load() {
-		return
-	}
-	if !d.rxMu.TryLock() {
-		// The holder may have begun its poll before these ACKs waited:
-		// look again later rather than trust it to send them.
-		d.ackTimer.Reset(ackDelay)
-		return
-	}
-	d.rx.state.stageDeferredAcks()
-	d.rx.state.stage.flush(d)
-	d.rxMu.Unlock()
-}
-
-// PollRx lets a goroutine that busy-polls a CQ receive and process the
-// packets waiting for this device itself. CQ.Poll calls it when the CQ is
-// empty; it never blocks.
-func (d *Device) PollRx() {
-	if d.inlinePoll && d.poller != nil && d.serving.Load() {
-		d.inlinePolls.Add(1)
-		d.pollRx(d.poller, true)
-	}
-}
-
-// Progress is PollRx for goroutines that busy-poll memory rather than a CQ
-// (as ib_write_lat polls the last byte of its buffer): it receives and
-// processes what is waiting (verbs.Progresser).
-func (d *Device) Progress() { d.PollRx() }
-
-// rxBuffers are the receive batch and its buffers, used by whoever holds
-// rxMu.
-type rxBuffers struct {
-	pkts  []transport.Datagram
-	bufs  [][]byte
-	state rxState
-}
-
-func newRxBuffers(n int) rxBuffers {
-	r := rxBuffers{pkts: make([]transport.Datagram, n), bufs: make([][]byte, n), state: rxState{stage: newTxStage()}}
-	for i := range r.bufs {
-		r.bufs[i] = make([]byte, maxPacketSize+64)
-	}
-	return r
-}
-
-func (r *rxBuffers) reset() {
-	for i := range r.pkts {
-		r.pkts[i].Buf = r.bufs[i][:cap(r.bufs[i])]
-	}
-}
-
-// HandleBatch processes received packets as Serve does; tests and fuzzers
-// feed packets through it directly.
-func (d *Device) HandleBatch(pkts []transport.Datagram) {
-	d.handleBatch(&rxState{}, pkts)
-}
 
 func (d *Device) randUint32() uint32 {
 	d.randMu.Lock()
@@ -466,13 +242,24 @@ func (d *Device) NetDev() string { return d.cfg.NetDev }
 // LocalAddr is the IP address the device sends from and receives on.
 func (d *Device) LocalAddr() netip.Addr { return d.local }
 
-// Transport returns the device's transport.
-func (d *Device) Transport() transport.Transport { return d.tr }
-
 // --- verbs.Context ---
 
-// Device returns d.
-func (d *Device) Device() verbs.Device { return d }
+// Device returns d, or the provider's device that wraps it
+// (Config.Context).
+func (d *Device) Device() verbs.Device {
+	if d.cfg.Context != nil {
+		return d.cfg.Context.Device()
+	}
+	return d
+}
+
+// context is the verbs.Context the device's objects report.
+func (d *Device) context() verbs.Context {
+	if d.cfg.Context != nil {
+		return d.cfg.Context
+	}
+	return d
+}
 
 // QueryDevice returns the device attributes.
 func (d *Device) QueryDevice() (verbs.DeviceAttr, error) {
@@ -549,8 +336,8 @@ func (d *Device) AllocPD() (verbs.PD, error) {
 	return &PD{dev: d}, nil
 }
 
-// Close stops the device: it closes the transport and waits for Serve to
-// return. Every PD and CQ must have been released first.
+// Close stops the device and closes its transport, which ends the
+// driver's receive loop. Every PD and CQ must have been released first.
 func (d *Device) Close() error {
 	if n := d.nPD.Load() + d.nCQ.Load(); n > 0 {
 		return verbs.Errorf("Close", verbs.ErrInUse, "%d PDs and %d CQs remain; destroy them first", d.nPD.Load(), d.nCQ.Load())
@@ -558,16 +345,7 @@ func (d *Device) Close() error {
 	if !d.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	d.ackTimer.Stop()
-	err := d.tr.Close()
-	select {
-	case d.serveKick <- struct{}{}:
-	default:
-	}
-	if d.serving.Load() {
-		<-d.serveDone
-	}
-	return err
+	return d.tr.Close()
 }
 
 // qpByNum returns the QP numbered qpn, or nil. It takes no lock.
@@ -626,12 +404,4 @@ func LinkLocalFromMAC(mac net.HardwareAddr) netip.Addr {
 	b[11], b[12] = 0xff, 0xfe
 	b[13], b[14], b[15] = mac[3], mac[4], mac[5]
 	return netip.AddrFrom16(b)
-}
-
-// spinPollsDefault is 2000, or SOFTRDMA_SPIN_POLLS for experiments.
-func spinPollsDefault() int {
-	if v, err := strconv.Atoi(os.Getenv("SOFTRDMA_SPIN_POLLS")); err == nil && v != 0 {
-		return v
-	}
-	return 2000
 }

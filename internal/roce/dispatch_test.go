@@ -49,7 +49,7 @@ func TestDropReasons(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before := tc.counter.Load()
 			mem := append([]byte(nil), f.mem...)
-			f.dev.HandleBatch([]transport.Datagram{{Buf: tc.pkt(), Peer: tc.peer, ICRC: tc.icrc}})
+			f.handle([]transport.Datagram{{Buf: tc.pkt(), Peer: tc.peer, ICRC: tc.icrc}})
 			if tc.counter.Load() != before+1 {
 				t.Fatalf("counter did not move")
 			}
@@ -59,7 +59,7 @@ func TestDropReasons(t *testing.T) {
 		})
 	}
 	// The same packet, well formed, is executed.
-	f.dev.HandleBatch([]transport.Datagram{{Buf: good(), Peer: f.peer, ICRC: transport.ICRCOK}})
+	f.handle([]transport.Datagram{{Buf: good(), Peer: f.peer, ICRC: transport.ICRCOK}})
 	if string(f.mem[guard:guard+4]) != "\x01\x02\x03\x04" {
 		t.Fatal("the good packet was not executed")
 	}
@@ -68,7 +68,7 @@ func TestDropReasons(t *testing.T) {
 	b := good()
 	wire.BTH(b).SetPSN(101)
 	wire.RETH(b[wire.RCWriteOnly.Info().RETHOff:]).SetVA(f.mr.Addr() + 8)
-	f.dev.HandleBatch([]transport.Datagram{{Buf: b, Peer: f.peer, ICRC: transport.ICRCUnverified}})
+	f.handle([]transport.Datagram{{Buf: b, Peer: f.peer, ICRC: transport.ICRCUnverified}})
 	if string(f.mem[guard+8:guard+12]) != "\x01\x02\x03\x04" {
 		t.Fatal("an unverified packet was dropped with AcceptUnverifiedICRC set")
 	}

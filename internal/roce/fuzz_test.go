@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/softrdma/softrdma/transport"
 	"github.com/softrdma/softrdma/verbs"
@@ -67,15 +68,18 @@ type fuzzTarget struct {
 	pd         verbs.PD
 	cq         verbs.CQ
 	wcs        []verbs.WC
+	rx         *RxBatch
 }
+
+// handle hands pkts to the device as its driver would.
+func (f *fuzzTarget) handle(pkts []transport.Datagram) { f.dev.HandleBatch(f.rx, pkts, time.Now()) }
 
 const guard = 4096
 
 func newFuzzTarget(tb testing.TB) *fuzzTarget {
 	c := newCapture("10.9.0.1")
-	d, err := New(Config{Transport: c})
-	must(tb, err)
-	f := &fuzzTarget{dev: d, peer: netip.MustParseAddrPort("10.9.0.2:4791"), wcs: make([]verbs.WC, 64)}
+	d := newDevice(tb, Config{Transport: c})
+	f := &fuzzTarget{dev: d, peer: netip.MustParseAddrPort("10.9.0.2:4791"), wcs: make([]verbs.WC, 64), rx: NewRxBatch()}
 	f.pd, _ = d.AllocPD()
 	f.cq, _ = d.CreateCQ(1<<14, nil)
 	f.mem = make([]byte, 3*guard)
@@ -84,6 +88,7 @@ func newFuzzTarget(tb testing.TB) *fuzzTarget {
 	}
 	f.guardLo, f.guardHi = guard, 2*guard
 	all := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	var err error
 	f.mr, err = f.pd.RegMR(f.mem[guard:2*guard], all)
 	must(tb, err)
 	o := defaultOpts()
@@ -187,7 +192,7 @@ func FuzzReceive(f *testing.F) {
 				rewriteKeys(pkt, target)
 			}
 		}
-		target.dev.HandleBatch([]transport.Datagram{{Buf: pkt, Peer: target.peer, Local: target.dev.local, ICRC: transport.ICRCOK}})
+		target.handle([]transport.Datagram{{Buf: pkt, Peer: target.peer, Local: target.dev.local, ICRC: transport.ICRCOK}})
 		target.checkGuards(t)
 		target.revive(t)
 		target.refill()

@@ -133,10 +133,7 @@ func TestGatherZeroAllocs(t *testing.T) {
 // the region is read again), and a deregistered MR is never pinned again.
 func TestGatherPinsAllocMR(t *testing.T) {
 	ta, _ := udpPair(t)
-	d, err := New(Config{Transport: ta})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := newDevice(t, Config{Transport: ta})
 	defer d.Close()
 	pd, _ := d.AllocPD()
 	defer pd.Dealloc()

@@ -59,12 +59,10 @@ func newNode(t testing.TB, tr transport.Transport, o qpOpts) *node {
 // newNodeWith is newNode with a device configured by cfg.
 func newNodeWith(t testing.TB, cfg Config, o qpOpts) *node {
 	t.Helper()
-	d, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go d.Serve()
+	d := newDevice(t, cfg)
+	go serve(d, cfg.Transport)
 	n := &node{t: t, dev: d, wcs: make([]verbs.WC, 64)}
+	var err error
 	t.Cleanup(n.close)
 	must := func(err error) {
 		t.Helper()
@@ -117,6 +115,65 @@ func (n *node) gid() verbs.GID {
 		n.t.Fatal(err)
 	}
 	return g
+}
+
+// testTimer is the tests' driver of a device's deadlines: one runtime
+// timer (virtual inside a testing/synctest bubble) that calls OnTimeout.
+type testTimer struct {
+	mu sync.Mutex
+	t  *time.Timer
+	d  atomic.Pointer[Device]
+}
+
+func (tt *testTimer) set(at time.Time) {
+	tt.mu.Lock()
+	defer tt.mu.Unlock()
+	if tt.t == nil {
+		tt.t = time.AfterFunc(time.Until(at), func() {
+			if d := tt.d.Load(); d != nil {
+				d.OnTimeout(time.Now())
+			}
+		})
+		return
+	}
+	tt.t.Reset(time.Until(at))
+}
+
+// newDevice creates a device driven as the tests drive it: time.Now for
+// the clock (virtual inside a bubble) and a testTimer for the deadlines.
+// Receiving is up to the test (serve, or HandleBatch by hand).
+func newDevice(tb testing.TB, cfg Config) *Device {
+	tb.Helper()
+	tt := &testTimer{}
+	cfg.Clock, cfg.SetTimer = time.Now, tt.set
+	d, err := New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tt.d.Store(d)
+	return d
+}
+
+// serve is the tests' receive loop: it blocks in Recv and hands each
+// batch to the device until the transport closes (Device.Close). The
+// provider's loop (provider/soft) adds busy polling and deferred ACKs.
+func serve(d *Device, tr transport.Transport) {
+	rx := NewRxBatch()
+	pkts := make([]transport.Datagram, tr.BatchSize())
+	bufs := make([][]byte, len(pkts))
+	for i := range bufs {
+		bufs[i] = make([]byte, MaxPacketSize+64)
+	}
+	for {
+		for i := range pkts {
+			pkts[i] = transport.Datagram{Buf: bufs[i]}
+		}
+		n, err := tr.Recv(pkts)
+		if err != nil {
+			return
+		}
+		d.HandleBatch(rx, pkts[:n], time.Now())
+	}
 }
 
 // connect moves a's QP to RTS towards b's (and is called both ways).

@@ -42,9 +42,8 @@ type QP struct {
 	comp        completer
 	resp        responder
 	tx          txq
-	stage       *txStage // the receive path's stage while it holds mu (flushLocked)
-	timer       *time.Timer
-	timerAt     time.Time // when the armed timer fires; zero if not armed
+	stage       *txStage  // the receive path's stage while it holds mu (flushLocked)
+	timerAt     time.Time // the deadline queued in dev.timers; zero if none
 	destroyed   bool
 	inlineBufs  []byte // backing store of every send WQE's inline buffer
 }
@@ -237,7 +236,7 @@ func (qp *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		return err
 	}
 	qp.applyLocked(attr, mask)
-	now := time.Now()
+	now := qp.dev.clock()
 	switch {
 	case next == verbs.QPStateReset:
 		qp.resetLocked()
@@ -756,56 +755,4 @@ func (qp *QP) PostRecv(wr *verbs.RecvWR) error {
 		qp.flushRecvLocked()
 	}
 	return nil
-}
-
-// --- timers ---
-
-// armTimerLocked makes sure the QP's timer fires no later than at.
-func (qp *QP) armTimerLocked(now, at time.Time) {
-	if !qp.timerAt.IsZero() && !at.Before(qp.timerAt) {
-		return
-	}
-	qp.timerAt = at
-	d := at.Sub(now)
-	if qp.timer == nil {
-		qp.timer = time.AfterFunc(d, qp.onTimer)
-	} else {
-		qp.timer.Reset(d)
-	}
-}
-
-func (qp *QP) stopTimerLocked() {
-	if qp.timer != nil {
-		qp.timer.Stop()
-	}
-	qp.timerAt = time.Time{}
-}
-
-func (qp *QP) onTimer() {
-	qp.mu.Lock()
-	defer qp.mu.Unlock()
-	if qp.destroyed {
-		return
-	}
-	now := time.Now()
-	qp.timerAt = time.Time{}
-	if qp.stateLocked() == verbs.QPStateRTS || qp.stateLocked() == verbs.QPStateSQD {
-		qp.onTimeoutLocked(now)
-		qp.flushLocked()
-	}
-	qp.rearmLocked(now)
-}
-
-// rearmLocked arms the timer for the earliest pending deadline.
-func (qp *QP) rearmLocked(now time.Time) {
-	var at time.Time
-	if qp.req.rnrWait {
-		at = qp.req.rnrUntil
-	}
-	if !qp.comp.ackDeadline.IsZero() && (at.IsZero() || qp.comp.ackDeadline.Before(at)) {
-		at = qp.comp.ackDeadline
-	}
-	if !at.IsZero() {
-		qp.armTimerLocked(now, at)
-	}
 }

@@ -26,17 +26,41 @@ import (
 // buffer (IBTA 11.4.1.2: a GRH; on RoCEv2 the IP header, right-aligned).
 const grhLen = 40
 
-// rxState is the receive loop's scratch space.
-type rxState struct {
+// RxBatch is the receive path's scratch space and the state it keeps
+// between batches. The driver owns one per receiving goroutine (or one
+// under its receive lock): it is not safe for concurrent use.
+type RxBatch struct {
 	p wire.Packet
-	// stage, if set, gathers the responder packets of the batch (see
-	// txStage); handleBatch sends it at the end.
+	// stage gathers the responder packets of the batch (see txStage);
+	// HandleBatch sends it at the end.
 	stage *txStage
 	// deferAck lets the batch's ACKs wait for the busy poller that
-	// receives it (Config.NoDeferredAck); deferred lists the QPs whose ACK
-	// waits. The next poll sends what the poller has not.
+	// receives it; deferred lists the QPs whose ACK waits.
 	deferAck bool
 	deferred []*QP
+}
+
+// NewRxBatch returns an empty RxBatch.
+func NewRxBatch() *RxBatch { return &RxBatch{stage: newTxStage()} }
+
+// DeferAcks says whether the ACKs of the next batches may wait for the
+// goroutine that receives them: set it when a busy poller receives inline
+// and will come back soon, to post (its next request then carries the
+// ACK, in the same system call) or to poll again. An ACK waits only if
+// nothing else leaves for its QP in that batch, and the QP gives up
+// waiting when its poller keeps coming back to poll rather than to post (a
+// stream). The driver must then make sure waiting ACKs leave soon: at the
+// poller's next receive (StageDeferredAcks) or after a short delay
+// (SendDeferredAcks from a timer) if Waiting reports any.
+func (rx *RxBatch) DeferAcks(on bool) { rx.deferAck = on }
+
+// Waiting reports whether ACKs wait for the poller (DeferAcks).
+func (rx *RxBatch) Waiting() bool { return len(rx.deferred) > 0 }
+
+// SendDeferredAcks sends the ACKs that wait, at once.
+func (rx *RxBatch) SendDeferredAcks(d *Device) {
+	rx.StageDeferredAcks()
+	rx.stage.flush(d)
 }
 
 // An ACK waits for the poller only while that pays: a QP whose poller
@@ -61,12 +85,13 @@ func (r *responder) deferWorthIt() bool {
 	return true
 }
 
-// stageDeferredAcks moves the ACKs that still wait into the stage.
-func (rx *rxState) stageDeferredAcks() {
+// StageDeferredAcks moves the ACKs that still wait into the batch's
+// stage: they leave with the next batch's responses (HandleBatch), or
+// with FlushStage.
+func (rx *RxBatch) StageDeferredAcks() {
 	if len(rx.deferred) == 0 {
 		return
 	}
-	rx.deferred[0].dev.ackTimer.Stop()
 	for i, qp := range rx.deferred {
 		rx.deferred[i] = nil
 		qp.mu.Lock()
@@ -86,11 +111,19 @@ func (rx *rxState) stageDeferredAcks() {
 	rx.deferred = rx.deferred[:0]
 }
 
-func (d *Device) handleBatch(rx *rxState, pkts []transport.Datagram) {
+// FlushStage sends what StageDeferredAcks staged.
+func (rx *RxBatch) FlushStage(d *Device) { rx.stage.flush(d) }
+
+// HandleBatch processes received packets, now being the time they arrived.
+// rx may be nil (tests, fuzzers): each QP's responses then leave on their
+// own and no ACK waits.
+func (d *Device) HandleBatch(rx *RxBatch, pkts []transport.Datagram, now time.Time) {
 	if len(pkts) == 0 {
 		return
 	}
-	now := time.Now()
+	if rx == nil {
+		rx = &RxBatch{}
+	}
 	d.Counters.RcvdPkts.Add(uint64(len(pkts)))
 	var cur *QP
 	for i := range pkts {
@@ -192,7 +225,7 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 
 // endRxLocked ends a run of received packets for the QP: the coalesced
 // ACK, then anything the requester may now send, all in one batch.
-func (qp *QP) endRxLocked(rx *rxState, now time.Time) {
+func (qp *QP) endRxLocked(rx *RxBatch, now time.Time) {
 	if qp.req.kick {
 		qp.req.kick = false
 		qp.runRequesterLocked(now)
@@ -204,16 +237,13 @@ func (qp *QP) endRxLocked(rx *rxState, now time.Time) {
 		// Config.NoDeferredAck).
 		if !qp.resp.ackDeferred {
 			qp.resp.ackDeferred = true
-			if len(rx.deferred) == 0 {
-				qp.dev.ackTimer.Reset(ackDelay)
-			}
 			rx.deferred = append(rx.deferred, qp)
 		}
 	default:
 		qp.flushAckLocked()
 	}
 	qp.flushLocked()
-	qp.rearmLocked(now)
+	qp.rearmLocked()
 }
 
 // buildGRH writes the 40-byte network header of a received UD packet:

@@ -55,8 +55,7 @@ func rcTowards(tb testing.TB, pd verbs.PD, cq verbs.CQ, mtu verbs.MTU, timeout, 
 // that wait for its doorbell, with their MR pins, so a DeregMR of their
 // memory (an AllocMR region) returns and unmaps it.
 func TestDestroyReleasesQueuedPackets(t *testing.T) {
-	d, err := New(Config{Transport: gatherCapture{newCapture("10.9.0.1")}})
-	must(t, err)
+	d := newDevice(t, Config{Transport: gatherCapture{newCapture("10.9.0.1")}})
 	defer d.Close()
 	pd, _ := d.AllocPD()
 	defer pd.Dealloc()
@@ -94,8 +93,7 @@ func TestDestroyReleasesQueuedPackets(t *testing.T) {
 // instead of leaving ahead of them.
 func TestKeepResponsesKeepsOrder(t *testing.T) {
 	c := newCapture("10.9.0.1")
-	d, err := New(Config{Transport: c})
-	must(t, err)
+	d := newDevice(t, Config{Transport: c})
 	defer d.Close()
 	pd, _ := d.AllocPD()
 	defer pd.Dealloc()
@@ -144,7 +142,7 @@ func TestUnqueueReleases(t *testing.T) {
 	resp := buildPacket(wire.RCReadResponseOnly, wire.BTHFields{DestQP: f.rc.QPNum(), PSN: 500}, make([]byte, 8), func(b []byte, info *wire.OpInfo) {
 		wire.AETH(b[info.AETHOff:]).Encode(&wire.AETHFields{Syndrome: wire.ACKSyndrome(0x1F)})
 	})
-	f.dev.HandleBatch([]transport.Datagram{{Buf: resp, Peer: f.peer, ICRC: transport.ICRCOK}})
+	f.handle([]transport.Datagram{{Buf: resp, Peer: f.peer, ICRC: transport.ICRCOK}})
 	qp := f.rc.(*QP)
 	qp.mu.Lock()
 	clean := qp.tx.clean()
@@ -166,8 +164,7 @@ func TestUnqueueReleases(t *testing.T) {
 func TestRetryCount7IsFinite(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCapture("10.9.0.1")
-		d, err := New(Config{Transport: c})
-		must(t, err)
+		d := newDevice(t, Config{Transport: c})
 		pd, _ := d.AllocPD()
 		cq, _ := d.CreateCQ(64, nil)
 		mr, _ := pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite)
@@ -200,25 +197,6 @@ func TestRetryCount7IsFinite(t *testing.T) {
 		pd.Dealloc()
 		d.Close()
 	})
-}
-
-// TestLateAckTimerRetries: the timer that sends ACKs a busy poller left
-// waiting tries again when another goroutine holds the receive lock, so
-// the ACK leaves within a few ackDelays and the requester never
-// retransmits.
-func TestLateAckTimerRetries(t *testing.T) {
-	a, b, _ := deferredAckPair(t, time.Millisecond)
-	a.buf[0] = 1
-	a.write(1, 0, 1)
-	progressUntil(t, b, 0, 1) // b receives inline: its ACK waits for it
-	b.dev.rxMu.Lock()         // someone else is receiving when the timer fires
-	time.Sleep(10 * time.Millisecond)
-	b.dev.rxMu.Unlock()
-	// b never polls again: only the timer can send the ACK now.
-	expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
-	if n := a.dev.Counters.Timeouts.Load() + a.dev.Counters.Retransmits.Load(); n != 0 {
-		t.Fatalf("the ACK waited for the requester's timeout (%d timeouts and retransmits)", n)
-	}
 }
 
 // TestSplitWriteError states what a failed multi-packet WRITE leaves in
@@ -290,5 +268,29 @@ func TestInlinePostVsDereg(t *testing.T) {
 		stop.Store(true)
 		wg.Wait()
 		f.cq.Poll(f.wcs)
+	}
+}
+
+// TestDeferWorthIt: a QP whose poller keeps coming back to poll rather
+// than to post stops deferring its ACKs, and tries again now and then.
+func TestDeferWorthIt(t *testing.T) {
+	var r responder
+	for i := 0; i < deferMissLimit; i++ {
+		if !r.deferWorthIt() {
+			t.Fatalf("no deferral after %d misses", i)
+		}
+		r.deferMisses++
+	}
+	for i := 1; i < deferRetry; i++ {
+		if r.deferWorthIt() {
+			t.Fatalf("deferral %d ACKs after %d misses in a row", i, deferMissLimit)
+		}
+	}
+	if !r.deferWorthIt() {
+		t.Fatalf("no retry after %d ACKs", deferRetry)
+	}
+	r.deferMisses = 0 // a post sent the retried one
+	if !r.deferWorthIt() {
+		t.Fatal("no deferral after a post sent the last one")
 	}
 }

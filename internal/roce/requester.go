@@ -134,10 +134,10 @@ func (qp *QP) runRequesterLocked(now time.Time) {
 	if sent && rc && qp.comp.ackDeadline.IsZero() {
 		if t := wire.LocalACKTimeout(qp.attr.Timeout); t > 0 {
 			if now.IsZero() {
-				now = time.Now()
+				now = qp.dev.clock()
 			}
 			qp.comp.ackDeadline = now.Add(t)
-			qp.armTimerLocked(now, qp.comp.ackDeadline)
+			qp.armTimerLocked(qp.comp.ackDeadline)
 		}
 	}
 }

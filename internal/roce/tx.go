@@ -14,7 +14,7 @@ const txBatch = 32
 // pktBuf is the storage of one outgoing packet; buffers come from the
 // device's pool and return to it once the transport has sent them.
 type pktBuf struct {
-	b [maxPacketSize]byte
+	b [MaxPacketSize]byte
 }
 
 // txq is a QP's outgoing batch. It is used only under the QP's mutex, so

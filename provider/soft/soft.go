@@ -24,16 +24,13 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/softrdma/softrdma/internal/roce"
 	"github.com/softrdma/softrdma/transport"
 	"github.com/softrdma/softrdma/transport/udp"
 	"github.com/softrdma/softrdma/verbs"
 )
-
-// Device is an open softrdma device. It is a verbs.Device and its own
-// verbs.Context; Counters holds its statistics.
-type Device = roce.Device
 
 // Config says where a device lives.
 type Config struct {
@@ -46,25 +43,46 @@ type Config struct {
 	Port uint16
 	// AcceptUnverifiedICRC accepts IPv4 packets whose ICRC the UDP socket
 	// cannot verify because the sender used a non-zero IP identification,
-	// as Linux rxe does. Needed to talk to rxe; see roce.Config.
+	// as Linux rxe does. Needed to talk to rxe.
 	AcceptUnverifiedICRC bool
-	// NoInlinePoll leaves all receiving to the device's receive goroutine
-	// instead of letting busy pollers receive inline (roce.Config). The
-	// environment variable SOFTRDMA_NO_INLINE_POLL=1 sets it too, for
-	// comparing the two.
+	// SpinPolls is how many empty non-blocking polls the receive loop makes
+	// after the last packet before it sleeps in the kernel, when the
+	// transport can poll (transport.Poller). 0 means 2000 (tens of
+	// microseconds), or the value of the environment variable
+	// SOFTRDMA_SPIN_POLLS; a negative value never polls.
+	SpinPolls int
+	// NoInlinePoll leaves all receiving to the device's receive goroutine.
+	// By default a goroutine that busy-polls (CQ.Poll on an empty CQ, or
+	// Progress) receives and processes the device's waiting packets
+	// itself, and while it keeps doing so the receive goroutine steps
+	// aside: one busy thread per process instead of two, which is what
+	// lets two processes on two cores each get a core (UCX progresses the
+	// same way, in the caller's poll). SOFTRDMA_NO_INLINE_POLL=1 sets it.
 	NoInlinePoll bool
-	// NoDeferredAck sends each receive batch's ACKs at once instead of
-	// letting a busy poller's ACK leave with its next request (roce.Config;
-	// SOFTRDMA_NO_DEFERRED_ACK=1 sets it too).
+	// NoDeferredAck sends each receive batch's ACKs at once. By default an
+	// ACK due to a packet that a busy poller received waits until that
+	// goroutine comes back to the device: it leaves with the QP's next
+	// request if the goroutine posts one (in the same system call: a
+	// ping-pong's answer carries the ACK of the question), else at its
+	// next poll, else after 100 µs (a timer), and destroying the QP sends
+	// it too. On loopback that takes one of the two system calls of a
+	// ping-pong hop off the critical path. SOFTRDMA_NO_DEFERRED_ACK=1
+	// sets it.
 	NoDeferredAck bool
 	// NoGather copies every payload into its packet instead of letting the
-	// UDP socket gather it from the MR (roce.Config; SOFTRDMA_NO_GATHER=1
-	// sets it too).
+	// UDP socket gather payloads of 1 KiB and more from the MR
+	// (SOFTRDMA_NO_GATHER=1 sets it too).
 	NoGather bool
 	// NoSplitWrites keeps multi-packet WRITEs to loopback peers as FIRST,
-	// MIDDLE and LAST packets (roce.Config; SOFTRDMA_NO_SPLIT_WRITES=1 sets
-	// it too). SOFTRDMA_SPLIT_WRITES=always splits them to every peer
-	// (roce.Config.SplitWritesAlways; the interop suite uses it).
+	// MIDDLE and LAST packets. By default such a WRITE (without
+	// immediate) goes as one WRITE ONLY per path MTU, each with its own
+	// RETH, to a peer the transport coalesces packets to (UDP GSO on
+	// loopback needs equal-sized segments). A split WRITE that fails on a
+	// bad range leaves the packets before the bad one in the target
+	// memory (IBTA leaves a failed WRITE's target undefined); as FIRST/
+	// MIDDLE/LAST the range is checked up front and nothing lands.
+	// SOFTRDMA_NO_SPLIT_WRITES=1 sets it; SOFTRDMA_SPLIT_WRITES=always
+	// splits them to every peer (the interop suite uses it).
 	NoSplitWrites bool
 	// Transport, if set, is used instead of a UDP socket (tests use
 	// internal/netsim).
@@ -102,18 +120,25 @@ func Open(cfg Config) (*Device, error) {
 	if ifi, err := net.InterfaceByName(netdev); err == nil {
 		ll = roce.LinkLocalFromMAC(ifi.HardwareAddr)
 	}
-	d, err := roce.New(roce.Config{Name: name, Transport: tr, NetDev: netdev, LinkLocal: ll, AcceptUnverifiedICRC: cfg.AcceptUnverifiedICRC,
-		NoInlinePoll:  cfg.NoInlinePoll || os.Getenv("SOFTRDMA_NO_INLINE_POLL") == "1",
-		NoDeferredAck: cfg.NoDeferredAck || os.Getenv("SOFTRDMA_NO_DEFERRED_ACK") == "1",
-		NoGather:      cfg.NoGather || os.Getenv("SOFTRDMA_NO_GATHER") == "1",
-		NoSplitWrites: cfg.NoSplitWrites || os.Getenv("SOFTRDMA_NO_SPLIT_WRITES") == "1",
-
-		SplitWritesAlways: os.Getenv("SOFTRDMA_SPLIT_WRITES") == "always"})
+	d := newDevice(tr, cfg)
+	eng, err := roce.New(roce.Config{
+		Name: name, Transport: tr, NetDev: netdev, LinkLocal: ll,
+		AcceptUnverifiedICRC: cfg.AcceptUnverifiedICRC,
+		NoGather:             cfg.NoGather || os.Getenv("SOFTRDMA_NO_GATHER") == "1",
+		NoSplitWrites:        cfg.NoSplitWrites || os.Getenv("SOFTRDMA_NO_SPLIT_WRITES") == "1",
+		SplitWritesAlways:    os.Getenv("SOFTRDMA_SPLIT_WRITES") == "always",
+		Clock:                time.Now,
+		SetTimer:             d.setTimer,
+		Poll:                 d.inlinePoll,
+		BeforeWait:           d.kickServe,
+		Context:              d,
+	})
 	if err != nil {
 		tr.Close()
 		return nil, err
 	}
-	go d.Serve()
+	d.eng = eng
+	go d.serve()
 	opened.add(d)
 	return d, nil
 }

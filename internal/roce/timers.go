@@ -1,0 +1,153 @@
+package roce
+
+// Timers. The engine reads no clock and starts no timer: every entry point
+// that needs the time takes it as an argument (HandleBatch, OnTimeout) or
+// asks the driver's Config.Clock (PostSend, ModifyQP), and the deadlines
+// of all QPs live in one queue the driver serves:
+//
+//	QP arms a deadline ──► timerQueue (min-heap of (at, QP)) ──► if earlier
+//	                       than what the driver was asked for:
+//	                       Config.SetTimer(at)
+//	driver's timer fires ──► Device.OnTimeout(now): every QP whose deadline
+//	                         passed runs its timeout step (retransmit after
+//	                         a local ACK timeout, resume after an RNR wait)
+//	                         and re-arms; SetTimer(next)
+//
+// A QP has one deadline (QP.timerAt), the earlier of its local ACK timeout
+// and its RNR wait. Moving it later leaves the queue alone (the earlier
+// entry fires, finds the QP's deadline moved and re-arms), so a busy QP
+// touches the queue about once per timeout period, not once per packet.
+
+import (
+	"container/heap"
+	"github.com/softrdma/softrdma/verbs"
+	"sync"
+	"time"
+)
+
+// timerEntry is one armed deadline. It is stale once its QP's timerAt is
+// no longer at (the QP re-armed, disarmed or was destroyed).
+type timerEntry struct {
+	at time.Time
+	qp *QP
+}
+
+type timerHeap []timerEntry
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timerEntry)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = timerEntry{}
+	*h = old[:len(old)-1]
+	return e
+}
+
+// timerQueue holds the QPs' deadlines. Its lock is taken after a QP's,
+// never before.
+type timerQueue struct {
+	mu    sync.Mutex
+	h     timerHeap
+	asked time.Time // the deadline the driver was last given; zero: none
+	due   []timerEntry
+	set   func(time.Time)
+}
+
+// add queues a deadline and tells the driver if it is the earliest.
+// Precondition: qp.mu held.
+func (q *timerQueue) add(qp *QP, at time.Time) {
+	q.mu.Lock()
+	heap.Push(&q.h, timerEntry{at: at, qp: qp})
+	if q.asked.IsZero() || at.Before(q.asked) {
+		q.asked = at
+		q.set(at)
+	}
+	q.mu.Unlock()
+}
+
+// next returns the earliest queued deadline (possibly stale), or zero.
+func (q *timerQueue) next() time.Time {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.h) == 0 {
+		return time.Time{}
+	}
+	return q.h[0].at
+}
+
+// NextDeadline returns when the driver must next call OnTimeout, or the
+// zero time if no QP waits for anything. It is safe for concurrent use.
+func (d *Device) NextDeadline() time.Time { return d.timers.next() }
+
+// OnTimeout runs the timeout step of every QP whose deadline is at or
+// before now, then asks the driver (Config.SetTimer) for the next one. The
+// driver calls it when the time it was given comes; an early or repeated
+// call is harmless. It is safe for concurrent use.
+func (d *Device) OnTimeout(now time.Time) {
+	q := &d.timers
+	q.mu.Lock()
+	q.asked = time.Time{}
+	due := q.due[:0]
+	for len(q.h) > 0 && !q.h[0].at.After(now) {
+		due = append(due, heap.Pop(&q.h).(timerEntry))
+	}
+	q.due = nil // owned by this call until it gives it back
+	q.mu.Unlock()
+	for i, e := range due {
+		e.qp.onTimer(e.at, now)
+		due[i] = timerEntry{}
+	}
+	q.mu.Lock()
+	if q.due == nil {
+		q.due = due[:0]
+	}
+	if len(q.h) > 0 && (q.asked.IsZero() || q.h[0].at.Before(q.asked)) {
+		q.asked = q.h[0].at
+		q.set(q.asked)
+	}
+	q.mu.Unlock()
+}
+
+// armTimerLocked makes sure the QP's timeout step runs no later than at.
+func (qp *QP) armTimerLocked(at time.Time) {
+	if !qp.timerAt.IsZero() && !at.Before(qp.timerAt) {
+		return // an earlier deadline is queued; it re-arms when it fires
+	}
+	qp.timerAt = at
+	qp.dev.timers.add(qp, at)
+}
+
+// stopTimerLocked forgets the QP's deadline; its queue entry goes stale.
+func (qp *QP) stopTimerLocked() { qp.timerAt = time.Time{} }
+
+// onTimer is the timeout step of the QP whose deadline at has come.
+func (qp *QP) onTimer(at, now time.Time) {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.destroyed || !qp.timerAt.Equal(at) {
+		return // stale: the QP re-armed or stopped since
+	}
+	qp.timerAt = time.Time{}
+	if st := qp.stateLocked(); st == verbs.QPStateRTS || st == verbs.QPStateSQD {
+		qp.onTimeoutLocked(now)
+		qp.flushLocked()
+	}
+	qp.rearmLocked()
+}
+
+// rearmLocked arms the timer for the earliest pending deadline.
+func (qp *QP) rearmLocked() {
+	var at time.Time
+	if qp.req.rnrWait {
+		at = qp.req.rnrUntil
+	}
+	if !qp.comp.ackDeadline.IsZero() && (at.IsZero() || qp.comp.ackDeadline.Before(at)) {
+		at = qp.comp.ackDeadline
+	}
+	if !at.IsZero() {
+		qp.armTimerLocked(at)
+	}
+}

@@ -1,0 +1,170 @@
+package soft
+
+import (
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/softrdma/softrdma/internal/roce"
+	"github.com/softrdma/softrdma/transport"
+	"github.com/softrdma/softrdma/verbs"
+)
+
+// Device is an open softrdma device: a verbs.Device that is also its own
+// verbs.Context (Open returns the device itself), with one port whose GID
+// table holds the link-local GID (index 0) and the device's address
+// (index 1). The objects it creates (PDs, CQs, QPs, MRs, SRQs, AHs) are
+// the verbs interfaces.
+//
+// A Device runs a receive goroutine and a timer from Open until Close. Its
+// methods are safe for concurrent use. The zero value is not usable: call
+// Open.
+type Device struct {
+	eng *roce.Device
+	tr  transport.Transport
+
+	// The driver: receive loop, busy-poll sharing, deferred ACKs, timers
+	// (loop.go).
+	poller      transport.Poller // nil: the transport cannot poll
+	spinPolls   int
+	inline      bool          // busy pollers receive (Config.NoInlinePoll)
+	deferAck    bool          // their ACKs may wait for them (Config.NoDeferredAck)
+	rxMu        sync.Mutex    // held by whoever receives: the loop or a busy poller
+	rx          *roce.RxBatch // under rxMu
+	pkts        []transport.Datagram
+	bufs        [][]byte
+	ackTimer    *time.Timer // sends ACKs a busy poller left waiting
+	timerMu     sync.Mutex
+	timer       *time.Timer // serves the engine's deadlines
+	serving     atomic.Bool
+	serveDone   chan struct{}
+	inlinePolls atomic.Uint64 // receive attempts by busy pollers
+	asideCheck  time.Duration // stepAsideCheck when the device was opened
+	aside       atomic.Bool   // the loop has stepped aside for a busy poller
+	serveKick   chan struct{} // wakes the loop from stepping aside
+}
+
+// --- verbs.Device ---
+
+// Name returns the device name, unique among the devices of a host
+// ("softrdma_lo", "softrdma_eth0", or the name Config gave).
+func (d *Device) Name() string { return d.eng.Name() }
+
+// GUID returns the node GUID.
+func (d *Device) GUID() uint64 { return d.eng.GUID() }
+
+// Open returns the device itself: a Device is also its own Context. It
+// fails once the device is closed.
+func (d *Device) Open() (verbs.Context, error) {
+	if d.eng.Closed() {
+		return nil, verbs.Errorf("Open", verbs.ErrDestroyed, "device %s is closed", d.Name())
+	}
+	return d, nil
+}
+
+// --- verbs.Context ---
+
+// Device returns d.
+func (d *Device) Device() verbs.Device { return d }
+
+// QueryDevice returns the device attributes, with rxe's limits.
+func (d *Device) QueryDevice() (verbs.DeviceAttr, error) { return d.eng.QueryDevice() }
+
+// QueryPort returns the attributes of port 1, the only port.
+func (d *Device) QueryPort(port uint8) (verbs.PortAttr, error) { return d.eng.QueryPort(port) }
+
+// QueryGID returns GID index of port 1: 0 is the link-local GID, 1 the
+// device's IP address (IPv4-mapped for IPv4), as rxe lays out a netdev's
+// GIDs.
+func (d *Device) QueryGID(port uint8, index int) (verbs.GID, error) {
+	return d.eng.QueryGID(port, index)
+}
+
+// AllocPD allocates a protection domain.
+func (d *Device) AllocPD() (verbs.PD, error) { return d.eng.AllocPD() }
+
+// CreateCQ creates a completion queue with room for cqe completions. Its
+// Poll, when it finds the CQ empty, receives the device's waiting packets
+// on the calling goroutine (unless Config.NoInlinePoll).
+func (d *Device) CreateCQ(cqe int, ch *verbs.CompChannel) (verbs.CQ, error) {
+	return d.eng.CreateCQ(cqe, ch)
+}
+
+// Close stops the device: it closes the transport, waits for the receive
+// goroutine to end and stops the timers. Every PD and CQ must have been
+// released first (verbs.ErrInUse otherwise, and the device stays open).
+// Closing a closed device does nothing.
+func (d *Device) Close() error {
+	if d.eng.Closed() {
+		return nil
+	}
+	if err := d.eng.Close(); err != nil {
+		return err
+	}
+	d.ackTimer.Stop()
+	d.timerMu.Lock()
+	if d.timer != nil {
+		d.timer.Stop()
+	}
+	d.timerMu.Unlock()
+	select {
+	case d.serveKick <- struct{}{}:
+	default:
+	}
+	if d.serving.Load() {
+		<-d.serveDone
+	}
+	return nil
+}
+
+// --- beyond verbs ---
+
+// Closed reports whether Close has been called.
+func (d *Device) Closed() bool { return d.eng.Closed() }
+
+// LocalAddr is the IP address the device sends from and receives on.
+func (d *Device) LocalAddr() netip.Addr { return d.eng.LocalAddr() }
+
+// NetDev names the network interface under the device ("" for a device on
+// a transport of the caller's).
+func (d *Device) NetDev() string { return d.eng.NetDev() }
+
+// Counter is one of a device's statistics.
+type Counter struct {
+	// Name is rxe's hw_counters name where rxe has the counter
+	// (sent_pkts, rcvd_rnr_err, ...), else a name of softrdma's own
+	// (retransmits, drop_icrc, ...).
+	Name  string
+	Value uint64
+}
+
+// Counters returns the device's statistics in a stable order. The first
+// group mirrors the names of rxe's hw_counters
+// (/sys/class/infiniband/rxe0/ports/1/hw_counters) so the two can be
+// compared side by side; the rest count what softrdma retransmits and
+// drops, and why.
+func (d *Device) Counters() []Counter {
+	snap := d.eng.Counters.Snapshot()
+	out := make([]Counter, len(snap))
+	for i, c := range snap {
+		out[i] = Counter{Name: c.Name, Value: c.Value}
+	}
+	return out
+}
+
+// Counter returns the statistic called name, and whether there is one.
+func (d *Device) Counter(name string) (uint64, bool) {
+	for _, c := range d.eng.Counters.Snapshot() {
+		if c.Name == name {
+			return c.Value, true
+		}
+	}
+	return 0, false
+}
+
+// Progress receives and processes what is waiting for the device on the
+// calling goroutine, for programs that busy-poll memory rather than a CQ
+// (as ib_write_lat polls the last byte of its buffer). It never blocks;
+// it implements verbs.Progresser.
+func (d *Device) Progress() { d.inlinePoll() }

@@ -1,0 +1,252 @@
+package soft
+
+// The driver of a device's engine. The engine (internal/roce) reads no
+// clock and runs no goroutine; this file gives it both:
+//
+//	serve (goroutine) ── transport.TryRecv / Wait ──► engine.HandleBatch
+//	     │  steps aside while busy pollers receive (one busy thread, not two)
+//	CQ.Poll on an empty CQ, Progress ── inlinePoll ──► the same, on the
+//	     │  poller's goroutine; its ACKs may wait for its next post
+//	ackTimer ── after ackDelay ──► sends ACKs a poller left waiting
+//	timer ── engine.SetTimer(at) ... at ──► engine.OnTimeout(now)
+//
+// Whoever holds rxMu receives; the receive buffers and the engine's
+// RxBatch belong to the holder.
+
+import (
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/softrdma/softrdma/internal/roce"
+	"github.com/softrdma/softrdma/internal/spin"
+	"github.com/softrdma/softrdma/transport"
+)
+
+// newDevice prepares the driver of a device on tr; Open attaches the
+// engine.
+func newDevice(tr transport.Transport, cfg Config) *Device {
+	d := &Device{
+		tr:         tr,
+		rx:         roce.NewRxBatch(),
+		serveDone:  make(chan struct{}),
+		serveKick:  make(chan struct{}, 1),
+		asideCheck: stepAsideCheck,
+		spinPolls:  cfg.SpinPolls,
+	}
+	if d.spinPolls == 0 {
+		d.spinPolls = 2000
+		if v, err := strconv.Atoi(os.Getenv("SOFTRDMA_SPIN_POLLS")); err == nil && v != 0 {
+			d.spinPolls = v
+		}
+	}
+	d.poller, _ = tr.(transport.Poller)
+	d.inline = !cfg.NoInlinePoll && os.Getenv("SOFTRDMA_NO_INLINE_POLL") != "1"
+	d.deferAck = d.inline && !cfg.NoDeferredAck && os.Getenv("SOFTRDMA_NO_DEFERRED_ACK") != "1"
+	n := tr.BatchSize()
+	d.pkts = make([]transport.Datagram, n)
+	d.bufs = make([][]byte, n)
+	for i := range d.bufs {
+		d.bufs[i] = make([]byte, roce.MaxPacketSize+64)
+	}
+	d.ackTimer = time.AfterFunc(time.Hour, d.sendLateAcks)
+	d.ackTimer.Stop()
+	return d
+}
+
+// setTimer is the engine's Config.SetTimer: OnTimeout runs at at.
+func (d *Device) setTimer(at time.Time) {
+	d.timerMu.Lock()
+	defer d.timerMu.Unlock()
+	if d.timer == nil {
+		d.timer = time.AfterFunc(time.Until(at), d.onTimer)
+		return
+	}
+	d.timer.Reset(time.Until(at))
+}
+
+func (d *Device) onTimer() {
+	if !d.eng.Closed() {
+		d.eng.OnTimeout(time.Now())
+	}
+}
+
+// resetBufs points every receive slot at its buffer.
+// Precondition: rxMu held.
+func (d *Device) resetBufs() {
+	for i := range d.pkts {
+		d.pkts[i] = transport.Datagram{Buf: d.bufs[i][:cap(d.bufs[i])]}
+	}
+}
+
+// serve receives and processes packets until the device is closed.
+//
+// It polls the transport while traffic flows and, after spinPolls empty
+// polls, waits in the kernel. Receiving is shared: a goroutine busy-polling
+// a CQ of this device (or calling Progress) receives and processes packets
+// itself, which saves the hop through this goroutine; whoever holds rxMu
+// receives. While such a poller keeps polling, serve steps aside and
+// sleeps, so that the process has one busy thread, not two.
+func (d *Device) serve() {
+	if !d.serving.CompareAndSwap(false, true) {
+		return
+	}
+	defer close(d.serveDone)
+	if d.poller == nil {
+		d.serveBlocking()
+		return
+	}
+	idle := 0
+	var seen uint64 // inlinePolls at the last look
+	for i := 0; !d.eng.Closed(); i++ {
+		if d.inline && i%stepAsideLook == 0 {
+			n := d.inlinePolls.Load()
+			if n-seen >= stepAsidePolls {
+				d.stepAside(n)
+				n = d.inlinePolls.Load()
+			}
+			seen = n
+		}
+		n, err := d.pollRx(false)
+		if err != nil {
+			return
+		}
+		if n > 0 {
+			idle = 0
+			continue
+		}
+		if idle++; idle < d.spinPolls {
+			spin.Idle(idle)
+			continue
+		}
+		if err := d.poller.Wait(); err != nil {
+			return
+		}
+		idle = 0
+	}
+}
+
+// serve looks every stepAsideLook iterations whether busy pollers made at
+// least stepAsidePolls receive attempts since the last look; if they did,
+// it sleeps, checking every stepAsideCheck that they still poll.
+const (
+	stepAsideLook  = 64
+	stepAsidePolls = 32
+)
+
+// stepAsideCheck is long because each check wakes a thread that competes
+// with the busy pollers for the CPUs; a poller that blocks in CQ.Wait
+// brings serve back at once (kickServe), so the check matters only for a
+// program that stops polling without waiting. It is a variable so that
+// tests can change it before they open devices.
+var stepAsideCheck = 10 * time.Millisecond
+
+// stepAside sleeps while busy pollers receive for the device: until a
+// check finds that no poller tried to receive since the previous one, a
+// CQ.Wait is about to block (kickServe), or the device closes.
+func (d *Device) stepAside(seen uint64) {
+	d.aside.Store(true)
+	defer d.aside.Store(false)
+	t := time.NewTimer(d.asideCheck)
+	defer t.Stop()
+	for !d.eng.Closed() {
+		select {
+		case <-d.serveKick:
+			return
+		case <-t.C:
+		}
+		n := d.inlinePolls.Load()
+		if n == seen {
+			return
+		}
+		seen = n
+		t.Reset(d.asideCheck)
+	}
+}
+
+// kickServe brings serve back to receiving if it stepped aside; it is the
+// engine's Config.BeforeWait.
+func (d *Device) kickServe() {
+	if d.aside.Load() {
+		select {
+		case d.serveKick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// serveBlocking is serve for transports that cannot poll.
+func (d *Device) serveBlocking() {
+	for {
+		d.rxMu.Lock()
+		d.resetBufs()
+		got, err := d.tr.Recv(d.pkts)
+		if err == nil {
+			d.eng.HandleBatch(d.rx, d.pkts[:got], time.Now())
+		}
+		d.rxMu.Unlock()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// pollRx receives and processes one batch if no other goroutine is
+// receiving. It returns the number of packets handled. inline says that a
+// busy poller calls: the batch's ACKs may then wait for it to come back.
+func (d *Device) pollRx(inline bool) (int, error) {
+	if !d.rxMu.TryLock() {
+		return 0, nil
+	}
+	defer d.rxMu.Unlock()
+	// ACKs left behind by the previous batch go now: with this batch's
+	// responder packets if it has any, else on their own.
+	if d.rx.Waiting() {
+		d.ackTimer.Stop()
+		d.rx.StageDeferredAcks()
+	}
+	d.rx.DeferAcks(inline && d.deferAck)
+	d.resetBufs()
+	got, err := d.poller.TryRecv(d.pkts)
+	if got > 0 {
+		d.eng.HandleBatch(d.rx, d.pkts[:got], time.Now())
+	} else {
+		d.rx.FlushStage(d.eng)
+	}
+	if d.rx.Waiting() {
+		d.ackTimer.Reset(ackDelay)
+	}
+	return got, err
+}
+
+// ackDelay bounds how long an ACK waits for the poller that left it
+// (Config.NoDeferredAck): ackTimer sends it if the poller has not come
+// back by then. Far below any retransmission timeout in use (IBTA Local
+// ACK Timeout 8 is 1 ms; perftest uses 14, 67 ms). A variable so that
+// tests can take the timer out of the way.
+var ackDelay = 100 * time.Microsecond
+
+// sendLateAcks is ackTimer's function. If another goroutine is receiving
+// it looks again later: that goroutine may have begun before the ACKs
+// waited, so it cannot be trusted to send them.
+func (d *Device) sendLateAcks() {
+	if d.eng.Closed() {
+		return
+	}
+	if !d.rxMu.TryLock() {
+		d.ackTimer.Reset(ackDelay)
+		return
+	}
+	d.rx.SendDeferredAcks(d.eng)
+	d.rxMu.Unlock()
+}
+
+// inlinePoll lets a goroutine that busy-polls a CQ receive and process the
+// packets waiting for this device itself; it is the engine's Config.Poll
+// and never blocks.
+func (d *Device) inlinePoll() {
+	if d.inline && d.poller != nil && d.serving.Load() {
+		d.inlinePolls.Add(1)
+		d.pollRx(true)
+	}
+}

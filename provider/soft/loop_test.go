@@ -1,0 +1,445 @@
+package soft
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/softrdma/softrdma/cm"
+	"github.com/softrdma/softrdma/internal/roce"
+	"github.com/softrdma/softrdma/transport"
+	"github.com/softrdma/softrdma/transport/udp"
+	"github.com/softrdma/softrdma/verbs"
+	"github.com/softrdma/softrdma/wire"
+)
+
+// The driver's tests: busy pollers receiving for the device, the receive
+// loop stepping aside for them, and ACKs waiting for their next post.
+
+var udpPairs atomic.Uint32
+
+// udpPair opens two UDP transports on loopback addresses unique to this
+// test process.
+func udpPair(t *testing.T) (*udp.Transport, *udp.Transport) {
+	t.Helper()
+	k := udpPairs.Add(1)
+	base := byte(os.Getpid()%200) + 20
+	a := netip.AddrFrom4([4]byte{127, base, byte(200 + k), 1})
+	b := netip.AddrFrom4([4]byte{127, base, byte(200 + k), 2})
+	ta, err := udp.Listen(udp.Config{Addr: a})
+	if err != nil {
+		t.Skipf("loopback UDP unavailable: %v", err)
+	}
+	tb, err := udp.Listen(udp.Config{Addr: b})
+	if err != nil {
+		ta.Close()
+		t.Skipf("loopback UDP unavailable: %v", err)
+	}
+	return ta, tb
+}
+
+// sendLog records the opcodes of every Send call of a UDP transport.
+type sendLog struct {
+	*udp.Transport
+	mu    sync.Mutex
+	calls [][]wire.Opcode
+}
+
+func (s *sendLog) Send(pkts []transport.Datagram) (int, error) {
+	ops := make([]wire.Opcode, len(pkts))
+	for i, p := range pkts {
+		ops[i] = wire.BTH(p.Buf).Opcode()
+	}
+	s.mu.Lock()
+	s.calls = append(s.calls, ops)
+	s.mu.Unlock()
+	return s.Transport.Send(pkts)
+}
+
+// callsWith returns the Send calls that carried op.
+func (s *sendLog) callsWith(op wire.Opcode) [][]wire.Opcode {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out [][]wire.Opcode
+	for _, c := range s.calls {
+		for _, o := range c {
+			if o == op {
+				out = append(out, c)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// node is one side: a device with a PD, CQs, an RC QP and a buffer.
+type node struct {
+	t        *testing.T
+	dev      *Device
+	pd       verbs.PD
+	scq, rcq verbs.CQ
+	qp       verbs.QP
+	mr       verbs.MR
+	buf      []byte
+	wcs      [1]verbs.WC
+	peer     *node
+}
+
+func openNode(t *testing.T, cfg Config) *node {
+	t.Helper()
+	d, err := Open(cfg)
+	must(t, err)
+	n := &node{t: t, dev: d, buf: make([]byte, 1<<16)}
+	t.Cleanup(n.close)
+	n.pd, err = d.AllocPD()
+	must(t, err)
+	n.scq, err = d.CreateCQ(256, nil)
+	must(t, err)
+	n.rcq, err = d.CreateCQ(256, nil)
+	must(t, err)
+	n.mr, err = n.pd.RegMR(n.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+	must(t, err)
+	n.qp, err = n.pd.CreateQP(&verbs.QPInitAttr{SendCQ: n.scq, RecvCQ: n.rcq, QPType: verbs.QPTypeRC,
+		Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	must(t, err)
+	return n
+}
+
+func (n *node) close() {
+	if n.qp != nil {
+		n.qp.Destroy()
+	}
+	n.mr.Dereg()
+	n.scq.Destroy()
+	n.rcq.Destroy()
+	n.pd.Dealloc()
+	if err := n.dev.Close(); err != nil {
+		n.t.Errorf("close: %v", err)
+	}
+}
+
+// pair opens and connects two nodes; b's transport is logged.
+func pair(t *testing.T, ca, cb Config) (a, b *node, bl *sendLog) {
+	t.Helper()
+	ta, tb := udpPair(t)
+	bl = &sendLog{Transport: tb}
+	ca.Transport, cb.Transport = ta, bl
+	a, b = openNode(t, ca), openNode(t, cb)
+	a.peer, b.peer = b, a
+	p := cm.DefaultParams()
+	p.SGIDIndex = 1
+	p.Timeout = 16 // 268 ms: a loaded machine must not make anyone retransmit
+	p.MinRNRTimer = 1
+	ends := func(n *node, psn uint32) cm.Endpoint {
+		g, err := n.dev.QueryGID(1, 1)
+		must(t, err)
+		return cm.Endpoint{QPN: n.qp.QPNum(), PSN: psn, GID: g}
+	}
+	ea, eb := ends(a, 0x100), ends(b, 0xFFFFF0)
+	must(t, cm.Connect(a.qp, ea, eb, &p))
+	must(t, cm.Connect(b.qp, eb, ea, &p))
+	return a, b, bl
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (n *node) write(id uint64, off, length int) {
+	must(n.t, n.qp.PostSend(&verbs.SendWR{WRID: id, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{n.mr.SGE(off, length)}, RemoteAddr: n.peer.mr.Addr() + uint64(off), RKey: n.peer.mr.RKey()}))
+}
+
+func (n *node) send(id uint64) {
+	must(n.t, n.qp.PostSend(&verbs.SendWR{WRID: id, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{n.mr.SGE(0, 64)}}))
+}
+
+func (n *node) postRecv(id uint64) {
+	must(n.t, n.qp.PostRecv(&verbs.RecvWR{WRID: id, SGList: []verbs.SGE{n.mr.SGE(0, 64)}}))
+}
+
+// waitWC waits for the next completion on cq (CQ.Wait, so the receive
+// loop comes back if it stepped aside).
+func (n *node) waitWC(cq verbs.CQ) verbs.WC {
+	n.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		if k, err := cq.Poll(n.wcs[:]); err != nil {
+			n.t.Fatal(err)
+		} else if k == 1 {
+			return n.wcs[0]
+		}
+		if err := cq.Wait(ctx); err != nil {
+			n.t.Fatalf("waiting for a completion: %v", err)
+		}
+	}
+}
+
+// busyPoll polls cq, running also on every empty poll, until it returns
+// a completion.
+func (n *node) busyPoll(cq verbs.CQ, also func(), what string) verbs.WC {
+	n.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		k, err := cq.Poll(n.wcs[:])
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		if k == 1 {
+			return n.wcs[0]
+		}
+		if also != nil {
+			also()
+		}
+		if time.Now().After(deadline) {
+			n.t.Fatal(what)
+		}
+	}
+}
+
+// busyPollUntilAside polls n's receive CQ, as a busy application does,
+// until n's receive loop has stepped aside.
+func busyPollUntilAside(t *testing.T, n *node) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !n.dev.aside.Load() {
+		if _, err := n.rcq.Poll(n.wcs[:]); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the receive loop did not step aside for a busy poller in 10 s")
+		}
+	}
+}
+
+// progressUntil busy-polls n's device, as ib_write_lat polls its buffer,
+// until n.buf[off] == want.
+func progressUntil(t *testing.T, n *node, off int, want byte) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for n.byteAt(off) != want {
+		n.dev.Progress()
+		if time.Now().After(deadline) {
+			t.Fatalf("byte %d never became %d", off, want)
+		}
+	}
+}
+
+// byteAt reads n.buf[off] ordered after the engine's writes.
+func (n *node) byteAt(off int) byte {
+	roce.Settle(n.mr)
+	return n.buf[off]
+}
+
+func expectWC(t *testing.T, wc verbs.WC, id uint64, st verbs.WCStatus, op verbs.WCOpcode) {
+	t.Helper()
+	if wc.WRID != id || wc.Status != st || (st == verbs.WCSuccess && wc.Opcode != op) {
+		t.Fatalf("completion %+v; want wr_id %d status %v opcode %v", wc, id, st, op)
+	}
+}
+
+func counter(d *Device, name string) uint64 {
+	v, _ := d.Counter(name)
+	return v
+}
+
+// setVars sets stepAsideCheck and ackDelay for one test.
+func setVars(t *testing.T, check, delay time.Duration) {
+	oldCheck, oldDelay := stepAsideCheck, ackDelay
+	t.Cleanup(func() { stepAsideCheck, ackDelay = oldCheck, oldDelay })
+	stepAsideCheck, ackDelay = check, delay
+}
+
+// TestServeStepsAside: while the application busy-polls a CQ, the
+// device's receive loop sleeps and the poller receives for it; when the
+// poller stops, the loop receives again, both when it finds out by itself
+// (its periodic check) and at once when the poller blocks in CQ.Wait.
+func TestServeStepsAside(t *testing.T) {
+	t.Run("poller receives", func(t *testing.T) {
+		setVars(t, time.Hour, ackDelay) // the loop comes back only if kicked
+		a, b, _ := pair(t, Config{}, Config{})
+		busyPollUntilAside(t, b)
+		b.postRecv(7)
+		a.send(1)
+		// The loop sleeps for an hour: only the polling loop can receive.
+		expectWC(t, b.busyPoll(b.rcq, nil, "the busy poller did not receive the SEND"), 7, verbs.WCSuccess, verbs.WCRecv)
+		if !b.dev.aside.Load() {
+			t.Fatal("the loop came back without a kick while the poller polled")
+		}
+		expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCSend)
+
+		// Blocking in CQ.Wait kicks the loop back at once: a SEND that
+		// only the loop can now receive completes the wait.
+		b.postRecv(8)
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			done <- b.rcq.Wait(ctx)
+		}()
+		for b.dev.aside.Load() {
+			time.Sleep(time.Millisecond)
+		}
+		a.send(2)
+		if err := <-done; err != nil {
+			t.Fatalf("CQ.Wait after the poller stopped: %v", err)
+		}
+		expectWC(t, b.waitWC(b.rcq), 8, verbs.WCSuccess, verbs.WCRecv)
+	})
+
+	t.Run("comes back by itself", func(t *testing.T) {
+		setVars(t, 5*time.Millisecond, ackDelay)
+		a, b, _ := pair(t, Config{}, Config{})
+		busyPollUntilAside(t, b)
+		// The poller stops without waiting; a's WRITE needs b's ACK, which
+		// only b's loop can now send.
+		a.write(3, 0, 4096)
+		expectWC(t, a.waitWC(a.scq), 3, verbs.WCSuccess, verbs.WCRDMAWrite)
+		if b.dev.aside.Load() {
+			t.Fatal("the loop is still aside after it received")
+		}
+	})
+
+	t.Run("NoInlinePoll", func(t *testing.T) {
+		setVars(t, time.Hour, ackDelay)
+		ta, _ := udpPair(t)
+		d, err := Open(Config{Transport: ta, NoInlinePoll: true})
+		must(t, err)
+		defer d.Close()
+		cq, err := d.CreateCQ(16, nil)
+		must(t, err)
+		defer cq.Destroy()
+		var wc [1]verbs.WC
+		for range 10000 {
+			cq.Poll(wc[:])
+		}
+		if d.inlinePolls.Load() != 0 || d.aside.Load() {
+			t.Fatalf("NoInlinePoll: %d inline polls, aside %v", d.inlinePolls.Load(), d.aside.Load())
+		}
+	})
+}
+
+// deferredAckPair connects a to b, where b's receive loop has stepped
+// aside for a busy poller (for an hour): what b receives, b's polling
+// receives inline.
+func deferredAckPair(t *testing.T, delay time.Duration, cb Config) (a, b *node, bl *sendLog) {
+	t.Helper()
+	setVars(t, time.Hour, delay)
+	a, b, bl = pair(t, Config{}, cb)
+	busyPollUntilAside(t, b)
+	return a, b, bl
+}
+
+// pingPong makes rounds 1-byte WRITE ping-pongs from a to b, b polling
+// memory as ib_write_lat does, and returns b's Send calls that carried an
+// ACK.
+func pingPong(t *testing.T, a, b *node, bl *sendLog, rounds int) [][]wire.Opcode {
+	t.Helper()
+	for i := 1; i <= rounds; i++ {
+		a.buf[0] = byte(i)
+		a.write(uint64(i), 0, 1)
+		progressUntil(t, b, 0, byte(i))
+		b.buf[1] = byte(i)
+		b.write(uint64(i), 1, 1)
+		expectWC(t, a.waitWC(a.scq), uint64(i), verbs.WCSuccess, verbs.WCRDMAWrite)
+		expectWC(t, b.busyPoll(b.scq, nil, "no completion of b's WRITE"), uint64(i), verbs.WCSuccess, verbs.WCRDMAWrite)
+	}
+	if n := counter(a.dev, "retransmits"); n != 0 {
+		t.Fatalf("a retransmitted %d packets", n)
+	}
+	return bl.callsWith(wire.RCAck)
+}
+
+// TestDeferredAck: the ACK of a packet a busy poller received waits for
+// that goroutine and leaves with its next request in one Send call; if
+// the goroutine never posts, a timer, its next poll or destroying the QP
+// sends it, before the requester's retransmission timer would fire.
+func TestDeferredAck(t *testing.T) {
+	t.Run("rides with the answer", func(t *testing.T) {
+		a, b, bl := deferredAckPair(t, time.Hour, Config{}) // only the post can send it
+		acks := pingPong(t, a, b, bl, 20)
+		if len(acks) != 20 {
+			t.Fatalf("b sent ACKs in %d Send calls, want 20: %v", len(acks), acks)
+		}
+		for _, c := range acks {
+			if len(c) != 2 || c[0] != wire.RCWriteOnly || c[1] != wire.RCAck {
+				t.Fatalf("an ACK left in %v, want [WRITE_ONLY ACK] in one call", c)
+			}
+		}
+	})
+
+	t.Run("timer when the poller goes away", func(t *testing.T) {
+		a, b, bl := deferredAckPair(t, 100*time.Microsecond, Config{})
+		a.buf[0] = 1
+		a.write(1, 0, 64)
+		progressUntil(t, b, 0, 1)
+		// b stops polling and never posts; its loop sleeps for an hour.
+		expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
+		if n := counter(a.dev, "retransmits"); n != 0 {
+			t.Fatalf("a retransmitted %d packets: the ACK was late", n)
+		}
+		if acks := bl.callsWith(wire.RCAck); len(acks) != 1 || len(acks[0]) != 1 {
+			t.Fatalf("ACK calls %v, want one call with the ACK alone", acks)
+		}
+	})
+
+	t.Run("timer retries while another goroutine receives", func(t *testing.T) {
+		// The timer fires while someone else holds the receive lock,
+		// which may have begun its poll before the ACK waited: it must
+		// look again, not give up.
+		a, b, _ := deferredAckPair(t, time.Millisecond, Config{})
+		a.buf[0] = 1
+		a.write(1, 0, 1)
+		progressUntil(t, b, 0, 1) // b received inline: its ACK waits for it
+		b.dev.rxMu.Lock()
+		time.Sleep(10 * time.Millisecond)
+		b.dev.rxMu.Unlock()
+		// b never polls again: only the timer can send the ACK now.
+		expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
+		if n := counter(a.dev, "timeouts") + counter(a.dev, "retransmits"); n != 0 {
+			t.Fatalf("the ACK waited for the requester's timeout (%d timeouts and retransmits)", n)
+		}
+	})
+
+	t.Run("destroy sends it", func(t *testing.T) {
+		a, b, _ := deferredAckPair(t, time.Hour, Config{})
+		a.buf[0] = 1
+		a.write(1, 0, 64)
+		progressUntil(t, b, 0, 1)
+		must(t, b.qp.Destroy())
+		b.qp = nil
+		expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
+	})
+
+	t.Run("next poll sends it", func(t *testing.T) {
+		a, b, _ := deferredAckPair(t, time.Hour, Config{})
+		a.buf[0] = 1
+		a.write(1, 0, 64)
+		progressUntil(t, b, 0, 1)
+		wc := a.busyPoll(a.scq, b.dev.Progress, "the ACK never left although b kept polling")
+		expectWC(t, wc, 1, verbs.WCSuccess, verbs.WCRDMAWrite)
+	})
+
+	t.Run("NoDeferredAck", func(t *testing.T) {
+		// The same ping-pong: every ACK leaves at the end of its receive
+		// batch, on its own, before the answer is posted.
+		a, b, bl := deferredAckPair(t, time.Hour, Config{NoDeferredAck: true})
+		acks := pingPong(t, a, b, bl, 20)
+		if len(acks) != 20 {
+			t.Fatalf("b sent ACKs in %d Send calls, want 20: %v", len(acks), acks)
+		}
+		for _, c := range acks {
+			if len(c) != 1 {
+				t.Fatalf("NoDeferredAck: an ACK left in %v, want it alone", c)
+			}
+		}
+	})
+}
