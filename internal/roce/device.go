@@ -130,12 +130,8 @@ type Device struct {
 	pmtu   verbs.MTU
 	linkMT int
 
-	keysMu sync.Mutex                     // serialises key table writers
-	keys   atomic.Pointer[map[uint32]*MR] // rkey → MR, lkey → MR (disjoint key sets)
-
-	qpMu    sync.Mutex
-	qps     atomic.Pointer[[]*QP] // index qpn-firstQPN
-	freeQPN []uint32
+	keys keyTable // rkey → MR, lkey → MR (disjoint key sets)
+	qps  qpTable
 
 	randMu sync.Mutex
 	rng    *mrand.Rand
@@ -200,10 +196,6 @@ func New(cfg Config) (*Device, error) {
 	}
 	d.gids[0] = verbs.GIDFromAddr(ll)
 	d.gids[1] = verbs.GIDFromAddr(d.local)
-	empty := map[uint32]*MR{}
-	d.keys.Store(&empty)
-	var qps []*QP
-	d.qps.Store(&qps)
 	d.bufPool.New = func() any { return new(pktBuf) }
 	return d, nil
 }
@@ -349,47 +341,16 @@ func (d *Device) Close() error {
 }
 
 // qpByNum returns the QP numbered qpn, or nil. It takes no lock.
-func (d *Device) qpByNum(qpn uint32) *QP {
-	i := qpn - firstQPN
-	t := *d.qps.Load()
-	if i >= uint32(len(t)) {
-		return nil
-	}
-	return t[i]
-}
+func (d *Device) qpByNum(qpn uint32) *QP { return d.qps.get(qpn) }
 
 func (d *Device) addQP(qp *QP) error {
-	d.qpMu.Lock()
-	defer d.qpMu.Unlock()
-	old := *d.qps.Load()
-	var qpn uint32
-	if n := len(d.freeQPN); n > 0 {
-		qpn = d.freeQPN[n-1]
-		d.freeQPN = d.freeQPN[:n-1]
-	} else {
-		if len(old) >= maxQP {
-			return verbs.Errorf("CreateQP", verbs.ErrQueueFull, "the device has its maximum of %d QPs; destroy some first", maxQP)
-		}
-		qpn = firstQPN + uint32(len(old))
+	if !d.qps.add(qp) {
+		return verbs.Errorf("CreateQP", verbs.ErrQueueFull, "the device has its maximum of %d QPs; destroy some first", maxQP)
 	}
-	i := int(qpn - firstQPN)
-	t := make([]*QP, max(len(old), i+1))
-	copy(t, old)
-	t[i] = qp
-	qp.qpn = qpn
-	d.qps.Store(&t)
 	return nil
 }
 
-func (d *Device) removeQP(qp *QP) {
-	d.qpMu.Lock()
-	defer d.qpMu.Unlock()
-	old := *d.qps.Load()
-	t := append([]*QP(nil), old...)
-	t[qp.qpn-firstQPN] = nil
-	d.qps.Store(&t)
-	d.freeQPN = append(d.freeQPN, qp.qpn)
-}
+func (d *Device) removeQP(qp *QP) { d.qps.remove(qp) }
 
 // LinkLocalFromMAC returns the EUI-64 link-local address of a MAC address,
 // the GID rxe puts at index 0.

@@ -123,28 +123,21 @@ func (pd *PD) register(buf []byte, access verbs.Access, mmapped bool) *MR {
 		access:  access,
 		mmapped: mmapped,
 	}
-	d.keysMu.Lock()
-	old := *d.keys.Load()
-	m := make(map[uint32]*MR, len(old)+2)
-	for k, v := range old {
-		m[k] = v
-	}
 	// Keys are random 32-bit values, so a peer cannot guess another MR's
-	// rkey from its own; lkeys and rkeys share one map and never collide.
+	// rkey from its own; lkeys and rkeys share one table and never collide.
+	d.keys.mu.Lock()
 	newKey := func() uint32 {
 		for {
-			k := d.randUint32()
-			if _, taken := m[k]; !taken && k != 0 {
+			if k := d.randUint32(); !d.keys.has(k) {
 				return k
 			}
 		}
 	}
 	mr.lkey = newKey()
-	m[mr.lkey] = mr
+	d.keys.insert(mr.lkey, mr)
 	mr.rkey = newKey()
-	m[mr.rkey] = mr
-	d.keys.Store(&m)
-	d.keysMu.Unlock()
+	d.keys.insert(mr.rkey, mr)
+	d.keys.mu.Unlock()
 	pd.refs.Add(1)
 	d.nMR.Add(1)
 	return mr
@@ -185,16 +178,10 @@ func (mr *MR) Dereg() error {
 	mr.mu.Unlock()
 
 	d := mr.pd.dev
-	d.keysMu.Lock()
-	old := *d.keys.Load()
-	m := make(map[uint32]*MR, len(old))
-	for k, v := range old {
-		if v != mr {
-			m[k] = v
-		}
-	}
-	d.keys.Store(&m)
-	d.keysMu.Unlock()
+	d.keys.mu.Lock()
+	d.keys.remove(mr.lkey)
+	d.keys.remove(mr.rkey)
+	d.keys.mu.Unlock()
 	mr.pd.refs.Add(-1)
 	d.nMR.Add(-1)
 	// Packets already built may gather their payload from buf. They leave
@@ -212,9 +199,7 @@ func (mr *MR) Dereg() error {
 }
 
 // lookupKey returns the MR with local or remote key k, or nil.
-func (d *Device) lookupKey(k uint32) *MR {
-	return (*d.keys.Load())[k]
-}
+func (d *Device) lookupKey(k uint32) *MR { return d.keys.lookup(k) }
 
 // span returns the byte range [addr, addr+n) of mr, or false if it is not
 // entirely inside the region. It is careful with overflow: the values come

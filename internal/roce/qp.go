@@ -715,12 +715,12 @@ func (d *Device) appendInline(dst []byte, pd *PD, e verbs.SGE) (_ []byte, ok boo
 	if mr := d.lookupKey(e.LKey); mr != nil && mr.lkey == e.LKey && try(mr) {
 		return dst, true
 	}
-	for k, mr := range *d.keys.Load() {
-		if k == mr.lkey && try(mr) {
-			return dst, true
-		}
-	}
-	return dst, false
+	ok = false
+	d.keys.each(func(k uint32, mr *MR) bool {
+		ok = k == mr.lkey && try(mr)
+		return !ok
+	})
+	return dst, ok
 }
 
 // PostRecv posts receive work requests.
