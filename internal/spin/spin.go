@@ -3,8 +3,9 @@
 //
 // A busy poller must not starve the threads it waits for. On a machine
 // with few CPUs the peer may be another process, so every few empty polls
-// the poller gives its CPU to other runnable threads with sched_yield,
-// which returns at once when there are none.
+// the poller gives its CPU to other runnable threads with OSYield
+// (sched_yield where the system has it), which returns at once when
+// there are none.
 //
 // Within the process, the poller lets other goroutines run with
 // runtime.Gosched only when some are runnable and waiting for a P. When
@@ -19,7 +20,6 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"sync"
-	"syscall"
 )
 
 const (
@@ -62,8 +62,3 @@ func Crowded() bool {
 	}
 	return sample[0].Value.Uint64() > 0
 }
-
-// OSYield gives the CPU to another runnable thread, if any (sched_yield).
-// It is a raw system call: the goroutine keeps its P, which a yield that
-// returns in microseconds does not need to hand over.
-func OSYield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }

@@ -1,20 +1,12 @@
-// Package udp carries RoCEv2 over UDP sockets: port 4791 on one IP address,
-// batched with sendmmsg and recvmmsg, the ICRC written on send and checked
-// on receive.
-//
-// The IPv4 identification is covered by the ICRC but invisible to a UDP
-// socket. Linux sends identification 0 from an unconnected socket with
-// Don't Fragment set (IP_PMTUDISC_DO), so every packet this transport sends
-// carries an ICRC computed for ID 0, DF set; received IPv4 packets are
-// checked under the same assumption, and a mismatch is reported as
-// transport.ICRCUnverified (the sender may be Linux rxe, which uses
-// non-zero IDs). IPv6 has no identification: its ICRC is always checked.
+// This file is the Linux transport: batches move with sendmmsg and
+// recvmmsg, with UDP GSO and GRO to loopback peers.
 //
 // The sockets stay out of Go's network poller: with a spare P, the runtime
 // parks a thread in epoll_wait, and every datagram arriving on a socket it
 // watches would wake that thread, thousands of times a second, to find
 // nothing to run while the device's poller receives the datagram itself.
 // Blocking waits use ppoll on the socket and an eventfd that Close signals.
+
 package udp
 
 import (
@@ -33,43 +25,10 @@ import (
 	"github.com/softrdma/softrdma/wire"
 )
 
-// Config says where the transport lives.
-type Config struct {
-	// Addr is the local IP address to bind; required.
-	Addr netip.Addr
-	// Port is the UDP port; 0 means 4791. Peers are addressed on the port
-	// they give; softrdma devices use their own port for peers too.
-	Port uint16
-	// BatchSize is the most packets one Send or Recv system call moves;
-	// default 64.
-	BatchSize int
-	// SocketBuffer sets SO_RCVBUF and SO_SNDBUF; default 4 MiB.
-	SocketBuffer int
-	// SourcePorts is how many sockets send, each from its own ephemeral
-	// UDP port; a packet's Flow (its QP number) picks one, so one QP always
-	// uses one source port and many QPs spread over several, which gives
-	// ECMP and RSS the entropy rxe's 0xC000+hash source ports give. 0 means
-	// 8; a negative value sends from the receiving socket (source port =
-	// Port).
-	SourcePorts int
-	// DisableGSO turns off UDP generic segmentation offload. With it on,
-	// runs of equal-sized packets of one QP to a loopback peer leave in one
-	// sendmsg (UDP_SEGMENT) and arrive in one recvmsg (UDP_GRO), which
-	// spares the kernel's per-packet cost. Only loopback peers get GSO:
-	// every segment's ICRC is computed for IP ID 0, which holds when the
-	// super-packet is never split on a wire.
-	DisableGSO bool
-}
-
 // sender is one sending socket.
 type sender struct {
 	fd   int
 	port uint16
-}
-
-// Stats counts what the transport did. Read it with Transport.Stats.
-type Stats struct {
-	Sent, Received, SendErrors, Truncated, ICRCBad, ICRCUnverified, SendCalls, RecvCalls uint64
 }
 
 // Transport is a transport.Transport over one UDP socket. Send and Recv
@@ -153,15 +112,7 @@ func Listen(cfg Config) (*Transport, error) {
 	if !cfg.Addr.IsValid() {
 		return nil, errors.New("udp.Listen: Config.Addr is required")
 	}
-	if cfg.Port == 0 {
-		cfg.Port = transport.Port
-	}
-	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = 64
-	}
-	if cfg.SocketBuffer <= 0 {
-		cfg.SocketBuffer = 4 << 20
-	}
+	cfg = cfg.withDefaults()
 	addr := netip.AddrPortFrom(cfg.Addr.Unmap(), cfg.Port)
 	fd, _, err := openSocket(addr)
 	if err != nil {
@@ -185,11 +136,7 @@ func Listen(cfg Config) (*Transport, error) {
 	if cfg.SourcePorts < 0 {
 		t.senders = []sender{{fd: fd, port: addr.Port()}}
 	} else {
-		n := cfg.SourcePorts
-		if n == 0 {
-			n = 8
-		}
-		for i := 0; i < n; i++ {
+		for i := 0; i < cfg.SourcePorts; i++ {
 			sfd, port, err := openSocket(netip.AddrPortFrom(addr.Addr(), 0))
 			if err == nil {
 				t.senders = append(t.senders, sender{fd: sfd, port: port})
@@ -272,12 +219,7 @@ func openSocket(addr netip.AddrPort) (int, uint16, error) {
 // unconnected socket makes Linux send IP ID 0, the value the ICRC is
 // computed for.
 func setSockopts(fd int, v6 bool, bufSize int) error {
-	var err error
-	if v6 {
-		err = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
-	} else {
-		err = unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
-	}
+	err := setDontFragment(fd, v6)
 	for _, opt := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
 		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt[0], bufSize) != nil {
 			unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt[1], bufSize)
@@ -286,26 +228,13 @@ func setSockopts(fd int, v6 bool, bufSize int) error {
 	return err
 }
 
-// linkMTU returns the MTU of the interface that has addr (65536 for
-// loopback), or 1500 if none is found.
-func linkMTU(addr netip.Addr) int {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return 1500
+// setDontFragment sets Don't Fragment on a UDP socket (path MTU
+// discovery "do"), which on an unconnected socket makes Linux send IP ID 0.
+func setDontFragment(fd int, v6 bool) error {
+	if v6 {
+		return unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
 	}
-	for _, ifi := range ifs {
-		addrs, _ := ifi.Addrs()
-		for _, a := range addrs {
-			p, err := netip.ParsePrefix(a.String())
-			if err != nil {
-				continue
-			}
-			if p.Addr() == addr || (ifi.Flags&net.FlagLoopback != 0 && p.Contains(addr)) {
-				return ifi.MTU
-			}
-		}
-	}
-	return 1500
+	return unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
 }
 
 // LocalAddr returns the bound address and port.
@@ -391,7 +320,7 @@ func (t *Transport) Coalesces(peer netip.AddrPort) bool {
 
 // senderFor picks the sending socket of a flow.
 func (t *Transport) senderFor(flow uint32) int {
-	return int((flow * 2654435761) >> 16 % uint32(len(t.senders)))
+	return flowSender(flow, len(t.senders))
 }
 
 // Send sends pkts in batches of at most BatchSize packets with sendmmsg,

@@ -1,0 +1,115 @@
+// Package udp carries RoCEv2 over UDP sockets: port 4791 on one IP address,
+// the ICRC written on send and checked on receive.
+//
+// The IPv4 identification is covered by the ICRC but invisible to a UDP
+// socket. Linux sends identification 0 from an unconnected socket with
+// Don't Fragment set (IP_PMTUDISC_DO), so every packet this transport sends
+// carries an ICRC computed for ID 0, DF set; received IPv4 packets are
+// checked under the same assumption, and a mismatch is reported as
+// transport.ICRCUnverified (the sender may be Linux rxe, which uses
+// non-zero IDs). IPv6 has no identification: its ICRC is always checked.
+//
+// There are two implementations behind one Config and one Listen:
+//
+//   - On Linux (udp_linux.go), batches move with sendmmsg and recvmmsg,
+//     runs of equal-sized packets to loopback peers with UDP GSO and GRO,
+//     payloads are gathered from the caller's memory without a copy, and
+//     the transport can be polled without blocking (transport.Poller).
+//   - Elsewhere (portable.go, chosen by udp_other.go), a net.UDPConn moves
+//     one datagram per system call. It sets Don't Fragment where the
+//     system has a socket option for it (macOS, FreeBSD) and computes the
+//     same ICRC as on Linux, so softrdma peers agree; FreeBSD sends ID 0
+//     for datagrams with DF set, other systems may not, in which case
+//     peers that check the ICRC against the real IP header (rxe, NICs)
+//     drop what it sends.
+package udp
+
+import (
+	"net"
+	"net/netip"
+
+	"github.com/softrdma/softrdma/transport"
+)
+
+// Config says where the transport lives.
+type Config struct {
+	// Addr is the local IP address to bind; required.
+	Addr netip.Addr
+	// Port is the UDP port; 0 means 4791. Peers are addressed on the port
+	// they give; softrdma devices use their own port for peers too.
+	Port uint16
+	// BatchSize is the most packets one Send or Recv system call moves
+	// (on Linux; elsewhere a call moves one and BatchSize only sizes
+	// callers' arrays); default 64.
+	BatchSize int
+	// SocketBuffer sets the sockets' receive and send buffer sizes
+	// (SO_RCVBUF and SO_SNDBUF, on Linux beyond the system limit where
+	// the process may); default 4 MiB.
+	SocketBuffer int
+	// SourcePorts is how many sockets send, each from its own ephemeral
+	// UDP port; a packet's Flow (its QP number) picks one, so one QP always
+	// uses one source port and many QPs spread over several, which gives
+	// ECMP and RSS the entropy rxe's 0xC000+hash source ports give. 0 means
+	// 8; a negative value sends from the receiving socket (source port =
+	// Port).
+	SourcePorts int
+	// DisableGSO turns off UDP generic segmentation offload (Linux only;
+	// the portable transport never coalesces). With it on, runs of
+	// equal-sized packets of one QP to a loopback peer leave in one
+	// sendmsg (UDP_SEGMENT) and arrive in one recvmsg (UDP_GRO), which
+	// spares the kernel's per-packet cost. Only loopback peers get GSO:
+	// every segment's ICRC is computed for IP ID 0, which holds when the
+	// super-packet is never split on a wire.
+	DisableGSO bool
+}
+
+var _ transport.Transport = (*Transport)(nil)
+
+// withDefaults returns cfg with its zero fields set to their defaults.
+func (cfg Config) withDefaults() Config {
+	if cfg.Port == 0 {
+		cfg.Port = transport.Port
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 64
+	}
+	if cfg.SocketBuffer <= 0 {
+		cfg.SocketBuffer = 4 << 20
+	}
+	if cfg.SourcePorts == 0 {
+		cfg.SourcePorts = 8
+	}
+	return cfg
+}
+
+// Stats counts what the transport did. Read it with Transport.Stats.
+type Stats struct {
+	Sent, Received, SendErrors, Truncated, ICRCBad, ICRCUnverified, SendCalls, RecvCalls uint64
+}
+
+// flowSender picks which of n sending sockets carries a flow.
+func flowSender(flow uint32, n int) int {
+	return int((flow * 2654435761) >> 16 % uint32(n))
+}
+
+// linkMTU returns the MTU of the interface that has addr (65536 for
+// loopback), or 1500 if none is found.
+func linkMTU(addr netip.Addr) int {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return 1500
+	}
+	for _, ifi := range ifs {
+		addrs, _ := ifi.Addrs()
+		for _, a := range addrs {
+			p, err := netip.ParsePrefix(a.String())
+			if err != nil {
+				continue
+			}
+			if p.Addr() == addr || (ifi.Flags&net.FlagLoopback != 0 && p.Contains(addr)) {
+				return ifi.MTU
+			}
+		}
+	}
+	return 1500
+}

@@ -1,0 +1,143 @@
+package udp
+
+import (
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/softrdma/softrdma/transport"
+)
+
+// The tests in udp_test.go also run against the Linux transport.
+func init() {
+	impls = append([]impl{{"linux", func(cfg Config) (testTransport, error) {
+		t, err := Listen(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return t, nil
+	}}}, impls...)
+}
+
+// TestGSO: a run of equal-sized packets with a shorter last one leaves as
+// one GSO message and arrives as the same packets, in order, each with a
+// good ICRC; with GSO disabled the result is identical.
+func TestGSO(t *testing.T) {
+	for _, disable := range []bool{false, true} {
+		a, b := testAddrs(t, 7)
+		if disable {
+			a, b = testAddrs(t, 8)
+		}
+		ta, err := Listen(Config{Addr: a, DisableGSO: disable})
+		if err != nil {
+			t.Skip(err)
+		}
+		tb, err := Listen(Config{Addr: b, DisableGSO: disable})
+		if err != nil {
+			ta.Close()
+			t.Skip(err)
+		}
+		out := make([]transport.Datagram, 40)
+		for i := range out {
+			n := 1024
+			if i == len(out)-1 {
+				n = 100
+			}
+			out[i] = transport.Datagram{Buf: packet(n, byte(i)), Peer: tb.LocalAddr(), Flow: 7}
+		}
+		if _, err := ta.Send(out); err != nil {
+			t.Fatal(err)
+		}
+		in := recvBufs(16)
+		for got := 0; got < len(out); {
+			k, err := tb.Recv(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range in[:k] {
+				if string(p.Buf) != string(out[got].Buf) || p.ICRC != transport.ICRCOK {
+					t.Fatalf("gso=%v: packet %d differs or has ICRC %v", !disable, got, p.ICRC)
+				}
+				got++
+			}
+		}
+		calls := ta.Stats().SendCalls
+		if !disable && ta.gso && calls > 2 {
+			t.Errorf("GSO on: %d send calls for 40 packets, want them in one GSO message", calls)
+		}
+		t.Logf("gso=%v (kernel support %v): %d send calls, %d receive calls", !disable, ta.gso, calls, tb.Stats().RecvCalls)
+		ta.Close()
+		tb.Close()
+	}
+}
+
+func TestCloseUnblocksWait(t *testing.T) {
+	a, b := testAddrs(t, 9)
+	ta, err := Listen(Config{Addr: a, Port: 4791})
+	if err != nil {
+		t.Skipf("cannot bind %v: %v", a, err)
+	}
+	defer ta.Close()
+	tb, err := Listen(Config{Addr: b, Port: 4791})
+	if err != nil {
+		t.Skipf("cannot bind %v: %v", b, err)
+	}
+	defer tb.Close()
+	// A datagram wakes Wait and stays queued for the receive that follows.
+	done := make(chan error, 1)
+	go func() { done <- ta.Wait() }()
+	time.Sleep(10 * time.Millisecond)
+	if _, err := tb.Send([]transport.Datagram{{Buf: packet(8, 1), Peer: ta.LocalAddr()}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Wait with a datagram waiting: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a datagram did not end Wait")
+	}
+	if k, err := ta.TryRecv(recvBufs(4)); k != 1 || err != nil {
+		t.Fatalf("TryRecv after Wait: %d packets, %v", k, err)
+	}
+	go func() { done <- ta.Wait() }()
+	time.Sleep(10 * time.Millisecond)
+	ta.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, transport.ErrClosed) {
+			t.Fatalf("Wait after Close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not unblock Wait")
+	}
+}
+
+// The transport opens its sockets and eventfd itself; Close must release
+// every one of them.
+func TestCloseReleasesDescriptors(t *testing.T) {
+	count := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skip(err)
+		}
+		return len(ents)
+	}
+	a, _ := testAddrs(t, 10)
+	before := count()
+	for range 5 {
+		tr, err := Listen(Config{Addr: a, Port: 4791})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := count() - before; n != 1+8+1 {
+			t.Errorf("open transport holds %d descriptors, want 10 (socket, 8 senders, eventfd)", n)
+		}
+		tr.Close()
+	}
+	if n := count() - before; n != 0 {
+		t.Fatalf("%d descriptors left open after Close", n)
+	}
+}

@@ -1,0 +1,20 @@
+//go:build !linux
+
+package udp
+
+// Transport is a transport.Transport over net.UDPConn sockets (the
+// portable transport, see portable.go): one datagram per system call, no
+// GSO, no gathering, no polling. Send and Recv are safe for concurrent
+// use; each serialises its callers.
+type Transport struct {
+	*portable
+}
+
+// Listen opens the transport on cfg.Addr.
+func Listen(cfg Config) (*Transport, error) {
+	p, err := listenPortable(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Transport{p}, nil
+}
