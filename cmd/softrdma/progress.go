@@ -7,8 +7,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // progressBar draws one status line on a terminal while a long benchmark
@@ -32,12 +30,6 @@ type progressBar struct {
 
 	stopc chan struct{}
 	done  chan struct{}
-}
-
-// isTerminal reports whether f is a terminal.
-func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
 }
 
 // newProgressBar returns a bar drawing on stderr if it is a terminal and

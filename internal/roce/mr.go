@@ -342,15 +342,43 @@ func (s *sgl) walk(b []byte, off uint64, in bool) bool {
 
 // copyLastByteLast copies src to dst so that the final byte is stored after
 // all others: a reader polling the last byte of an RDMA WRITE target (as
-// ib_write_lat does) then sees a complete message.
+// ib_write_lat does) then sees a complete message. On amd64 stores are
+// seen in program order anyway; on arm64 they are not, so the message's
+// bytes in the aligned 32-bit word that holds its last byte go in with one
+// atomic (release) store of that word, keeping the word's other bytes: a
+// reader that loads that word with sync/atomic (acquire) and sees the new
+// last byte sees the whole message. If the word reaches outside dst (its
+// other bytes are not ours to touch), a full barrier on the side orders
+// the stores instead.
 func copyLastByteLast(dst, src []byte) {
 	n := len(src)
 	if n == 0 {
 		return
 	}
-	copy(dst[:n-1], src[:n-1])
-	dst[n-1] = src[n-1]
+	last := n - 1
+	lead := int(uintptr(unsafe.Pointer(&dst[last])) & 3) // bytes of the word before the last byte
+	start := last - lead                                 // index of the word's first byte in dst
+	if start < 0 || start+4 > len(dst) {
+		copy(dst[:last], src[:last])
+		barrier.Add(1)
+		dst[last] = src[last]
+		return
+	}
+	from := max(start, 0)
+	copy(dst[:from], src[:from])
+	w := (*uint32)(unsafe.Pointer(&dst[start]))
+	for {
+		old := atomic.LoadUint32(w)
+		b := *(*[4]byte)(unsafe.Pointer(&old))
+		copy(b[from-start:lead+1], src[from:n])
+		if atomic.CompareAndSwapUint32(w, old, *(*uint32)(unsafe.Pointer(&b))) {
+			return
+		}
+	}
 }
+
+// barrier is the word copyLastByteLast's fallback orders stores with.
+var barrier atomic.Uint32
 
 // Settle orders the caller's later accesses to mr's memory after every
 // copy the engine made into or out of it so far, in the Go memory model's

@@ -7,11 +7,13 @@ import (
 	"bytes"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/softrdma/softrdma/transport"
 	"github.com/softrdma/softrdma/verbs"
@@ -294,3 +296,45 @@ func TestDeferWorthIt(t *testing.T) {
 		t.Fatal("no deferral after a post sent the last one")
 	}
 }
+
+// TestLastByteLast: a reader that polls the last word of a WRITE target
+// with sync/atomic, as the tools' latency loops do, and sees the new last
+// byte sees the whole message — on arm64 too, where plain stores may be
+// seen out of order (under -race, a plain store of the last byte is a
+// reported race with the reader's atomic load).
+func TestLastByteLast(t *testing.T) {
+	const size = 64
+	dst := make([]byte, size)
+	word := (*uint32)(unsafe.Pointer(&dst[size-4]))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		src := make([]byte, size)
+		for round := 1; round <= 200; round++ {
+			for i := range src {
+				src[i] = byte(round)
+			}
+			copyLastByteLast(dst, src)
+			for atomic.LoadUint32(word)>>24 == uint32(byte(round)) && round < 200 {
+				runtime.Gosched() // wait for the reader to see it
+				if atomic.LoadUint32(&seen) == uint32(round) {
+					break
+				}
+			}
+		}
+	}()
+	for round := 1; round <= 200; round++ {
+		for atomic.LoadUint32(word)>>24 != uint32(byte(round)) {
+			runtime.Gosched()
+		}
+		for i, b := range dst[:size-1] {
+			if b != byte(round) {
+				t.Fatalf("round %d: byte %d is %d though the last byte landed", round, i, b)
+			}
+		}
+		atomic.StoreUint32(&seen, uint32(round))
+	}
+	<-done
+}
+
+var seen uint32
