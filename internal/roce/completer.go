@@ -17,10 +17,17 @@ package roce
 //	operational)           ─► the WQE fails with the matching status and the
 //	                          QP moves to ERR, flushing the rest
 //	local ACK timeout      ─► go back to the oldest unacknowledged PSN;
-//	                          retry_cnt bounds it
+//	                          retry_cnt (7 = seven retries, as IBTA has it)
+//	                          bounds it
 //
 // Progress (any WQE retired or PSN acknowledged) restores the retry
 // counters and restarts the ACK timer.
+//
+// The completer owns its state (what is acknowledged, the retry budgets,
+// the ACK deadline) and retires WQEs from the head of the send queue into
+// the send CQ. It writes no requester state: what the requester must do
+// next — send more, go back, wait out an RNR NAK, or fail — comes back as
+// a compResult, which the QP applies (applyCompLocked).
 
 import (
 	"encoding/binary"
@@ -30,7 +37,7 @@ import (
 	"github.com/softrdma/softrdma/wire"
 )
 
-// completer is the acknowledgement-tracking half of a QP's protocol state.
+// completer is the acknowledgement-tracking part of a QP's protocol state.
 type completer struct {
 	psn         wire.PSN  // oldest PSN not yet acknowledged
 	retryCnt    uint8     // retries left after timeouts and sequence NAKs
@@ -42,67 +49,107 @@ type completer struct {
 	retrying bool
 }
 
-// onResponseLocked handles a response packet (ACK, READ response, atomic
-// ACK) for an RC QP.
-func (qp *QP) onResponseLocked(p *wire.Packet, now time.Time) {
+// compState is what a response (or a timeout) asks of the QP after the
+// completer has done its part, named after rxe's completer states
+// (rxe_comp.c).
+type compState uint8
+
+const (
+	compDone  compState = iota // COMPST_DONE: nothing more (dropped, duplicate, or progress only)
+	compRetry                  // COMPST_ERROR_RETRY: go back to the oldest unacknowledged PSN
+	compRNR                    // COMPST_RNR_RETRY: go back to rnrPSN once rnrUntil has come
+	compError                  // COMPST_ERROR: the oldest WQE failed with status; the QP goes to ERR
+)
+
+func (s compState) String() string {
+	switch s {
+	case compDone:
+		return "done"
+	case compRetry:
+		return "retry"
+	case compRNR:
+		return "rnr-retry"
+	case compError:
+		return "error"
+	}
+	return "compState(?)"
+}
+
+// compResult is the completer's answer to one response or timeout.
+type compResult struct {
+	// acked is how many PSNs became acknowledged: the requester's window
+	// grows by them and it may send more. 0: no progress.
+	acked uint32
+	// progress says the window moved or an RNR wait ended: run the
+	// requester.
+	progress bool
+	next     compState
+	status   verbs.WCStatus // compError
+	rnrPSN   wire.PSN       // compRNR
+	rnrUntil time.Time      // compRNR
+}
+
+// onResponse handles a response packet (ACK, READ response, atomic ACK)
+// for an RC QP.
+func (c *completer) onResponse(qp *QP, p *wire.Packet, now time.Time) compResult {
 	psn := p.BTH.PSN()
 	// Only PSNs this QP has sent can be acknowledged.
 	if !psn.Less(qp.req.maxPSN) {
 		qp.dev.Counters.DropUnexpected.Add(1)
-		return
+		return compResult{}
 	}
-	info := p.Info
 	switch {
 	case p.BTH.Opcode() == wire.RCAck:
-		qp.onAckLocked(psn, p.AETH.Syndrome(), now)
-	case info.Has(wire.FlagRead):
-		qp.onReadResponseLocked(p, psn, now)
+		return c.onAck(qp, psn, p.AETH.Syndrome(), now)
+	case p.Info.Has(wire.FlagRead):
+		return c.onReadResponse(qp, p, psn, now)
 	case p.BTH.Opcode() == wire.RCAtomicAck:
-		qp.onAtomicAckLocked(p, psn, now)
-	default:
-		qp.dev.Counters.DropUnexpected.Add(1)
+		return c.onAtomicAck(qp, p, psn, now)
 	}
+	qp.dev.Counters.DropUnexpected.Add(1)
+	return compResult{}
 }
 
-func (qp *QP) onAckLocked(psn wire.PSN, syn uint8, now time.Time) {
+func (c *completer) onAck(qp *QP, psn wire.PSN, syn uint8, now time.Time) compResult {
 	switch wire.SyndromeType(syn) {
 	case wire.AckTypeACK:
-		qp.ackThroughLocked(psn, false, now)
+		return c.ackThrough(qp, psn, false, now)
 	case wire.AckTypeRNRNAK:
 		qp.dev.Counters.RcvdRNRErr.Add(1)
-		qp.ackThroughLocked(psn.Add(^uint32(0)), false, now)
-		if qp.stateLocked() != verbs.QPStateRTS && qp.stateLocked() != verbs.QPStateSQD {
-			return
+		r := c.ackThrough(qp, psn.Add(^uint32(0)), false, now)
+		if r.next != compDone {
+			return r
+		}
+		if st := qp.stateLocked(); st != verbs.QPStateRTS && st != verbs.QPStateSQD {
+			return r
 		}
 		if qp.sq.head == qp.sq.next && !qp.sq.at(qp.sq.head).started {
-			return
+			return r // nothing is outstanding
 		}
-		if qp.comp.rnrRetry == 0 {
+		if c.rnrRetry == 0 {
 			qp.dev.Counters.RetryRNRExceededErr.Add(1)
-			qp.failHeadLocked(verbs.WCRNRRetryExcErr)
-			return
+			r.next, r.status = compError, verbs.WCRNRRetryExcErr
+			return r
 		}
-		if qp.comp.rnrRetry != 7 {
-			qp.comp.rnrRetry--
+		if c.rnrRetry != 7 {
+			c.rnrRetry--
 		}
-		qp.rewindLocked(psn)
-		qp.req.rnrWait = true
-		qp.req.rnrUntil = now.Add(wire.RNRTimeout(wire.SyndromeValue(syn)))
-		qp.comp.ackDeadline = time.Time{}
-		qp.armTimerLocked(qp.req.rnrUntil)
+		c.ackDeadline = time.Time{} // the RNR timer runs instead
+		r.next, r.rnrPSN, r.rnrUntil = compRNR, psn, now.Add(wire.RNRTimeout(wire.SyndromeValue(syn)))
+		return r
 	case wire.AckTypeNAK:
 		code := wire.NAKCode(wire.SyndromeValue(syn))
 		if code == wire.NAKPSNSeqError {
 			qp.dev.Counters.RcvdSeqErr.Add(1)
-			qp.ackThroughLocked(psn.Add(^uint32(0)), false, now)
-			if qp.comp.retrying || (qp.sq.head == qp.sq.next && !qp.sq.at(qp.sq.head).started) {
-				return
+			r := c.ackThrough(qp, psn.Add(^uint32(0)), false, now)
+			if r.next != compDone || c.retrying || (qp.sq.head == qp.sq.next && !qp.sq.at(qp.sq.head).started) {
+				return r
 			}
-			qp.retryLocked(now, false)
-			return
+			r.next = compRetry
+			return r
 		}
 		qp.dev.Counters.NAKsRcvd.Add(1)
-		qp.ackThroughLocked(psn.Add(^uint32(0)), false, now)
+		r := c.ackThrough(qp, psn.Add(^uint32(0)), false, now)
 		st := verbs.WCRemOpErr
 		switch code {
 		case wire.NAKInvalidRequest:
@@ -112,86 +159,82 @@ func (qp *QP) onAckLocked(psn wire.PSN, syn uint8, now time.Time) {
 		case wire.NAKInvalidRDRequest:
 			st = verbs.WCRemInvRDReqErr
 		}
-		qp.failHeadLocked(st)
-	default:
-		qp.dev.Counters.DropUnexpected.Add(1)
+		r.next, r.status = compError, st
+		return r
 	}
+	qp.dev.Counters.DropUnexpected.Add(1)
+	return compResult{}
 }
 
-// ackThroughLocked handles an acknowledgement of every PSN up to and
-// including last. implicit is true when a READ response or atomic ACK
-// implies it: then an outstanding READ or atomic at last is still waiting
-// for its response and is not evidence of loss.
-func (qp *QP) ackThroughLocked(last wire.PSN, implicit bool, now time.Time) {
-	progress := false
-	from := qp.comp.psn
+// ackThrough handles an acknowledgement of every PSN up to and including
+// last. implicit is true when a READ response or atomic ACK implies it:
+// then an outstanding READ or atomic at last is still waiting for its
+// response and is not evidence of loss.
+func (c *completer) ackThrough(qp *QP, last wire.PSN, implicit bool, now time.Time) compResult {
+	var r compResult
+	from := c.psn
 	for qp.sq.head != qp.sq.tail {
 		w := qp.sq.at(qp.sq.head)
 		if !w.started {
 			break
 		}
 		if w.isReadOrAtomic() {
-			if !implicit && !last.Less(w.firstPSN) && !qp.comp.retrying {
+			if !implicit && !last.Less(w.firstPSN) && !c.retrying {
 				// The responder has moved past a request whose response
 				// never arrived: it was lost. Ask again.
 				qp.dev.Counters.CompleterRetryErr.Add(1)
-				if progress {
-					qp.onProgressLocked(now)
-				}
-				qp.retryLocked(now, false)
-				return
+				r.next = compRetry
 			}
 			break
 		}
 		if w.sent != w.npkts || last.Less(w.lastPSN) {
 			// Partly acknowledged (every 64 packets): remember how far.
-			if !last.Less(w.firstPSN) && qp.comp.psn.LessEq(last) {
-				qp.comp.psn = last.Add(1)
-				progress = true
+			if !last.Less(w.firstPSN) && c.psn.LessEq(last) {
+				c.psn = last.Add(1)
+				r.progress = true
 			}
 			break
 		}
-		qp.comp.psn = w.lastPSN.Add(1)
+		c.psn = w.lastPSN.Add(1)
 		qp.completeSendLocked(w, verbs.WCSuccess)
-		progress = true
+		r.progress = true
 	}
-	if progress {
-		qp.req.onAcked(uint32(qp.comp.psn.Sub(from)))
-		qp.onProgressLocked(now)
+	if r.progress {
+		r.acked = uint32(c.psn.Sub(from))
+		c.onProgress(qp, now)
 	}
+	return r
 }
 
-// onProgressLocked restores the retry counters and restarts the ACK timer.
-func (qp *QP) onProgressLocked(now time.Time) {
-	qp.comp.retrying = false
-	qp.comp.retryCnt = qp.attr.RetryCnt
-	qp.comp.rnrRetry = qp.attr.RNRRetry
-	if qp.comp.psn == qp.req.psn && qp.sq.head == qp.sq.next {
-		qp.comp.ackDeadline = time.Time{}
+// onProgress restores the retry counters and restarts the ACK timer.
+func (c *completer) onProgress(qp *QP, now time.Time) {
+	c.retrying = false
+	c.retryCnt = qp.attr.RetryCnt
+	c.rnrRetry = qp.attr.RNRRetry
+	if c.psn == qp.req.psn && qp.sq.head == qp.sq.next {
+		c.ackDeadline = time.Time{}
 	} else if t := wire.LocalACKTimeout(qp.attr.Timeout); t > 0 {
-		qp.comp.ackDeadline = now.Add(t)
-		qp.armTimerLocked(qp.comp.ackDeadline)
+		c.ackDeadline = now.Add(t)
 	}
-	qp.req.kick = true
 }
 
-func (qp *QP) onReadResponseLocked(p *wire.Packet, psn wire.PSN, now time.Time) {
-	qp.ackThroughLocked(psn.Add(^uint32(0)), true, now)
+func (c *completer) onReadResponse(qp *QP, p *wire.Packet, psn wire.PSN, now time.Time) compResult {
+	r := c.ackThrough(qp, psn.Add(^uint32(0)), true, now)
 	if qp.sq.head == qp.sq.tail {
 		qp.dev.Counters.DropUnexpected.Add(1)
-		return
+		return r
 	}
 	w := qp.sq.at(qp.sq.head)
 	if !w.started || w.opcode != verbs.WRRDMARead || !psn.InWindow(w.firstPSN, w.npkts) {
 		qp.dev.Counters.DropUnexpected.Add(1)
-		return
+		return r
 	}
 	if psn != w.nextRespPSN {
-		if w.nextRespPSN.Less(psn) && !qp.comp.retrying {
+		if w.nextRespPSN.Less(psn) && !c.retrying {
 			qp.dev.Counters.CompleterRetryErr.Add(1)
-			qp.retryLocked(now, false) // a response was lost
+			r.next = compRetry // a response was lost
 		}
-		return
+		return r
 	}
 	info := p.Info
 	idx := uint32(psn.Sub(w.firstPSN))
@@ -204,84 +247,123 @@ func (qp *QP) onReadResponseLocked(p *wire.Packet, psn wire.PSN, now time.Time) 
 	posOK := (idx+1 == w.npkts) == info.Has(wire.FlagLast) &&
 		(!info.Has(wire.FlagFirst) || psn == w.firstPSN || psn == w.respStart)
 	if !posOK || uint64(len(p.Payload)) != want {
-		qp.failHeadLocked(verbs.WCBadRespErr)
-		return
+		r.next, r.status = compError, verbs.WCBadRespErr
+		return r
 	}
 	if !w.sgl.copyIn(p.Payload, off) {
-		qp.failHeadLocked(verbs.WCLocProtErr)
-		return
+		r.next, r.status = compError, verbs.WCLocProtErr
+		return r
 	}
 	w.nextRespPSN = psn.Add(1)
 	// A response in order is forward progress: restore the retry budget.
-	qp.comp.retrying = false
-	qp.comp.retryCnt = qp.attr.RetryCnt
+	c.retrying = false
+	c.retryCnt = qp.attr.RetryCnt
 	if info.Has(wire.FlagLast) {
-		qp.comp.psn = w.lastPSN.Add(1)
+		c.psn = w.lastPSN.Add(1)
 		qp.completeSendLocked(w, verbs.WCSuccess)
-		qp.onProgressLocked(now)
+		c.onProgress(qp, now)
+		r.progress = true // READs keep the whole window: it does not grow
 	} else if t := wire.LocalACKTimeout(qp.attr.Timeout); t > 0 {
-		qp.comp.ackDeadline = now.Add(t)
+		c.ackDeadline = now.Add(t)
 	}
+	return r
 }
 
-func (qp *QP) onAtomicAckLocked(p *wire.Packet, psn wire.PSN, now time.Time) {
-	qp.ackThroughLocked(psn.Add(^uint32(0)), true, now)
+func (c *completer) onAtomicAck(qp *QP, p *wire.Packet, psn wire.PSN, now time.Time) compResult {
+	r := c.ackThrough(qp, psn.Add(^uint32(0)), true, now)
 	if qp.sq.head == qp.sq.tail {
 		qp.dev.Counters.DropUnexpected.Add(1)
-		return
+		return r
 	}
 	w := qp.sq.at(qp.sq.head)
 	if !w.started || w.opcode == verbs.WRRDMARead || !w.isReadOrAtomic() || psn != w.firstPSN {
 		qp.dev.Counters.DropUnexpected.Add(1)
-		return
+		return r
 	}
 	var orig [8]byte
 	binary.LittleEndian.PutUint64(orig[:], p.AtomicAckETH.OrigData())
 	if !w.sgl.copyIn(orig[:], 0) {
-		qp.failHeadLocked(verbs.WCLocProtErr)
-		return
+		r.next, r.status = compError, verbs.WCLocProtErr
+		return r
 	}
-	qp.comp.psn = psn.Add(1)
+	c.psn = psn.Add(1)
 	qp.completeSendLocked(w, verbs.WCSuccess)
-	qp.onProgressLocked(now)
+	c.onProgress(qp, now)
+	r.progress = true
+	return r
 }
 
-// retryLocked goes back to the oldest unacknowledged PSN and sends again,
-// or fails the QP with WCRetryExcErr once retry_cnt is used up.
-func (qp *QP) retryLocked(now time.Time, timeout bool) {
-	if qp.comp.retryCnt == 0 {
+// retry decides what a loss (timeout says: found by the local ACK timer,
+// not by a NAK or a gap) costs: another attempt, or, once retry_cnt is
+// used up, the WQE and the QP. It returns compRetry or compError.
+func (c *completer) retry(qp *QP, now time.Time, timeout bool) compResult {
+	if c.retryCnt == 0 {
 		qp.dev.Counters.RetryExceededErr.Add(1)
-		qp.failHeadLocked(verbs.WCRetryExcErr)
-		return
+		return compResult{next: compError, status: verbs.WCRetryExcErr}
 	}
-	qp.comp.retryCnt--
-	qp.comp.retrying = !timeout
-	qp.req.onLoss()
-	qp.rewindLocked(qp.comp.psn)
+	c.retryCnt--
+	c.retrying = !timeout
 	if t := wire.LocalACKTimeout(qp.attr.Timeout); t > 0 {
-		qp.comp.ackDeadline = now.Add(t)
-		qp.armTimerLocked(qp.comp.ackDeadline)
+		c.ackDeadline = now.Add(t)
 	}
-	qp.req.kick = true
+	return compResult{next: compRetry, progress: true}
 }
 
-// onTimeoutLocked runs when the QP's timer fires.
-func (qp *QP) onTimeoutLocked(now time.Time) {
-	if qp.req.rnrWait && !now.Before(qp.req.rnrUntil) {
-		qp.req.rnrWait = false
-		qp.req.kick = true
+// onTimeout handles the local ACK timer at now.
+func (c *completer) onTimeout(qp *QP, now time.Time) compResult {
+	d := c.ackDeadline
+	if d.IsZero() || now.Before(d) {
+		return compResult{}
 	}
-	if d := qp.comp.ackDeadline; !d.IsZero() && !now.Before(d) {
-		if qp.sq.head == qp.sq.tail || !qp.sq.at(qp.sq.head).started {
-			qp.comp.ackDeadline = time.Time{}
-		} else {
-			qp.dev.Counters.Timeouts.Add(1)
-			qp.comp.ackDeadline = time.Time{}
-			qp.retryLocked(now, true)
+	c.ackDeadline = time.Time{}
+	if qp.sq.head == qp.sq.tail || !qp.sq.at(qp.sq.head).started {
+		return compResult{}
+	}
+	qp.dev.Counters.Timeouts.Add(1)
+	return c.retry(qp, now, true)
+}
+
+// applyCompLocked carries out what the completer asked: the requester's
+// window grows with what was acknowledged, goes back after a loss (the
+// completer deciding whether retries are left), waits out an RNR NAK, or
+// the QP fails. It reports whether the requester may send now.
+func (qp *QP) applyCompLocked(r compResult, now time.Time) (sendMore bool) {
+	if r.acked > 0 {
+		qp.req.onAcked(r.acked)
+	}
+	sendMore = r.progress
+	if r.next == compRetry {
+		if r = qp.comp.retry(qp, now, false); r.next == compRetry {
+			qp.req.onLoss()
+			qp.req.rewind(qp, qp.comp.psn)
+			return true
 		}
 	}
-	if qp.req.kick {
-		qp.req.kick = false
+	switch r.next {
+	case compRNR:
+		qp.req.rewind(qp, r.rnrPSN)
+		qp.req.pauseUntil(r.rnrUntil)
+		return false
+	case compError:
+		qp.failHeadLocked(r.status)
+		return false
+	}
+	return sendMore
+}
+
+// onTimeoutLocked runs when the QP's timer fires: an RNR wait that ended
+// lets the requester go again; an ACK timeout sends it back.
+func (qp *QP) onTimeoutLocked(now time.Time) {
+	sendMore := qp.req.resume(now)
+	if r := qp.comp.onTimeout(qp, now); r.next == compRetry {
+		qp.req.onLoss()
+		qp.req.rewind(qp, qp.comp.psn)
+		sendMore = true
+	} else if r.next == compError {
+		qp.failHeadLocked(r.status)
+		return
+	}
+	if sendMore {
 		qp.runRequesterLocked(now)
 	}
 }

@@ -15,7 +15,15 @@ import (
 const defaultPKey = 0xFFFF
 
 // QP is a queue pair. Its protocol state (everything below mu) belongs to
-// whoever holds mu: PostSend, the receive loop, or the QP's timer.
+// whoever holds mu: PostSend, the receive path, or the timeout step. The
+// state is split by role, as in rxe: the requester (requester.go) owns
+// what it has sent, the completer (completer.go) what is acknowledged and
+// the retry budgets, the responder (responder.go) what it has received;
+// the send queue's WQEs are shared, the requester moving sq.next and the
+// completer sq.head. The roles do not set each other's fields: the
+// completer's answer to a response is a compResult that applyCompLocked
+// carries out on the requester, and a receive completion's solicited
+// flag is an argument.
 type QP struct {
 	dev    *Device
 	pd     *PD
@@ -42,7 +50,6 @@ type QP struct {
 	comp        completer
 	resp        responder
 	tx          txq
-	stage       *txStage  // the receive path's stage while it holds mu (flushLocked)
 	timerAt     time.Time // the deadline queued in dev.timers; zero if none
 	destroyed   bool
 	inlineBufs  []byte // backing store of every send WQE's inline buffer
@@ -464,7 +471,7 @@ func (qp *QP) flushSendLocked() {
 
 func (qp *QP) flushRecvLocked() {
 	if qp.resp.inMsg && qp.resp.haveCur {
-		qp.completeRecvLocked(&qp.resp.cur, verbs.WCWRFlushErr, 0, 0, 0, 0)
+		qp.completeRecvLocked(&qp.resp.cur, verbs.WCWRFlushErr, 0, 0, 0, 0, false)
 		qp.resp.haveCur = false
 	}
 	if qp.srq != nil {
@@ -473,16 +480,13 @@ func (qp *QP) flushRecvLocked() {
 	for qp.rq.head != qp.rq.tail {
 		w := qp.rq.at(qp.rq.head)
 		qp.rq.head++
-		qp.completeRecvLocked(w, verbs.WCWRFlushErr, 0, 0, 0, 0)
+		qp.completeRecvLocked(w, verbs.WCWRFlushErr, 0, 0, 0, 0, false)
 	}
 }
 
 // completeSendLocked retires the oldest send WQE with status st, posting a
 // completion if it is signaled or failed.
 func (qp *QP) completeSendLocked(w *sendWQE, st verbs.WCStatus) {
-	if w.started && w.isReadOrAtomic() && qp.req.rdOutstanding > 0 {
-		qp.req.rdOutstanding--
-	}
 	if w.signaled || st != verbs.WCSuccess {
 		wc := verbs.WC{WRID: w.wrID, Status: st, Opcode: wcOpcode(w.opcode), QPNum: qp.qpn}
 		if st == verbs.WCSuccess {
@@ -490,28 +494,22 @@ func (qp *QP) completeSendLocked(w *sendWQE, st verbs.WCStatus) {
 		}
 		qp.sendCQ.push(&wc, st != verbs.WCSuccess)
 	}
-	if w.started && qp.sq.next == qp.sq.head {
-		// A go-back-N rewind had put the requester back inside this WQE,
-		// and a late response completed it before it was sent again: the
-		// next WQE must start after its PSNs, not inside them.
-		if qp.req.psn.LessEq(w.lastPSN) {
-			qp.req.psn = w.lastPSN.Add(1)
-		}
-		qp.sq.next++
-	}
+	qp.req.onRetired(qp, w)
 	w.sgl.reset()
 	w.started = false
 	w.status = verbs.WCSuccess
 	qp.sq.head++
 }
 
-func (qp *QP) completeRecvLocked(w *recvWQE, st verbs.WCStatus, op verbs.WCOpcode, n uint32, imm uint32, flags verbs.WCFlags) {
+// completeRecvLocked completes the receive WQE w; solicited says whether
+// the message asked for a solicited event.
+func (qp *QP) completeRecvLocked(w *recvWQE, st verbs.WCStatus, op verbs.WCOpcode, n uint32, imm uint32, flags verbs.WCFlags, solicited bool) {
 	wc := verbs.WC{WRID: w.wrID, Status: st, Opcode: op, ByteLen: n, ImmData: imm, WCFlags: flags, QPNum: qp.qpn}
 	if st != verbs.WCSuccess {
 		wc.Opcode = verbs.WCRecv
 		wc.ByteLen = 0
 	}
-	qp.recvCQ.push(&wc, st != verbs.WCSuccess || qp.resp.solicited)
+	qp.recvCQ.push(&wc, st != verbs.WCSuccess || solicited)
 	w.sgl.reset()
 }
 

@@ -101,10 +101,10 @@ func (rx *RxBatch) StageDeferredAcks() {
 			if qp.resp.deferMisses < deferMissLimit {
 				qp.resp.deferMisses++
 			}
-			qp.stage = rx.stage
+			qp.tx.attach(rx.stage)
 			qp.flushAckLocked()
 			qp.flushLocked()
-			qp.stage = nil
+			qp.tx.detach()
 		}
 		qp.mu.Unlock()
 	}
@@ -126,6 +126,7 @@ func (d *Device) HandleBatch(rx *RxBatch, pkts []transport.Datagram, now time.Ti
 	}
 	d.Counters.RcvdPkts.Add(uint64(len(pkts)))
 	var cur *QP
+	more := false // the completer let cur's requester send more
 	for i := range pkts {
 		pk := &pkts[i]
 		switch pk.ICRC {
@@ -150,19 +151,21 @@ func (d *Device) HandleBatch(rx *RxBatch, pkts []transport.Datagram, now time.Ti
 		}
 		if qp != cur {
 			if cur != nil {
-				cur.endRxLocked(rx, now)
-				cur.stage = nil
+				cur.endRxLocked(rx, now, more)
+				cur.tx.detach()
 				cur.mu.Unlock()
 			}
 			qp.mu.Lock()
-			qp.stage = rx.stage
-			cur = qp
+			qp.tx.attach(rx.stage)
+			cur, more = qp, false
 		}
-		qp.receiveLocked(&rx.p, pk, now)
+		if qp.receiveLocked(&rx.p, pk, now) {
+			more = true
+		}
 	}
 	if cur != nil {
-		cur.endRxLocked(rx, now)
-		cur.stage = nil
+		cur.endRxLocked(rx, now, more)
+		cur.tx.detach()
 		cur.mu.Unlock()
 	}
 	if rx.stage != nil {
@@ -181,29 +184,31 @@ func qpService(t verbs.QPType) wire.Service {
 	return wire.ServiceRC
 }
 
-func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Time) {
+// receiveLocked checks and handles one packet for the QP. It reports
+// whether the completer made room for the requester to send more.
+func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Time) (sendMore bool) {
 	c := &qp.dev.Counters
 	if qp.destroyed {
 		c.DropUnknownQP.Add(1)
-		return
+		return false
 	}
 	st := qp.stateLocked()
 	if st == verbs.QPStateReset || st == verbs.QPStateInit || st == verbs.QPStateErr {
 		c.DropQPState.Add(1)
-		return
+		return false
 	}
 	info := p.Info
 	if info.Service != qpService(qp.typ) {
 		c.DropWrongTransport.Add(1)
-		return
+		return false
 	}
 	if p.BTH.PKey()&0x7FFF != defaultPKey&0x7FFF {
 		c.DropPKey.Add(1)
-		return
+		return false
 	}
 	if qp.typ != verbs.QPTypeUD && pk.Peer.Addr().Unmap() != qp.destAddr {
 		c.DropWrongSource.Add(1)
-		return
+		return false
 	}
 	if info.Has(wire.FlagRequest) {
 		switch qp.typ {
@@ -214,20 +219,20 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 		case verbs.QPTypeUD:
 			qp.onUDRequestLocked(p, pk)
 		}
-		return
+		return false
 	}
 	if st == verbs.QPStateRTR {
 		c.DropQPState.Add(1)
-		return
+		return false
 	}
-	qp.onResponseLocked(p, now)
+	return qp.applyCompLocked(qp.comp.onResponse(qp, p, now), now)
 }
 
 // endRxLocked ends a run of received packets for the QP: the coalesced
-// ACK, then anything the requester may now send, all in one batch.
-func (qp *QP) endRxLocked(rx *RxBatch, now time.Time) {
-	if qp.req.kick {
-		qp.req.kick = false
+// ACK, then anything the requester may now send (sendMore: the completer
+// made room), all in one batch.
+func (qp *QP) endRxLocked(rx *RxBatch, now time.Time, sendMore bool) {
+	if sendMore {
 		qp.runRequesterLocked(now)
 	}
 	switch {

@@ -110,9 +110,9 @@ func TestKeepResponsesKeepsOrder(t *testing.T) {
 	qp.sendAckLocked(wire.PSN(5), wire.NAKSyndrome(wire.NAKRemoteAccessError))
 	qp.tx.keepResponses(d)
 	st := newTxStage()
-	qp.stage = st
+	qp.tx.attach(st)
 	qp.flushLocked()
-	qp.stage = nil
+	qp.tx.detach()
 	clean := qp.tx.clean()
 	qp.mu.Unlock()
 	if clean != nil {

@@ -24,13 +24,12 @@ import (
 
 // requester is the sending half of a QP's protocol state.
 type requester struct {
-	psn           wire.PSN // PSN of the next packet
-	maxPSN        wire.PSN // one past the highest PSN ever sent
-	noAck         int      // packets sent since the last AckReq
-	rdOutstanding int      // READ and atomic WQEs started and not retired
-	rnrWait       bool     // an RNR NAK paused the requester ...
-	rnrUntil      time.Time
-	kick          bool // the completer made room: run the requester again
+	psn           wire.PSN  // PSN of the next packet
+	maxPSN        wire.PSN  // one past the highest PSN ever sent
+	noAck         int       // packets sent since the last AckReq
+	rdOutstanding int       // READ and atomic WQEs started and not retired
+	rnrWait       bool      // an RNR NAK paused the requester ...
+	rnrUntil      time.Time // ... until then
 
 	// cwnd is the window of unacknowledged PSNs (0: all of ackWindow).
 	// Go-back-N resends everything after a lost packet, so a lossy path
@@ -326,11 +325,40 @@ func (qp *QP) advancePSNLocked(n uint32, ackReq bool) {
 	}
 }
 
-// rewindLocked goes back to PSN psn, the oldest unacknowledged packet, to
+// pauseUntil stops the requester until t (an RNR NAK's timer).
+func (r *requester) pauseUntil(t time.Time) { r.rnrWait, r.rnrUntil = true, t }
+
+// resume ends an RNR wait whose time has come; it reports whether it did.
+func (r *requester) resume(now time.Time) bool {
+	if !r.rnrWait || now.Before(r.rnrUntil) {
+		return false
+	}
+	r.rnrWait = false
+	return true
+}
+
+// onRetired updates the requester's accounting when the completer retires
+// w, the oldest WQE (successfully or not).
+func (r *requester) onRetired(qp *QP, w *sendWQE) {
+	if w.started && w.isReadOrAtomic() && r.rdOutstanding > 0 {
+		r.rdOutstanding--
+	}
+	if w.started && qp.sq.next == qp.sq.head {
+		// A go-back-N rewind had put the requester back inside this WQE,
+		// and a late response completed it before it was sent again: the
+		// next WQE must start after its PSNs, not inside them.
+		if r.psn.LessEq(w.lastPSN) {
+			r.psn = w.lastPSN.Add(1)
+		}
+		qp.sq.next++
+	}
+}
+
+// rewind goes back to PSN psn, the oldest unacknowledged packet, to
 // retransmit everything from there (go-back-N, IBTA 9.7.5.1.4). A SEND or
 // WRITE resumes mid-message at psn; a READ or atomic is requested again
 // whole, which the responder answers from its replay ring.
-func (qp *QP) rewindLocked(psn wire.PSN) {
+func (r *requester) rewind(qp *QP, psn wire.PSN) {
 	if qp.sq.head == qp.sq.tail {
 		return
 	}
@@ -338,7 +366,7 @@ func (qp *QP) rewindLocked(psn wire.PSN) {
 	if !head.started {
 		return // nothing was sent
 	}
-	qp.req.rdOutstanding = 0
+	r.rdOutstanding = 0
 	end := qp.sq.next
 	if end != qp.sq.tail {
 		end++ // include the partly sent WQE
@@ -352,16 +380,16 @@ func (qp *QP) rewindLocked(psn wire.PSN) {
 	case !head.isReadOrAtomic() && head.npkts > 0 && psn.InWindow(head.firstPSN, head.npkts):
 		head.started = true
 		head.sent = uint32(psn.Sub(head.firstPSN))
-		qp.req.psn = psn
+		r.psn = psn
 	case head.opcode == verbs.WRRDMARead && head.nextRespPSN != head.firstPSN:
 		// Part of the READ arrived: ask again for the rest only.
 		head.started = true
 		head.sent = 0
 		head.respStart = head.nextRespPSN
-		qp.req.rdOutstanding = 1
-		qp.req.psn = head.nextRespPSN
+		r.rdOutstanding = 1
+		r.psn = head.nextRespPSN
 	default:
-		qp.req.psn = head.firstPSN
+		r.psn = head.firstPSN
 	}
-	qp.req.noAck = 0
+	r.noAck = 0
 }

@@ -41,7 +41,6 @@ type responder struct {
 	haveCur   bool     // cur holds the receive WQE the SEND in progress fills
 	cur       recvWQE
 	recvOff   uint64
-	solicited bool
 	writeVA   uint64
 	writeRKey uint32
 	writeLeft uint64
@@ -67,7 +66,9 @@ type rdRes struct {
 	orig        uint64
 }
 
-// verdict is the outcome of the checks on a request packet.
+// verdict is the outcome of the checks on a request packet; each error
+// maps to one NAK code, as rxe's responder error states do (rxe_resp.c:
+// RESPST_ERR_RNR, RESPST_ERR_... → AETH syndromes).
 type verdict uint8
 
 const (
@@ -77,6 +78,22 @@ const (
 	vAccess          // NAK remote access error
 	vOpErr           // NAK remote operational error
 )
+
+func (v verdict) String() string {
+	switch v {
+	case vOK:
+		return "ok"
+	case vRNR:
+		return "rnr"
+	case vInvalid:
+		return "invalid-request"
+	case vAccess:
+		return "remote-access-error"
+	case vOpErr:
+		return "remote-operational-error"
+	}
+	return "verdict(?)"
+}
 
 // onRequestLocked handles a request packet on an RC QP.
 func (qp *QP) onRequestLocked(p *wire.Packet) {
@@ -235,10 +252,8 @@ func (qp *QP) recvSendLocked(p *wire.Packet, first, last bool) (verdict, verbs.W
 			flags, imm = verbs.WCWithInv, p.IETH.RKey()
 			qp.invalidateLocked(imm)
 		}
-		r.solicited = p.BTH.SolicitedEvent()
 		r.haveCur = false
-		qp.completeRecvLocked(&r.cur, verbs.WCSuccess, verbs.WCRecv, uint32(r.recvOff), imm, flags)
-		r.solicited = false
+		qp.completeRecvLocked(&r.cur, verbs.WCSuccess, verbs.WCRecv, uint32(r.recvOff), imm, flags, p.BTH.SolicitedEvent())
 		qp.dev.Counters.RDMARecvs.Add(1)
 	}
 	return vOK, 0
@@ -286,10 +301,8 @@ func (qp *QP) recvWriteLocked(p *wire.Packet, first, last bool) (verdict, verbs.
 	r.writeVA += n
 	r.writeLeft -= n
 	if last && p.ImmDt != nil {
-		r.solicited = p.BTH.SolicitedEvent()
 		r.haveCur = false
-		qp.completeRecvLocked(&r.cur, verbs.WCSuccess, verbs.WCRecvRDMAWithImm, uint32(r.writeLen), p.ImmDt.Imm(), verbs.WCWithImm)
-		r.solicited = false
+		qp.completeRecvLocked(&r.cur, verbs.WCSuccess, verbs.WCRecvRDMAWithImm, uint32(r.writeLen), p.ImmDt.Imm(), verbs.WCWithImm, p.BTH.SolicitedEvent())
 	}
 	return vOK, 0
 }
@@ -501,7 +514,7 @@ func (qp *QP) nakErrorLocked(psn wire.PSN, code wire.NAKCode, recvStatus verbs.W
 			recvStatus = verbs.WCRemInvReqErr
 		}
 		r.haveCur = false
-		qp.completeRecvLocked(&r.cur, recvStatus, 0, 0, 0, 0)
+		qp.completeRecvLocked(&r.cur, recvStatus, 0, 0, 0, 0, false)
 	}
 	r.inMsg = false
 	qp.errorLocked()

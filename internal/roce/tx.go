@@ -25,12 +25,36 @@ type pktBuf struct {
 // atomic ACK). Slots at n and beyond are always empty: every way a packet
 // leaves the queue (sent, dropped, moved to the receive path's stage) goes
 // through the methods below, which keep that so.
+//
+// While the receive path holds the QP (attach), the queue's responses go
+// to the receive batch's stage when it flushes, so that they leave with
+// every other QP's responses of the batch, in order; its requests leave
+// at once.
 type txq struct {
-	pkts [txBatch]transport.Datagram
-	bufs [txBatch]*pktBuf
-	mrs  [txBatch]*MR
-	req  [txBatch]bool
-	n    int
+	pkts  [txBatch]transport.Datagram
+	bufs  [txBatch]*pktBuf
+	mrs   [txBatch]*MR
+	req   [txBatch]bool
+	n     int
+	stage *txStage // set between attach and detach
+}
+
+// attach routes the queue's responses to st until detach.
+func (t *txq) attach(st *txStage) { t.stage = st }
+
+// detach ends attach.
+func (t *txq) detach() { t.stage = nil }
+
+// flush hands the queued packets on: responses to the attached stage, if
+// any, the rest to the transport.
+func (t *txq) flush(d *Device) {
+	if t.n == 0 {
+		return
+	}
+	if t.stage != nil {
+		t.stageResponses(d, t.stage)
+	}
+	t.send(d)
 }
 
 // push appends a packet; the caller has made room (n < txBatch).
@@ -220,15 +244,5 @@ func (qp *QP) appendPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.B
 	return b
 }
 
-// flushLocked sends the QP's batch. On the receive path (qp.stage set)
-// its responder packets join the stage instead, in order, and only the
-// requester packets leave now.
-func (qp *QP) flushLocked() {
-	if qp.tx.n == 0 {
-		return
-	}
-	if qp.stage != nil {
-		qp.tx.stageResponses(qp.dev, qp.stage)
-	}
-	qp.tx.send(qp.dev)
-}
+// flushLocked hands the QP's queued packets on (txq.flush).
+func (qp *QP) flushLocked() { qp.tx.flush(qp.dev) }
