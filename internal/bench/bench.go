@@ -175,6 +175,7 @@ type BWResult struct {
 	AvgMBps  float64 // bytes / elapsed, MB = 2^20 bytes as perftest
 	MsgRate  float64 // million messages per second
 	CPUTime  time.Duration
+	Stalls   Stalls // RNR NAKs, timeouts and retransmissions during the run; the caller fills it in
 }
 
 // LatResult is a latency measurement, as ib_*_lat reports it: one-way
@@ -183,6 +184,7 @@ type LatResult struct {
 	Config
 	Min, Max, Typical, Avg, Stdev, P99, P999 time.Duration
 	Samples                                  []time.Duration
+	Stalls                                   Stalls // as in BWResult
 }
 
 var errTimeout = errors.New("bench: no completion for 10 s; is the peer alive?")
