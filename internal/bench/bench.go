@@ -66,24 +66,37 @@ type Side struct {
 	wcs []verbs.WC
 
 	recvPosted int // receive WQEs posted and not yet completed
+	// recvCredit is the number of posted receive WQEs that no SEND of
+	// the peer has been aimed at yet: the peer's SEND bandwidth loop
+	// posts a SEND only against a credit, so it never meets an empty
+	// receive queue (an RNR NAK) because this side's reposting goroutine
+	// was slow to run. Shared by the two goroutines of a SEND test.
+	recvCredit atomic.Int64
 }
 
-// topUpRecv keeps Depth receive WQEs posted, each covering the receive half
-// of the buffer so that any message size fits.
+// topUpRecv keeps RecvDepth receive WQEs posted, each covering the receive
+// half of the buffer so that any message size fits.
 func (s *Side) topUpRecv() error {
 	half := len(s.Buf) / 2
-	for s.recvPosted < Depth {
+	for s.recvPosted < RecvDepth {
 		if err := s.QP.PostRecv(&verbs.RecvWR{WRID: 1 << 32, SGList: []verbs.SGE{s.MR.SGE(half, half)}}); err != nil {
 			return err
 		}
 		s.recvPosted++
+		s.recvCredit.Add(1)
 	}
 	return nil
 }
 
-// Depth is the send and receive queue depth (perftest's default tx depth
-// for bandwidth tests is 128).
+// Depth is the send queue depth and the bandwidth tests' window
+// (perftest's default tx depth for bandwidth tests is 128).
 const Depth = 128
+
+// RecvDepth is the receive queue depth (perftest's default rx depth for
+// SEND bandwidth tests is 512): deeper than the sender's window, so that
+// the receiver's reposting can fall behind a little without the sender
+// waiting for credits.
+const RecvDepth = 4 * Depth
 
 // NewSide creates the verbs objects of one end with a buffer of bufSize
 // bytes allocated off the Go heap.
@@ -93,7 +106,7 @@ func NewSide(ctx verbs.Context, bufSize int) (*Side, error) {
 	if s.PD, err = ctx.AllocPD(); err != nil {
 		return nil, err
 	}
-	if s.CQ, err = ctx.CreateCQ(4*Depth, nil); err != nil {
+	if s.CQ, err = ctx.CreateCQ(RecvDepth+Depth, nil); err != nil {
 		return nil, err
 	}
 	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
@@ -102,7 +115,7 @@ func NewSide(ctx verbs.Context, bufSize int) (*Side, error) {
 	}
 	s.Buf = s.MR.Bytes()
 	if s.QP, err = s.PD.CreateQP(&verbs.QPInitAttr{SendCQ: s.CQ, RecvCQ: s.CQ, QPType: verbs.QPTypeRC,
-		Cap: verbs.QPCap{MaxSendWR: Depth, MaxRecvWR: Depth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}); err != nil {
+		Cap: verbs.QPCap{MaxSendWR: Depth, MaxRecvWR: RecvDepth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}); err != nil {
 		return nil, err
 	}
 	if s.GID, err = ctx.QueryGID(1, 1); err != nil {
@@ -255,6 +268,9 @@ func BW(a, b *Side, cfg Config) (BWResult, error) {
 	posted, completed := 0, 0
 	for completed < iters {
 		for posted < iters && posted-completed < Depth {
+			if cfg.Op == Send && !b.takeCredit() {
+				break
+			}
 			wr.WRID = uint64(posted)
 			wr.SendFlags = 0
 			if (posted+1)%signalEvery == 0 {
@@ -265,6 +281,15 @@ func BW(a, b *Side, cfg Config) (BWResult, error) {
 				return BWResult{}, err
 			}
 			posted++
+		}
+		if posted-completed < signalEvery {
+			// No signaled SEND is outstanding: what holds the loop up
+			// is b's receive queue, which b's goroutine is refilling.
+			if err := b.awaitCredit(); err != nil {
+				close(stop)
+				return BWResult{}, err
+			}
+			continue
 		}
 		if _, err := a.poll(cfg.Block); err != nil {
 			close(stop)
@@ -290,6 +315,28 @@ func BW(a, b *Side, cfg Config) (BWResult, error) {
 	r.AvgMBps = float64(iters*cfg.Size) / elapsed.Seconds() / (1 << 20)
 	r.MsgRate = float64(iters) / elapsed.Seconds() / 1e6
 	return r, nil
+}
+
+// takeCredit claims one of s's posted receive WQEs for a SEND about to be
+// posted towards s, or reports that none is left.
+func (s *Side) takeCredit() bool {
+	if s.recvCredit.Load() <= 0 {
+		return false
+	}
+	s.recvCredit.Add(-1) // only the sending goroutine takes credits
+	return true
+}
+
+// awaitCredit waits until s has a receive WQE that no SEND is aimed at.
+func (s *Side) awaitCredit() error {
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; s.recvCredit.Load() <= 0; i++ {
+		spin.Idle(i + 1)
+		if i&65535 == 65535 && time.Now().After(deadline) {
+			return errTimeout
+		}
+	}
+	return nil
 }
 
 // repost keeps b's receive queue full until stop is closed and every
@@ -422,6 +469,7 @@ func (s *Side) send(peer *Side, cfg Config, i int) error {
 	wr.Opcode = verbs.WRRDMAWrite
 	if cfg.Op == Send {
 		wr.Opcode = verbs.WRSend
+		peer.recvCredit.Add(-1) // one message in flight: the peer always has a receive posted
 	}
 	if cfg.Size <= 64 {
 		wr.SendFlags |= verbs.SendInline
