@@ -90,6 +90,7 @@ func (qp *QP) onAckLocked(psn wire.PSN, syn uint8, now time.Time) {
 		qp.req.rnrUntil = now.Add(wire.RNRTimeout(wire.SyndromeValue(syn)))
 		qp.comp.ackDeadline = time.Time{}
 		qp.armTimerLocked(now, qp.req.rnrUntil)
+		qp.dev.addRNRWait(qp, qp.req.rnrUntil)
 	case wire.AckTypeNAK:
 		code := wire.NAKCode(wire.SyndromeValue(syn))
 		if code == wire.NAKPSNSeqError {

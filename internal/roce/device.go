@@ -165,7 +165,69 @@ type Device struct {
 	aside       atomic.Bool   // Serve has stepped aside for a busy poller
 	serveKick   chan struct{} // wakes Serve from stepping aside
 
+	// rnrWaits lists the QPs waiting out an RNR NAK, so that a busy
+	// poller ends the wait on time (endRNRWaits). A QP's timer is a Go
+	// runtime timer, which runs only when a P enters the scheduler: with
+	// every P held by a poller that never yields, a 0.64 ms RNR wait
+	// lasted until the runtime preempted a poller, 10-20 ms (issue 9).
+	rnrMu    sync.Mutex
+	rnrWaits []rnrWait
+	rnrCount atomic.Int32 // len(rnrWaits), read without rnrMu
+
 	Counters Counters
+}
+
+// rnrWait is a QP in an RNR wait and when the wait ends.
+type rnrWait struct {
+	qp    *QP
+	until time.Time
+}
+
+// addRNRWait notes that qp waits out an RNR NAK until until.
+// Precondition: qp.mu held (the lock order is qp.mu, then rnrMu).
+func (d *Device) addRNRWait(qp *QP, until time.Time) {
+	d.rnrMu.Lock()
+	defer d.rnrMu.Unlock()
+	for i := range d.rnrWaits {
+		if d.rnrWaits[i].qp == qp {
+			d.rnrWaits[i].until = until
+			return
+		}
+	}
+	d.rnrWaits = append(d.rnrWaits, rnrWait{qp, until})
+	d.rnrCount.Store(int32(len(d.rnrWaits)))
+}
+
+// endRNRWaits runs the timer of every QP whose RNR wait is over, so that
+// a busy poller resumes its requester without waiting for the Go timer.
+// It costs one atomic load when no QP waits.
+func (d *Device) endRNRWaits() {
+	if d.rnrCount.Load() == 0 {
+		return
+	}
+	now := time.Now()
+	var dueBuf [8]*QP
+	due := dueBuf[:0]
+	d.rnrMu.Lock()
+	kept := d.rnrWaits[:0]
+	for _, w := range d.rnrWaits {
+		if now.Before(w.until) {
+			kept = append(kept, w)
+		} else {
+			due = append(due, w.qp)
+		}
+	}
+	clear(d.rnrWaits[len(kept):])
+	d.rnrWaits = kept
+	d.rnrCount.Store(int32(len(kept)))
+	d.rnrMu.Unlock()
+	for _, qp := range due {
+		qp.mu.Lock()
+		if !qp.destroyed && qp.req.rnrWait && !now.Before(qp.req.rnrUntil) {
+			qp.onTimerLocked(now)
+		}
+		qp.mu.Unlock()
+	}
 }
 
 // New creates a device on cfg.Transport. Call Serve (in a goroutine) to
@@ -397,6 +459,7 @@ func (d *Device) sendLateAcks() {
 // packets waiting for this device itself. CQ.Poll calls it when the CQ is
 // empty; it never blocks.
 func (d *Device) PollRx() {
+	d.endRNRWaits()
 	if d.inlinePoll && d.poller != nil && d.serving.Load() {
 		d.inlinePolls.Add(1)
 		d.pollRx(d.poller, true)

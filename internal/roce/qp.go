@@ -770,7 +770,13 @@ func (qp *QP) onTimer() {
 	if qp.destroyed {
 		return
 	}
-	now := time.Now()
+	qp.onTimerLocked(time.Now())
+}
+
+// onTimerLocked handles the QP's deadlines that are due at now and arms
+// the timer for the next one; the timer or a busy poller (endRNRWaits)
+// calls it. Precondition: qp.mu held.
+func (qp *QP) onTimerLocked(now time.Time) {
 	qp.timerAt = time.Time{}
 	if qp.stateLocked() == verbs.QPStateRTS || qp.stateLocked() == verbs.QPStateSQD {
 		qp.onTimeoutLocked(now)
