@@ -115,12 +115,12 @@ func runBench(args []string) error {
 	for _, s := range sizes {
 		maxSize = max(maxSize, s)
 	}
-	sa, err := bench.NewSide(a, 2*maxSize)
+	sa, err := bench.NewSide(a, maxSize)
 	if err != nil {
 		return err
 	}
 	defer sa.Close()
-	sb, err := bench.NewSide(b, 2*maxSize)
+	sb, err := bench.NewSide(b, maxSize)
 	if err != nil {
 		return err
 	}
@@ -184,7 +184,6 @@ func runBench(args []string) error {
 				r.Stalls = bench.Delta(before, counters(a, b))
 				bar.pause()
 				printLatRow(w, r)
-				r.Samples = nil
 				rep.Lat = append(rep.Lat, r)
 			}
 		}

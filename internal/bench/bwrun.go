@@ -252,7 +252,7 @@ func (b *BWRun) Run() error {
 				return fmt.Errorf("poll CQ failed: %w", err)
 			}
 			if got == 0 {
-				if err := w.idle(); err != nil {
+				if err := w.wait(b.ep.SendCQ); err != nil {
 					return err
 				}
 				continue
@@ -290,7 +290,7 @@ func (b *BWRun) drain() error {
 			return fmt.Errorf("poll CQ failed: %w", err)
 		}
 		if got == 0 {
-			if err := w.idle(); err != nil {
+			if err := w.wait(b.ep.SendCQ); err != nil {
 				if b.dur {
 					return nil
 				}
@@ -353,7 +353,7 @@ func (b *BWRun) RunServer() error {
 			return fmt.Errorf("Poll Receive CQ failed: %w", err)
 		}
 		if got == 0 {
-			if err := w.idle(); err != nil {
+			if err := w.wait(b.ep.RecvCQ); err != nil {
 				return err
 			}
 			continue
@@ -429,7 +429,7 @@ func (b *BWRun) RunBi() error {
 			return err
 		}
 		if got == 0 && sent == 0 {
-			if err := w.idle(); err != nil {
+			if err := w.wait(b.ep.RecvCQ); err != nil {
 				return err
 			}
 		} else {

@@ -54,6 +54,11 @@ type Test struct {
 	NoPeak   bool   // -N
 	Gbits    bool   // report in Gb/s
 	Inline   int    // largest message sent inline
+	// Block waits for completions with CQ.Wait after a while of empty
+	// polls instead of busy polling throughout (softrdma bench -block;
+	// perftest always busy-polls). Memory polling (WRITE latency) spins
+	// either way.
+	Block bool
 
 	// Duration and Margin (seconds) select duration mode (-D, --margin)
 	// when Duration > 0.
@@ -241,6 +246,12 @@ func (w *watch) idle() error {
 	if w.spins&1023 != 0 {
 		return nil
 	}
+	return w.check()
+}
+
+// check returns an error once the loop has stalled for the stall timeout
+// or the context is done.
+func (w *watch) check() error {
 	now := Ticks()
 	if w.last == 0 {
 		w.last = now
@@ -259,6 +270,23 @@ func (w *watch) idle() error {
 		return fmt.Errorf("%w (%v)", ErrStall, timeout)
 	}
 	return nil
+}
+
+// blockAfter is how many empty polls a Block run spins before it waits.
+const blockAfter = 64
+
+// wait is idle for a loop that polls cq: with Test.Block it waits on cq
+// (at most a millisecond, so that the stall and cancellation checks
+// still run) once spinning has not helped.
+func (w *watch) wait(cq verbs.CQ) error {
+	if !w.t.Block || w.spins < blockAfter {
+		return w.idle()
+	}
+	w.spins++
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	cq.Wait(ctx) // a timeout is no error here: the caller polls again
+	cancel()
+	return w.check()
 }
 
 // compError is perftest's NOTIFY_COMP_ERROR_SEND/RECV as an error.

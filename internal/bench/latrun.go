@@ -121,7 +121,7 @@ func (l *LatRun) pollSend(w *watch) error {
 			}
 			return nil
 		}
-		if err := w.idle(); err != nil {
+		if err := w.wait(l.ep.SendCQ); err != nil {
 			return err
 		}
 	}
@@ -226,7 +226,7 @@ func (l *LatRun) RunSend() error {
 					break
 				}
 				if n == 0 {
-					if err := w.idle(); err != nil {
+					if err := w.wait(l.ep.RecvCQ); err != nil {
 						return err
 					}
 					continue
