@@ -209,6 +209,14 @@ func (cfg Config) test(verb perftest.Verb, role perftest.Role) *Test {
 	return t
 }
 
+// checkSize checks that a message of size bytes fits both sides' buffers.
+func checkSize(a, b *Side, size int) error {
+	if room := min(a.layout.BuffSize, b.layout.BuffSize); size < 1 || uint64(size) > room {
+		return fmt.Errorf("bench: size %d must be 1..%d", size, room)
+	}
+	return nil
+}
+
 func (o Op) verb() perftest.Verb {
 	switch o {
 	case Read:
@@ -224,8 +232,8 @@ func (o Op) verb() perftest.Verb {
 // perftest's receiving loop in a goroutine and a posts a SEND only against
 // a receive b has posted (Test.Credits).
 func BW(a, b *Side, cfg Config) (BWResult, error) {
-	if cfg.Size < 1 || uint64(cfg.Size) > a.layout.BuffSize || uint64(cfg.Size) > b.layout.BuffSize {
-		return BWResult{}, fmt.Errorf("bench: size %d must be 1..%d", cfg.Size, min(a.layout.BuffSize, b.layout.BuffSize))
+	if err := checkSize(a, b, cfg.Size); err != nil {
+		return BWResult{}, err
 	}
 	if cfg.Iters < 1 {
 		return BWResult{}, fmt.Errorf("bench: %d iterations", cfg.Iters)
@@ -269,8 +277,8 @@ func BW(a, b *Side, cfg Config) (BWResult, error) {
 // engine's LatRun: WRITE and SEND ping-pong between a (the client) and b
 // (the server) in two goroutines, READ from a alone.
 func Lat(a, b *Side, cfg Config) (LatResult, error) {
-	if cfg.Size < 1 || uint64(cfg.Size) > a.layout.BuffSize || uint64(cfg.Size) > b.layout.BuffSize {
-		return LatResult{}, fmt.Errorf("bench: size %d must be 1..%d", cfg.Size, min(a.layout.BuffSize, b.layout.BuffSize))
+	if err := checkSize(a, b, cfg.Size); err != nil {
+		return LatResult{}, err
 	}
 	if cfg.Iters < 5 {
 		return LatResult{}, fmt.Errorf("bench: %d round trips; latency needs at least 5", cfg.Iters)

@@ -191,6 +191,28 @@ func (b *BWRun) post(q *bwQP, i int, totscnt uint64, stride, n uint64) error {
 	return nil
 }
 
+// postWindow posts, round robin over the QPs, as many messages as each
+// QP's tx depth lets it have outstanding, until its iterations (or the
+// duration) are over; totscnt counts them over all QPs.
+func (b *BWRun) postWindow(totscnt *uint64, txDepth, stride, n uint64) error {
+	for i := range b.qps {
+		q := &b.qps[i]
+		for (b.dur || q.scnt < b.iters) && q.scnt-q.ccnt+1 <= txDepth {
+			if b.dur && b.ph.At(Ticks()) == PhaseEnd {
+				break
+			}
+			if !b.takeCredit() {
+				break
+			}
+			if err := b.post(q, i, *totscnt, stride, n); err != nil {
+				return err
+			}
+			*totscnt++
+		}
+	}
+	return nil
+}
+
 // sendCompletions handles polled send completions (each covers cq_mod
 // messages).
 func (b *BWRun) sendCompletions(wcs []verbs.WC, totccnt *uint64, totIters uint64) error {
@@ -231,20 +253,8 @@ func (b *BWRun) Run() error {
 	w := newWatch(b.t)
 	var totscnt, totccnt uint64
 	for totscnt < totIters || totccnt < totIters || (b.dur && b.ph.At(Ticks()) != PhaseEnd) {
-		for i := range b.qps {
-			q := &b.qps[i]
-			for (b.dur || q.scnt < b.iters) && q.scnt-q.ccnt+1 <= txDepth {
-				if b.dur && b.ph.At(Ticks()) == PhaseEnd {
-					break
-				}
-				if !b.takeCredit() {
-					break
-				}
-				if err := b.post(q, i, totscnt, stride, n); err != nil {
-					return err
-				}
-				totscnt++
-			}
+		if err := b.postWindow(&totscnt, txDepth, stride, n); err != nil {
+			return err
 		}
 		if totccnt < totIters || (b.dur && totccnt < totscnt) {
 			got, err := b.ep.SendCQ.Poll(b.wcs)
@@ -394,16 +404,9 @@ func (b *BWRun) RunBi() error {
 	w := newWatch(b.t)
 	var totscnt, totccnt, totrcnt uint64
 	for (b.dur && b.ph.At(Ticks()) != PhaseEnd) || totccnt < totIters || totrcnt < totIters {
-		for i := range b.qps {
-			q := &b.qps[i]
-			for !beforeFirstRx && (b.dur || q.scnt < b.iters) && q.scnt-q.ccnt+1 <= txDepth {
-				if b.dur && b.ph.At(Ticks()) == PhaseEnd {
-					break
-				}
-				if err := b.post(q, i, totscnt, stride, n); err != nil {
-					return err
-				}
-				totscnt++
+		if !beforeFirstRx {
+			if err := b.postWindow(&totscnt, txDepth, stride, n); err != nil {
+				return err
 			}
 		}
 		got, err := b.ep.RecvCQ.Poll(b.rwcs)
