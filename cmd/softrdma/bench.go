@@ -115,12 +115,12 @@ func runBench(args []string) error {
 	for _, s := range sizes {
 		maxSize = max(maxSize, s)
 	}
-	sa, err := bench.NewSide(a, 2*maxSize)
+	sa, err := bench.NewSide(a, maxSize)
 	if err != nil {
 		return err
 	}
 	defer sa.Close()
-	sb, err := bench.NewSide(b, 2*maxSize)
+	sb, err := bench.NewSide(b, maxSize)
 	if err != nil {
 		return err
 	}
@@ -155,10 +155,12 @@ func runBench(args []string) error {
 				if size >= 1<<20 {
 					n = max(64, n/20) // keep large sizes to a few seconds
 				}
+				before := counters(a, b)
 				r, err := bench.BW(sa, sb, bench.Config{Op: op, Size: size, Iters: n, Block: *block})
 				if err != nil {
 					return fmt.Errorf("%v bandwidth, %d bytes: %w", op, size, err)
 				}
+				r.Stalls = bench.Delta(before, counters(a, b))
 				bar.pause()
 				printBWRow(w, r)
 				rep.BW = append(rep.BW, r)
@@ -174,13 +176,14 @@ func runBench(args []string) error {
 				}
 				bar.start(fmt.Sprintf("%v latency, %d B", op, size), run, runs, nil)
 				run++
+				before := counters(a, b)
 				r, err := bench.Lat(sa, sb, bench.Config{Op: op, Size: size, Iters: *latIters, Block: *block})
 				if err != nil {
 					return fmt.Errorf("%v latency, %d bytes: %w", op, size, err)
 				}
+				r.Stalls = bench.Delta(before, counters(a, b))
 				bar.pause()
 				printLatRow(w, r)
-				r.Samples = nil
 				rep.Lat = append(rep.Lat, r)
 			}
 		}
@@ -217,6 +220,17 @@ func runBench(args []string) error {
 		fmt.Fprintf(w, "plot written to %s\n", *plotFile)
 	}
 	return nil
+}
+
+// counters sums the devices' counters, for bench.Delta.
+func counters(devs ...*soft.Device) bench.Counters {
+	c := bench.Counters{}
+	for _, d := range devs {
+		for _, v := range d.Counters() {
+			c.Add(v.Name, v.Value)
+		}
+	}
+	return c
 }
 
 // openPair opens the two devices. If an address is taken (another softrdma
@@ -263,12 +277,12 @@ func printBWHeader(w io.Writer, op bench.Op) {
 	fmt.Fprintln(w, dashes)
 	fmt.Fprintf(w, "                    %v BW Test\n", op)
 	fmt.Fprintln(w, dashes)
-	fmt.Fprintf(w, " %-10s %-14s %-18s %-20s %-14s %s\n", "#bytes", "#iterations", "BW peak[MB/sec]", "BW average[MB/sec]", "MsgRate[Mpps]", "CPU[s/GB]")
+	fmt.Fprintf(w, " %-10s %-14s %-18s %-20s %-14s %-10s %s\n", "#bytes", "#iterations", "BW peak[MB/sec]", "BW average[MB/sec]", "MsgRate[Mpps]", "CPU[s/GB]", stallsHeader)
 }
 
 func printBWRow(w io.Writer, r bench.BWResult) {
 	gb := float64(r.Iters*r.Size) / 1e9
-	fmt.Fprintf(w, " %-10d %-14d %-18.2f %-20.2f %-14.6f %.3f\n", r.Size, r.Iters, r.PeakMBps, r.AvgMBps, r.MsgRate, r.CPUTime.Seconds()/gb)
+	fmt.Fprintf(w, " %-10d %-14d %-18.2f %-20.2f %-14.6f %-10.3f %s\n", r.Size, r.Iters, r.PeakMBps, r.AvgMBps, r.MsgRate, r.CPUTime.Seconds()/gb, stallsCols(r.Stalls))
 }
 
 func printLatHeader(w io.Writer, op bench.Op) {
@@ -280,20 +294,30 @@ func printLatHeader(w io.Writer, op bench.Op) {
 		fmt.Fprintf(w, "                    (one way: half the round trip)\n")
 	}
 	fmt.Fprintln(w, dashes)
-	fmt.Fprintf(w, " %-7s %-12s %-12s %-12s %-16s %-12s %-14s %-22s %s\n", "#bytes", "#iterations", "t_min[usec]", "t_max[usec]", "t_typical[usec]", "t_avg[usec]", "t_stdev[usec]", "99% percentile[usec]", "99.9% percentile[usec]")
+	fmt.Fprintf(w, " %-7s %-12s %-12s %-12s %-16s %-12s %-14s %-22s %-22s %s\n", "#bytes", "#iterations", "t_min[usec]", "t_max[usec]", "t_typical[usec]", "t_avg[usec]", "t_stdev[usec]", "99% percentile[usec]", "99.9% percentile[usec]", stallsHeader)
 }
 
 func us(d time.Duration) float64 { return float64(d) / 1e3 }
 
 func printLatRow(w io.Writer, r bench.LatResult) {
-	fmt.Fprintf(w, " %-7d %-12d %-12.2f %-12.2f %-16.2f %-12.2f %-14.2f %-22.2f %.2f\n", r.Size, r.Iters,
-		us(r.Min), us(r.Max), us(r.Typical), us(r.Avg), us(r.Stdev), us(r.P99), us(r.P999))
+	fmt.Fprintf(w, " %-7d %-12d %-12.2f %-12.2f %-16.2f %-12.2f %-14.2f %-22.2f %-22.2f %s\n", r.Size, r.Iters,
+		us(r.Min), us(r.Max), us(r.Typical), us(r.Avg), us(r.Stdev), us(r.P99), us(r.P999), stallsCols(r.Stalls))
+}
+
+// stallsHeader and stallsCols end each table row with what stalled the run:
+// RNR NAKs (sent by the receiver), local ACK timeouts and retransmitted
+// packets, so a collapsed rate explains itself.
+const stallsHeader = "RNR_NAKs timeouts retransmits"
+
+func stallsCols(s bench.Stalls) string {
+	return fmt.Sprintf("%-8d %-8d %d", s.RNRNAKsSent, s.Timeouts, s.Retransmits)
 }
 
 // benchCSVHeader is the first row -csv writes; bandwidth rows leave the
 // latency columns empty and latency rows the bandwidth ones.
 var benchCSVHeader = []string{"test", "op", "bytes", "iterations", "bw_peak_MBps", "bw_average_MBps", "msg_rate_Mpps", "cpu_s_per_GB",
-	"t_min_usec", "t_typical_usec", "t_avg_usec", "t_max_usec", "p99_usec", "p99_9_usec"}
+	"t_min_usec", "t_typical_usec", "t_avg_usec", "t_max_usec", "p99_usec", "p99_9_usec",
+	"rnr_naks_sent", "rnr_naks_rcvd", "seq_naks_rcvd", "timeouts", "retransmits"}
 
 // writeBenchCSV writes the bench's results as CSV, one row per test.
 func writeBenchCSV(path string, rep benchReport) error {
@@ -301,14 +325,19 @@ func writeBenchCSV(path string, rep benchReport) error {
 	rows := [][]string{benchCSVHeader}
 	for _, r := range rep.BW {
 		gb := float64(r.Iters*r.Size) / 1e9
-		rows = append(rows, []string{"bw", strings.ToLower(r.Op.String()), strconv.Itoa(r.Size), strconv.Itoa(r.Iters),
-			f(r.PeakMBps, 2), f(r.AvgMBps, 2), f(r.MsgRate, 6), f(r.CPUTime.Seconds()/gb, 3), "", "", "", "", "", ""})
+		rows = append(rows, append([]string{"bw", strings.ToLower(r.Op.String()), strconv.Itoa(r.Size), strconv.Itoa(r.Iters),
+			f(r.PeakMBps, 2), f(r.AvgMBps, 2), f(r.MsgRate, 6), f(r.CPUTime.Seconds()/gb, 3), "", "", "", "", "", ""}, stallsCSV(r.Stalls)...))
 	}
 	for _, r := range rep.Lat {
-		rows = append(rows, []string{"lat", strings.ToLower(r.Op.String()), strconv.Itoa(r.Size), strconv.Itoa(r.Iters), "", "", "", "",
-			f(us(r.Min), 2), f(us(r.Typical), 2), f(us(r.Avg), 2), f(us(r.Max), 2), f(us(r.P99), 2), f(us(r.P999), 2)})
+		rows = append(rows, append([]string{"lat", strings.ToLower(r.Op.String()), strconv.Itoa(r.Size), strconv.Itoa(r.Iters), "", "", "", "",
+			f(us(r.Min), 2), f(us(r.Typical), 2), f(us(r.Avg), 2), f(us(r.Max), 2), f(us(r.P99), 2), f(us(r.P999), 2)}, stallsCSV(r.Stalls)...))
 	}
 	return writeCSVFile(path, rows)
+}
+
+func stallsCSV(s bench.Stalls) []string {
+	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	return []string{u(s.RNRNAKsSent), u(s.RNRNAKsRcvd), u(s.SeqNAKsRcvd), u(s.Timeouts), u(s.Retransmits)}
 }
 
 // writeCSVFile writes rows to a new file at path.

@@ -14,6 +14,7 @@ import (
 
 	"gonum.org/v1/plot/plotter"
 
+	"github.com/softrdma/softrdma/internal/bench"
 	"github.com/softrdma/softrdma/internal/perftest"
 )
 
@@ -31,23 +32,23 @@ type ptCPUSampler struct {
 	err        error
 }
 
-func startPTCPUSampler(ph *ptPhases) *ptCPUSampler {
+func startPTCPUSampler(ph *bench.Phases) bench.CPUSampler {
 	s := &ptCPUSampler{done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		time.Sleep(time.Duration(ph.sampleStart) - time.Since(ptEpoch))
+		time.Sleep(time.Duration(ph.SampleStart) - time.Since(bench.Epoch))
 		if s.start, s.err = readProcStat(); s.err != nil {
 			return
 		}
-		time.Sleep(time.Duration(ph.sampleEnd) - time.Since(ptEpoch))
+		time.Sleep(time.Duration(ph.SampleEnd) - time.Since(bench.Epoch))
 		s.end, s.err = readProcStat()
 	}()
 	return s
 }
 
-// util waits for the end reading and returns the utilisation in percent;
+// Util waits for the end reading and returns the utilisation in percent;
 // 0 if /proc/stat could not be read (perftest prints 0 then too).
-func (s *ptCPUSampler) util() float64 {
+func (s *ptCPUSampler) Util() float64 {
 	if s == nil {
 		return 0
 	}
@@ -68,7 +69,7 @@ func readProcStat() (perftest.CPUStat, error) {
 }
 
 // ptCompleted counts completions seen by the polling loops, for the
-// progress bar; ptWatch.progress adds to it.
+// progress bar; the engine adds to it (bench.Test.Completed).
 var ptCompleted atomic.Uint64
 
 // ptOutputs collects the rows printed, for --out_csv and --plot.

@@ -19,10 +19,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
-	"sync/atomic"
-	"unsafe"
 
 	"github.com/softrdma/softrdma/cm"
+	"github.com/softrdma/softrdma/internal/bench"
 	"github.com/softrdma/softrdma/internal/perftest"
 	"github.com/softrdma/softrdma/verbs"
 )
@@ -47,14 +46,8 @@ type ptResources struct {
 	cacheLine uint64
 }
 
-// ptInc is perftest's INC: size rounded up to a whole number of cache
-// lines, at least one.
-func ptInc(size, cacheLine uint64) uint64 {
-	if size <= cacheLine {
-		return cacheLine
-	}
-	return (size + cacheLine - 1) / cacheLine * cacheLine
-}
+// ptInc is perftest's INC (bench.Inc).
+func ptInc(size, cacheLine uint64) uint64 { return bench.Inc(size, cacheLine) }
 
 // ptAccess is the MR and QP access perftest gives each verb.
 func ptAccess(v perftest.Verb) (mr, qp verbs.Access) {
@@ -80,10 +73,9 @@ func newPTResources(ctx verbs.Context, o *ptOptions, cycle, cacheLine uint64, in
 			r.close()
 		}
 	}()
-	n := uint64(o.numQPs)
-	r.buffSize = max(o.size, cycle)
-	r.qpBuff = ptInc(r.buffSize, cacheLine)
-	total := r.qpBuff * 2 * n
+	l := bench.NewLayout(o.numQPs, o.size, cycle, cacheLine)
+	r.buffSize, r.qpBuff = l.BuffSize, l.QPBuff
+	total := l.Bytes()
 	if total > 1<<40 {
 		return nil, fmt.Errorf("Couldn't allocate work buf: %d bytes", total)
 	}
@@ -148,27 +140,24 @@ func (r *ptResources) close() {
 	}
 }
 
+// layout is the resources' buffer layout (bench.Layout), which the engine
+// and the methods below follow.
+func (r *ptResources) layout() bench.Layout {
+	return bench.Layout{NumQPs: len(r.qps), BuffSize: r.buffSize, QPBuff: r.qpBuff, Cycle: r.cycle, CacheLine: r.cacheLine}
+}
+
 // sendOff is the buffer offset of QP i's send region (ctx->buf[i]).
-func (r *ptResources) sendOff(i int) uint64 { return uint64(i) * r.buffSize }
+func (r *ptResources) sendOff(i int) uint64 { return r.layout().SendOff(i) }
 
 // vaddrOff is the offset of QP i's advertised region (my_dest.vaddr).
-func (r *ptResources) vaddrOff(i int) uint64 {
-	return uint64(len(r.qps)+i) * r.buffSize
-}
+func (r *ptResources) vaddrOff(i int) uint64 { return r.layout().VAddrOff(i) }
 
 // recvOff is the offset of QP i's receive WQEs (ctx_set_recv_wqes).
-func (r *ptResources) recvOff(i int) uint64 { return uint64(len(r.qps)+i) * r.qpBuff }
+func (r *ptResources) recvOff(i int) uint64 { return r.layout().RecvOff(i) }
 
-// slots returns the slot stride and count of size-byte messages: messages of
-// at most half a cycle buffer step through it (increase_loc_addr), larger
-// ones always use the start of their region.
-func (r *ptResources) slots(size uint64) (stride, n uint64) {
-	if size > r.cycle/2 {
-		return 0, 1
-	}
-	stride = ptInc(size, r.cacheLine)
-	return stride, r.cycle / stride
-}
+// slots returns the slot stride and count of size-byte messages
+// (bench.Layout.Slots).
+func (r *ptResources) slots(size uint64) (stride, n uint64) { return r.layout().Slots(size) }
 
 // localDests returns this side's keys (set_up_connection).
 func (r *ptResources) localDests(lid uint16, outReads int, gid verbs.GID, psns []uint32) []perftest.Dest {
@@ -280,17 +269,6 @@ func (r *ptResources) verifySlots(what string, i int, localOff, peerAddr, peerSe
 		}
 	}
 	return nil
-}
-
-// ptLoad8 reads the byte at b[off] with an atomic load of the aligned
-// 32-bit word holding it: the peer's RDMA WRITE fills the buffer behind the
-// Go memory model's back. b must start 4-byte aligned (MR memory is page
-// aligned).
-func ptLoad8(b []byte, off uint64) byte {
-	word := (*uint32)(unsafe.Pointer(&b[off&^3]))
-	var w [4]byte
-	binary.NativeEndian.PutUint32(w[:], atomic.LoadUint32(word))
-	return w[off&3]
 }
 
 // ptNativeUint64 reads b as the CPU stores a uint64, as the responder's

@@ -20,7 +20,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -28,19 +27,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/softrdma/softrdma/internal/bench"
 	"github.com/softrdma/softrdma/internal/perftest"
-	"github.com/softrdma/softrdma/internal/spin"
 	"github.com/softrdma/softrdma/verbs"
 )
-
-// ptTicksPerUsec is the rate of ptTicks: nanoseconds stand in for
-// perftest's CPU cycles.
-const ptTicksPerUsec = perftest.NanosecondTicksPerUsec
-
-var ptEpoch = time.Now()
-
-// ptTicks is the benchmarks' clock: monotonic nanoseconds.
-func ptTicks() uint64 { return uint64(time.Since(ptEpoch)) }
 
 // ptStallTimeout is how long a measurement waits without progress before
 // it gives up (perftest's check_alive waits 60 s in bandwidth tests).
@@ -334,10 +324,10 @@ func (r *ptRun) runBW() error {
 		r.startRun(size, i, len(sizes))
 		bw := newPTBW(r, size)
 		if sender {
-			bw.setSendWQEs()
+			bw.SetSendWQEs()
 		}
 		if receiver {
-			if err := bw.setRecvWQEs(); err != nil {
+			if err := bw.SetRecvWQEs(); err != nil {
 				return err
 			}
 		}
@@ -347,16 +337,16 @@ func (r *ptRun) runBW() error {
 		var err error
 		switch {
 		case o.test.verb == perftest.Send && o.duplex:
-			err = bw.runBi()
+			err = bw.RunBi()
 		case o.test.verb == perftest.Send && o.role() == perftest.Server:
-			err = bw.runServer()
+			err = bw.RunServer()
 		default:
-			err = bw.run()
+			err = bw.Run()
 		}
 		if err != nil {
 			return err
 		}
-		if my, err = bw.report(); err != nil {
+		if my, err = bw.Report(); err != nil {
 			return err
 		}
 		if !o.duplex || (o.test.verb == perftest.Send && o.duration > 0) {
@@ -373,7 +363,7 @@ func (r *ptRun) runBW() error {
 				return err
 			}
 		}
-		if err := bw.verifyRead(); err != nil {
+		if err := r.verifyRead(bw, size); err != nil {
 			return err
 		}
 	}
@@ -438,7 +428,7 @@ func (r *ptRun) runLat() error {
 		r.startRun(size, i, len(sizes))
 		lat := newPTLat(r, size)
 		if o.test.verb == perftest.Send {
-			if err := lat.setRecvWQEs(); err != nil {
+			if err := lat.SetRecvWQEs(); err != nil {
 				return err
 			}
 		}
@@ -447,22 +437,22 @@ func (r *ptRun) runLat() error {
 		}
 		switch o.test.verb {
 		case perftest.Write:
-			err = lat.runWrite()
+			err = lat.RunWrite()
 		case perftest.Send:
-			err = lat.runSend()
+			err = lat.RunSend()
 		default:
-			err = lat.runRead()
+			err = lat.RunRead()
 		}
 		if err != nil {
 			return err
 		}
-		if err := lat.report(); err != nil {
+		if err := r.reportLat(lat); err != nil {
 			return err
 		}
 		if _, _, err := r.sess.AfterRun(ctx, perftest.BWReport{}); err != nil {
 			return err
 		}
-		if err := lat.verify(); err != nil {
+		if err := r.verifyLat(lat, size); err != nil {
 			return err
 		}
 	}
@@ -473,44 +463,26 @@ func (r *ptRun) runLat() error {
 	return err
 }
 
-// errPTStall reports a measurement that stopped making progress.
-var errPTStall = errors.New("no completion for a long time; is the peer alive?")
-
-// ptWatch is the idle policy of the polling loops: busy polling, as
-// perftest does, with spin.Idle's yields so as not to starve the peer, and
-// stall and cancellation checks that do not read the clock on every empty
-// poll.
-type ptWatch struct {
-	ctx   context.Context
-	spins int
-	last  uint64 // ticks of the last progress; 0: not yet known
+// benchTest is the engine's view of the options, for one message size.
+func (r *ptRun) benchTest(size uint64) *bench.Test {
+	o := r.o
+	t := &bench.Test{Verb: o.test.verb, AtomicOp: o.atomicOp, Role: o.role(), Duplex: o.duplex,
+		Size: size, Iters: uint64(o.iters), TxDepth: o.txDepth, RxDepth: o.rxDepth, CQMod: o.cqMod,
+		NoPeak: o.noPeak, Gbits: o.gbits, Inline: r.inline, Duration: o.duration, Margin: o.margin,
+		Ctx: r.env.ctx, StallTimeout: ptStallTimeout, Completed: &ptCompleted}
+	if o.cpuUtilOn() {
+		t.StartCPU = startPTCPUSampler
+	}
+	return t
 }
 
-func newPTWatch(ctx context.Context) ptWatch {
-	return ptWatch{ctx: ctx, last: ptTicks()}
-}
-
-// progress records that something completed.
-func (w *ptWatch) progress() { w.spins = 0; w.last = 0; ptCompleted.Add(1) }
-
-// idle is called after an empty poll; it returns an error once the loop
-// has stalled for ptStallTimeout or the context is done.
-func (w *ptWatch) idle() error {
-	w.spins++
-	spin.Idle(w.spins)
-	if w.spins&1023 != 0 {
-		return nil
+// endpoint is the engine's view of the resources and the peer's keys.
+func (r *ptRun) endpoint() *bench.Endpoint {
+	res := r.res
+	ep := &bench.Endpoint{Ctx: res.ctx, QPs: res.qps, SendCQ: res.sendCQ, RecvCQ: res.recvCQ,
+		LKey: res.mr.LKey(), Buf: res.buf, Base: res.base, Layout: res.layout(), Remote: make([]bench.Remote, len(r.remote))}
+	for i, d := range r.remote {
+		ep.Remote[i] = bench.Remote{VAddr: d.VAddr, RKey: d.RKey}
 	}
-	now := ptTicks()
-	if w.last == 0 {
-		w.last = now
-		return nil
-	}
-	if err := w.ctx.Err(); err != nil {
-		return err
-	}
-	if time.Duration(now-w.last) > ptStallTimeout {
-		return fmt.Errorf("%w (%v)", errPTStall, ptStallTimeout)
-	}
-	return nil
+	return ep
 }

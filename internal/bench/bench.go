@@ -1,21 +1,18 @@
-// Package bench runs perftest-style bandwidth and latency measurements
-// between two RC queue pairs through the verbs API: RDMA WRITE, RDMA READ
-// and SEND, as ib_write_bw / ib_write_lat / ib_read_* / ib_send_* do. The
-// CLI's bench command and the comparison harness use it; it knows nothing
-// about where the two sides live (one process over loopback, or two).
+// Package bench is softrdma's one benchmark engine: perftest's bandwidth
+// and latency loops through the verbs API (RDMA WRITE, RDMA READ, SEND and
+// atomics, as ib_write_bw / ib_write_lat / ib_read_* / ib_send_* /
+// ib_atomic_* run them; engine.go, bwrun.go, latrun.go). The
+// perftest-compatible tools run one end each against a peer; softrdma
+// bench and the comparison harness run both ends in one process (Side, BW,
+// Lat); the -scale measurement (scale.go) drives many QPs.
 package bench
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"math"
-	"slices"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
-	"github.com/softrdma/softrdma/internal/spin"
+	"github.com/softrdma/softrdma/internal/perftest"
 	"github.com/softrdma/softrdma/verbs"
 )
 
@@ -54,55 +51,60 @@ func ParseOp(s string) (Op, error) {
 	return 0, fmt.Errorf("unknown operation %q: use write, read or send", s)
 }
 
-// Side is one end: a QP with its CQ and a registered buffer.
+// Side is one end of softrdma bench: a QP with its send and receive CQs
+// and a registered buffer laid out as perftest lays out one QP's (Layout).
 type Side struct {
-	Ctx verbs.Context
-	PD  verbs.PD
-	CQ  verbs.CQ
-	QP  verbs.QP
-	MR  verbs.MR
-	Buf []byte
-	GID verbs.GID
-	wcs []verbs.WC
+	Ctx    verbs.Context
+	PD     verbs.PD
+	SendCQ verbs.CQ
+	RecvCQ verbs.CQ
+	QP     verbs.QP
+	MR     verbs.MR
+	Buf    []byte
+	GID    verbs.GID
+	layout Layout
 
-	recvPosted int // receive WQEs posted and not yet completed
+	// credits counts the receives this side posted that no SEND of the
+	// peer is aimed at yet (Test.Credits): the peer's SEND bandwidth loop
+	// never meets an empty receive queue (an RNR NAK) because this side's
+	// goroutine was slow to repost.
+	credits atomic.Int64
 }
 
-// topUpRecv keeps Depth receive WQEs posted, each covering the receive half
-// of the buffer so that any message size fits.
-func (s *Side) topUpRecv() error {
-	half := len(s.Buf) / 2
-	for s.recvPosted < Depth {
-		if err := s.QP.PostRecv(&verbs.RecvWR{WRID: 1 << 32, SGList: []verbs.SGE{s.MR.SGE(half, half)}}); err != nil {
-			return err
-		}
-		s.recvPosted++
-	}
-	return nil
-}
-
-// Depth is the send and receive queue depth (perftest's default tx depth
-// for bandwidth tests is 128).
+// Depth is the send queue depth and the bandwidth tests' window
+// (perftest's default tx depth for bandwidth tests is 128).
 const Depth = 128
 
-// NewSide creates the verbs objects of one end with a buffer of bufSize
-// bytes allocated off the Go heap.
-func NewSide(ctx verbs.Context, bufSize int) (*Side, error) {
-	s := &Side{Ctx: ctx, wcs: make([]verbs.WC, 64)}
+// RecvDepth is the receive queue depth (perftest's default rx depth for
+// SEND bandwidth tests is 512): deeper than the sender's window, so that
+// the receiver's reposting can fall behind a little without the sender
+// waiting for credits.
+const RecvDepth = 4 * Depth
+
+// inline is the largest message sent inline (the QPs' MaxInlineData).
+const inline = 64
+
+// NewSide creates the verbs objects of one end, for messages of up to
+// maxSize bytes, with a buffer allocated off the Go heap.
+func NewSide(ctx verbs.Context, maxSize int) (*Side, error) {
+	s := &Side{Ctx: ctx, layout: NewLayout(1, uint64(maxSize), 4096, 64)}
 	var err error
 	if s.PD, err = ctx.AllocPD(); err != nil {
 		return nil, err
 	}
-	if s.CQ, err = ctx.CreateCQ(4*Depth, nil); err != nil {
+	if s.SendCQ, err = ctx.CreateCQ(Depth, nil); err != nil {
+		return nil, err
+	}
+	if s.RecvCQ, err = ctx.CreateCQ(RecvDepth, nil); err != nil {
 		return nil, err
 	}
 	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
-	if s.MR, err = s.PD.AllocMR(bufSize, access); err != nil {
+	if s.MR, err = s.PD.AllocMR(int(s.layout.Bytes()), access); err != nil {
 		return nil, err
 	}
 	s.Buf = s.MR.Bytes()
-	if s.QP, err = s.PD.CreateQP(&verbs.QPInitAttr{SendCQ: s.CQ, RecvCQ: s.CQ, QPType: verbs.QPTypeRC,
-		Cap: verbs.QPCap{MaxSendWR: Depth, MaxRecvWR: Depth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}); err != nil {
+	if s.QP, err = s.PD.CreateQP(&verbs.QPInitAttr{SendCQ: s.SendCQ, RecvCQ: s.RecvCQ, QPType: verbs.QPTypeRC,
+		Cap: verbs.QPCap{MaxSendWR: Depth, MaxRecvWR: RecvDepth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: inline}}); err != nil {
 		return nil, err
 	}
 	if s.GID, err = ctx.QueryGID(1, 1); err != nil {
@@ -119,12 +121,21 @@ func (s *Side) Close() {
 	if s.MR != nil {
 		s.MR.Dereg()
 	}
-	if s.CQ != nil {
-		s.CQ.Destroy()
+	for _, cq := range []verbs.CQ{s.SendCQ, s.RecvCQ} {
+		if cq != nil {
+			cq.Destroy()
+		}
 	}
 	if s.PD != nil {
 		s.PD.Dealloc()
 	}
+}
+
+// endpoint is the engine's view of s, towards peer.
+func (s *Side) endpoint(peer *Side) *Endpoint {
+	return &Endpoint{Ctx: s.Ctx, QPs: []verbs.QP{s.QP}, SendCQ: s.SendCQ, RecvCQ: s.RecvCQ, LKey: s.MR.LKey(),
+		Buf: s.Buf, Base: s.MR.Addr(), Layout: s.layout,
+		Remote: []Remote{{VAddr: peer.MR.Addr() + peer.layout.VAddrOff(0), RKey: peer.MR.RKey()}}}
 }
 
 // Connect moves both QPs to RTS towards each other.
@@ -175,6 +186,7 @@ type BWResult struct {
 	AvgMBps  float64 // bytes / elapsed, MB = 2^20 bytes as perftest
 	MsgRate  float64 // million messages per second
 	CPUTime  time.Duration
+	Stalls   Stalls // RNR NAKs, timeouts and retransmissions during the run; the caller fills it in
 }
 
 // LatResult is a latency measurement, as ib_*_lat reports it: one-way
@@ -182,315 +194,134 @@ type BWResult struct {
 type LatResult struct {
 	Config
 	Min, Max, Typical, Avg, Stdev, P99, P999 time.Duration
-	Samples                                  []time.Duration
+	Stalls                                   Stalls // as in BWResult
 }
 
-var errTimeout = errors.New("bench: no completion for 10 s; is the peer alive?")
-
-// poll returns the next completion.
-func (s *Side) poll(block bool) (verbs.WC, error) {
-	deadline := time.Now().Add(10 * time.Second)
-	for i := 0; ; i++ {
-		n, err := s.CQ.Poll(s.wcs[:1])
-		if err != nil {
-			return verbs.WC{}, err
-		}
-		if n == 1 {
-			wc := s.wcs[0]
-			if wc.Status != verbs.WCSuccess {
-				return wc, fmt.Errorf("bench: completion %v for wr_id %d", wc.Status, wc.WRID)
-			}
-			return wc, nil
-		}
-		if block {
-			ctx, cancel := context.WithDeadline(context.Background(), deadline)
-			err := s.CQ.Wait(ctx)
-			cancel()
-			if err != nil {
-				return verbs.WC{}, errTimeout
-			}
-		} else {
-			spin.Idle(i + 1)
-			if i&65535 == 65535 && time.Now().After(deadline) {
-				return verbs.WC{}, errTimeout
-			}
-		}
+// test is the engine's parameters for cfg, with perftest's defaults: tx
+// depth 128, cq_mod 100 (1 above 8 KiB), no peak above 20000 messages.
+func (cfg Config) test(verb perftest.Verb, role perftest.Role) *Test {
+	t := &Test{Verb: verb, Role: role, Size: uint64(cfg.Size), Iters: uint64(cfg.Iters),
+		TxDepth: Depth, RxDepth: min(RecvDepth, cfg.Iters), CQMod: 100, NoPeak: cfg.Iters > 20000,
+		Inline: inline, Block: cfg.Block, StallTimeout: 10 * time.Second}
+	if cfg.Size > 8192 {
+		t.CQMod = 1
 	}
+	return t
 }
 
-// BW measures bandwidth from a to b: a keeps up to Depth operations
-// outstanding, signaling one in every signalEvery.
+// checkSize checks that a message of size bytes fits both sides' buffers.
+func checkSize(a, b *Side, size int) error {
+	if room := min(a.layout.BuffSize, b.layout.BuffSize); size < 1 || uint64(size) > room {
+		return fmt.Errorf("bench: size %d must be 1..%d", size, room)
+	}
+	return nil
+}
+
+func (o Op) verb() perftest.Verb {
+	switch o {
+	case Read:
+		return perftest.Read
+	case Send:
+		return perftest.Send
+	}
+	return perftest.Write
+}
+
+// BW measures bandwidth from a to b with the engine's BWRun, as ib_*_bw
+// does: a keeps up to Depth operations outstanding; for SEND, b runs
+// perftest's receiving loop in a goroutine and a posts a SEND only against
+// a receive b has posted (Test.Credits).
 func BW(a, b *Side, cfg Config) (BWResult, error) {
-	if cfg.Size > len(a.Buf) || cfg.Size > len(b.Buf) {
-		return BWResult{}, fmt.Errorf("bench: size %d exceeds the %d-byte buffers", cfg.Size, len(a.Buf))
+	if err := checkSize(a, b, cfg.Size); err != nil {
+		return BWResult{}, err
 	}
-	const signalEvery = 32
-	stop := make(chan struct{})
+	if cfg.Iters < 1 {
+		return BWResult{}, fmt.Errorf("bench: %d iterations", cfg.Iters)
+	}
+	verb := cfg.Op.verb()
+	ct := cfg.test(verb, perftest.Client)
+	client := NewBWRun(ct, a.endpoint(b))
+	client.SetSendWQEs()
 	recvDone := make(chan error, 1)
-	if cfg.Op == Send {
-		if err := b.topUpRecv(); err != nil {
+	if verb == perftest.Send {
+		b.credits.Store(0)
+		st := cfg.test(verb, perftest.Server)
+		ct.Credits, st.Credits = &b.credits, &b.credits
+		server := NewBWRun(st, b.endpoint(a))
+		if err := server.SetRecvWQEs(); err != nil {
 			return BWResult{}, err
 		}
-		go func() { recvDone <- b.repost(stop) }()
+		go func() { recvDone <- server.RunServer() }()
 	}
-	wr := verbs.SendWR{SGList: []verbs.SGE{a.MR.SGE(0, cfg.Size)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()}
-	switch cfg.Op {
-	case Write:
-		wr.Opcode = verbs.WRRDMAWrite
-	case Read:
-		wr.Opcode = verbs.WRRDMARead
-	case Send:
-		wr.Opcode = verbs.WRSend
-	}
-	iters := cfg.Iters - cfg.Iters%signalEvery
-	if iters == 0 {
-		iters = signalEvery
-	}
-	var peak float64
 	cpu0 := cpuTime()
 	start := time.Now()
-	last := start
-	posted, completed := 0, 0
-	for completed < iters {
-		for posted < iters && posted-completed < Depth {
-			wr.WRID = uint64(posted)
-			wr.SendFlags = 0
-			if (posted+1)%signalEvery == 0 {
-				wr.SendFlags = verbs.SendSignaled
-			}
-			if err := a.QP.PostSend(&wr); err != nil {
-				close(stop)
-				return BWResult{}, err
-			}
-			posted++
-		}
-		if _, err := a.poll(cfg.Block); err != nil {
-			close(stop)
-			return BWResult{}, err
-		}
-		completed += signalEvery
-		now := time.Now()
-		if d := now.Sub(last); d > 0 {
-			peak = max(peak, float64(signalEvery*cfg.Size)/d.Seconds()/(1<<20))
-		}
-		last = now
-	}
+	err := client.Run()
 	elapsed := time.Since(start)
 	cpu := cpuTime() - cpu0
-	close(stop)
-	if cfg.Op == Send {
-		if err := <-recvDone; err != nil {
-			return BWResult{}, err
+	if verb == perftest.Send {
+		if rerr := <-recvDone; err == nil {
+			err = rerr
 		}
 	}
-	r := BWResult{Config: cfg, Elapsed: elapsed, PeakMBps: peak, CPUTime: cpu}
-	r.Iters = iters
-	r.AvgMBps = float64(iters*cfg.Size) / elapsed.Seconds() / (1 << 20)
-	r.MsgRate = float64(iters) / elapsed.Seconds() / 1e6
-	return r, nil
-}
-
-// repost keeps b's receive queue full until stop is closed and every
-// receive it expects has arrived.
-func (s *Side) repost(stop <-chan struct{}) error {
-	idle := 0
-	for {
-		n, err := s.CQ.Poll(s.wcs)
-		if err != nil {
-			return err
-		}
-		for _, wc := range s.wcs[:n] {
-			if wc.Status != verbs.WCSuccess {
-				return fmt.Errorf("bench: receive completion %v", wc.Status)
-			}
-			s.recvPosted--
-		}
-		if err := s.topUpRecv(); err != nil {
-			return err
-		}
-		if n == 0 {
-			idle++
-			select {
-			case <-stop:
-				return nil
-			default:
-				spin.Idle(idle)
-			}
-		} else {
-			idle = 0
-		}
+	if err != nil {
+		return BWResult{}, err
 	}
+	rep, err := client.Report()
+	if err != nil {
+		return BWResult{}, err
+	}
+	return BWResult{Config: cfg, Elapsed: elapsed, PeakMBps: rep.BWPeak, AvgMBps: rep.BWAvg, MsgRate: rep.MsgRate, CPUTime: cpu}, nil
 }
 
-// Lat measures latency between a and b with cfg.Iters round trips.
+// Lat measures latency between a and b with cfg.Iters exchanges, with the
+// engine's LatRun: WRITE and SEND ping-pong between a (the client) and b
+// (the server) in two goroutines, READ from a alone.
 func Lat(a, b *Side, cfg Config) (LatResult, error) {
-	if cfg.Size > len(a.Buf)/2 || cfg.Size < 1 {
-		return LatResult{}, fmt.Errorf("bench: size %d must be 1..%d", cfg.Size, len(a.Buf)/2)
+	if err := checkSize(a, b, cfg.Size); err != nil {
+		return LatResult{}, err
 	}
-	samples := make([]time.Duration, 0, cfg.Iters)
-	var err error
-	switch cfg.Op {
-	case Read:
-		samples, err = readLat(a, b, cfg, samples)
-	case Write:
-		samples, err = pingPong(a, b, cfg, samples)
-	case Send:
-		samples, err = pingPong(a, b, cfg, samples)
+	if cfg.Iters < 5 {
+		return LatResult{}, fmt.Errorf("bench: %d round trips; latency needs at least 5", cfg.Iters)
+	}
+	verb := cfg.Op.verb()
+	ct, st := cfg.test(verb, perftest.Client), cfg.test(verb, perftest.Server)
+	ct.CQMod, st.CQMod = 1, 1 // every SEND signaled, as the SEND latency test does
+	client, server := NewLatRun(ct, a.endpoint(b)), NewLatRun(st, b.endpoint(a))
+	var run func(*LatRun) error
+	switch verb {
+	case perftest.Write:
+		// Each side polls the last byte of its receive region for the
+		// iteration number: start from zero, whatever ran before.
+		clear(a.Buf)
+		clear(b.Buf)
+		run = (*LatRun).RunWrite
+	case perftest.Send:
+		for _, l := range []*LatRun{client, server} {
+			if err := l.SetRecvWQEs(); err != nil {
+				return LatResult{}, err
+			}
+		}
+		run = (*LatRun).RunSend
+	}
+	done := make(chan error, 1)
+	if run != nil {
+		go func() { done <- run(server) }()
+	} else {
+		done <- nil
+		run = (*LatRun).RunRead
+	}
+	err := run(client)
+	if serr := <-done; err == nil {
+		err = serr
 	}
 	if err != nil {
 		return LatResult{}, err
 	}
-	return summarize(cfg, samples), nil
-}
-
-func readLat(a, b *Side, cfg Config, samples []time.Duration) ([]time.Duration, error) {
-	wr := verbs.SendWR{Opcode: verbs.WRRDMARead, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, cfg.Size)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()}
-	for i := 0; i < cfg.Iters; i++ {
-		t0 := time.Now()
-		wr.WRID = uint64(i)
-		if err := a.QP.PostSend(&wr); err != nil {
-			return nil, err
-		}
-		if _, err := a.poll(cfg.Block); err != nil {
-			return nil, err
-		}
-		samples = append(samples, time.Since(t0))
+	s, _, err := client.Stats()
+	if err != nil {
+		return LatResult{}, err
 	}
-	return samples, nil
-}
-
-// pingPong bounces a message between a and b: WRITE polls the last byte of
-// the target buffer as ib_write_lat does; SEND waits for the receive
-// completion as ib_send_lat does. Each sample is half a round trip.
-func pingPong(a, b *Side, cfg Config, samples []time.Duration) ([]time.Duration, error) {
-	if cfg.Op == Send {
-		for _, s := range []*Side{a, b} {
-			if err := s.topUpRecv(); err != nil {
-				return nil, err
-			}
-		}
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- echo(b, a, cfg) }()
-	for i := 0; i < cfg.Iters; i++ {
-		t0 := time.Now()
-		if err := bounce(a, b, cfg, i, true); err != nil {
-			return nil, err
-		}
-		samples = append(samples, time.Since(t0)/2)
-	}
-	return samples, <-errc
-}
-
-func echo(b, a *Side, cfg Config) error {
-	for i := 0; i < cfg.Iters; i++ {
-		if err := bounce(b, a, cfg, i, false); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// bounce does one leg pair from s's point of view: if first, send then wait
-// for the reply; else wait then reply.
-func bounce(s, peer *Side, cfg Config, i int, first bool) error {
-	if first {
-		if err := s.send(peer, cfg, i); err != nil {
-			return err
-		}
-		return s.await(cfg, i)
-	}
-	if err := s.await(cfg, i); err != nil {
-		return err
-	}
-	return s.send(peer, cfg, i)
-}
-
-// marker is the value of the last byte of iteration i's message.
-func marker(i int) byte { return byte(i%255) + 1 }
-
-// Latency tests send from the first half of a side's buffer into the
-// second half of the peer's, so a side never mistakes its own marker for
-// the peer's.
-func (s *Side) send(peer *Side, cfg Config, i int) error {
-	last := cfg.Size - 1
-	// The message carries its marker in its last byte.
-	s.Buf[last] = marker(i)
-	wr := verbs.SendWR{WRID: uint64(i), SGList: []verbs.SGE{s.MR.SGE(0, cfg.Size)}, RemoteAddr: peer.MR.Addr() + uint64(len(peer.Buf)/2), RKey: peer.MR.RKey()}
-	wr.Opcode = verbs.WRRDMAWrite
-	if cfg.Op == Send {
-		wr.Opcode = verbs.WRSend
-	}
-	if cfg.Size <= 64 {
-		wr.SendFlags |= verbs.SendInline
-	}
-	if i%16 == 15 || cfg.Op == Send {
-		wr.SendFlags |= verbs.SendSignaled
-	}
-	if err := s.QP.PostSend(&wr); err != nil {
-		return err
-	}
-	if wr.SendFlags&verbs.SendSignaled != 0 && cfg.Op != Send {
-		_, err := s.poll(cfg.Block)
-		return err
-	}
-	return nil
-}
-
-// await waits for iteration i's message from the peer.
-func (s *Side) await(cfg Config, i int) error {
-	if cfg.Op == Send {
-		// The send completion of our own previous message and the
-		// receive completion arrive on one CQ; wait for the receive.
-		for {
-			wc, err := s.poll(cfg.Block)
-			if err != nil {
-				return err
-			}
-			if wc.Opcode&verbs.WCRecv != 0 {
-				s.recvPosted--
-				return s.topUpRecv()
-			}
-		}
-	}
-	last := len(s.Buf)/2 + cfg.Size - 1
-	word := (*uint32)(unsafe.Pointer(&s.Buf[last&^3]))
-	shift := uint(last&3) * 8
-	want := uint32(marker(i))
-	deadline := time.Now().Add(10 * time.Second)
-	for n := 0; ; n++ {
-		if atomic.LoadUint32(word)>>shift&0xFF == want {
-			return nil
-		}
-		verbs.Progress(s.Ctx)
-		spin.Idle(n + 1)
-		if n&65535 == 65535 && time.Now().After(deadline) {
-			return errTimeout
-		}
-	}
-}
-
-func summarize(cfg Config, s []time.Duration) LatResult {
-	r := LatResult{Config: cfg, Samples: s}
-	if len(s) == 0 {
-		return r
-	}
-	sorted := slices.Clone(s)
-	slices.Sort(sorted)
-	r.Min, r.Max = sorted[0], sorted[len(sorted)-1]
-	r.Typical = sorted[len(sorted)/2]
-	var sum float64
-	for _, d := range sorted {
-		sum += float64(d)
-	}
-	avg := sum / float64(len(sorted))
-	var sq float64
-	for _, d := range sorted {
-		sq += (float64(d) - avg) * (float64(d) - avg)
-	}
-	r.Avg = time.Duration(avg)
-	r.Stdev = time.Duration(math.Sqrt(sq / float64(len(sorted))))
-	r.P99 = sorted[min(len(sorted)-1, len(sorted)*99/100)]
-	r.P999 = sorted[min(len(sorted)-1, len(sorted)*999/1000)]
-	return r
+	us := func(v float64) time.Duration { return time.Duration(v * 1e3) }
+	return LatResult{Config: cfg, Min: us(s.TMin), Max: us(s.TMax), Typical: us(s.TTypical), Avg: us(s.TAvg),
+		Stdev: us(s.TStdev), P99: us(s.P99), P999: us(s.P999)}, nil
 }

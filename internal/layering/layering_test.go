@@ -27,7 +27,7 @@ var rules = []struct {
 	{"transport/udp", []string{"transport", "wire"}, []string{"golang.org/x/sys", "golang.org/x/net"}},
 	{"transport", nil, nil},
 	{"internal/netsim", []string{"transport", "wire"}, nil},
-	{"internal/bench", []string{"verbs", "internal/spin"}, nil},
+	{"internal/bench", []string{"verbs", "internal/spin", "internal/perftest"}, nil},
 	{"internal/spin", nil, nil},
 	{"examples", []string{""}, []string{""}},
 	{"internal/roce", []string{"wire", "verbs", "transport", "internal/spin"}, nil},

@@ -22,6 +22,7 @@ import (
 	"container/heap"
 	"github.com/softrdma/softrdma/verbs"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -54,6 +55,18 @@ type timerQueue struct {
 	asked time.Time // the deadline the driver was last given; zero: none
 	due   []timerEntry
 	set   func(time.Time)
+	// first is the earliest queued deadline in Unix nanoseconds (0: none),
+	// readable without mu: busy pollers look at it on every poll.
+	first atomic.Int64
+}
+
+// updateFirst publishes the earliest queued deadline. Precondition: mu held.
+func (q *timerQueue) updateFirst() {
+	if len(q.h) == 0 {
+		q.first.Store(0)
+		return
+	}
+	q.first.Store(q.h[0].at.UnixNano())
 }
 
 // add queues a deadline and tells the driver if it is the earliest.
@@ -61,6 +74,7 @@ type timerQueue struct {
 func (q *timerQueue) add(qp *QP, at time.Time) {
 	q.mu.Lock()
 	heap.Push(&q.h, timerEntry{at: at, qp: qp})
+	q.updateFirst()
 	if q.asked.IsZero() || at.Before(q.asked) {
 		q.asked = at
 		q.set(at)
@@ -68,19 +82,17 @@ func (q *timerQueue) add(qp *QP, at time.Time) {
 	q.mu.Unlock()
 }
 
-// next returns the earliest queued deadline (possibly stale), or zero.
-func (q *timerQueue) next() time.Time {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.h) == 0 {
-		return time.Time{}
-	}
-	return q.h[0].at
-}
-
 // NextDeadline returns when the driver must next call OnTimeout, or the
-// zero time if no QP waits for anything. It is safe for concurrent use.
-func (d *Device) NextDeadline() time.Time { return d.timers.next() }
+// zero time if no QP waits for anything. It takes no lock, so a busy
+// poller can look at every poll whether a deadline is due and call
+// OnTimeout itself (the driver's timer may fire late while pollers hold
+// every CPU). It is safe for concurrent use.
+func (d *Device) NextDeadline() time.Time {
+	if n := d.timers.first.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
 
 // OnTimeout runs the timeout step of every QP whose deadline is at or
 // before now, then asks the driver (Config.SetTimer) for the next one. The
@@ -94,6 +106,7 @@ func (d *Device) OnTimeout(now time.Time) {
 	for len(q.h) > 0 && !q.h[0].at.After(now) {
 		due = append(due, heap.Pop(&q.h).(timerEntry))
 	}
+	q.updateFirst()
 	q.due = nil // owned by this call until it gives it back
 	q.mu.Unlock()
 	for i, e := range due {

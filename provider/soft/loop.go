@@ -243,8 +243,16 @@ func (d *Device) sendLateAcks() {
 
 // inlinePoll lets a goroutine that busy-polls a CQ receive and process the
 // packets waiting for this device itself; it is the engine's Config.Poll
-// and never blocks.
+// and never blocks. It also runs the engine's deadlines that are due: the
+// timer's goroutine runs only when a CPU enters the Go scheduler, which
+// busy pollers holding every CPU delay until the runtime preempts one (10
+// ms and more; a 0.64 ms RNR wait stalled a stream for that long).
 func (d *Device) inlinePoll() {
+	if at := d.eng.NextDeadline(); !at.IsZero() {
+		if now := time.Now(); !now.Before(at) {
+			d.eng.OnTimeout(now)
+		}
+	}
 	if d.inline && d.poller != nil && d.serving.Load() {
 		d.inlinePolls.Add(1)
 		d.pollRx(true)

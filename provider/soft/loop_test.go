@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -125,6 +126,12 @@ func (n *node) close() {
 // pair opens and connects two nodes; b's transport is logged.
 func pair(t *testing.T, ca, cb Config) (a, b *node, bl *sendLog) {
 	t.Helper()
+	return pairWith(t, ca, cb, nil)
+}
+
+// pairWith is pair with the connection parameters changed by tune.
+func pairWith(t *testing.T, ca, cb Config, tune func(*cm.Params)) (a, b *node, bl *sendLog) {
+	t.Helper()
 	ta, tb := udpPair(t)
 	bl = &sendLog{Transport: tb}
 	ca.Transport, cb.Transport = ta, bl
@@ -134,6 +141,9 @@ func pair(t *testing.T, ca, cb Config) (a, b *node, bl *sendLog) {
 	p.SGIDIndex = 1
 	p.Timeout = 16 // 268 ms: a loaded machine must not make anyone retransmit
 	p.MinRNRTimer = 1
+	if tune != nil {
+		tune(&p)
+	}
 	ends := func(n *node, psn uint32) cm.Endpoint {
 		g, err := n.dev.QueryGID(1, 1)
 		must(t, err)
@@ -442,4 +452,46 @@ func TestDeferredAck(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestBusyPollerRunsDueDeadlines: a busy poller runs the engine's due
+// deadlines itself. The driver's timer is a Go runtime timer, which runs
+// only when a CPU enters the scheduler; a busy poller yields its CPU only
+// to runnable goroutines, and a due timer is not one, so with every CPU
+// polling a 0.64 ms RNR wait lasted until the runtime preempted a poller,
+// 10-20 ms (issue 9: small SENDs in softrdma bench falling from ~2.8 to
+// ~0.13 M messages/s after one RNR NAK). The test holds the only CPU past
+// the end of an RNR wait and polls once: that poll must resend.
+func TestBusyPollerRunsDueDeadlines(t *testing.T) {
+	a, b, _ := pairWith(t, Config{}, Config{}, func(p *cm.Params) { p.MinRNRTimer = 16 })
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	// b has no receive posted: it answers the SEND with an RNR NAK (its
+	// min_rnr_timer is 16, 2.56 ms), and a's requester waits.
+	a.send(1)
+	deadline := time.Now().Add(10 * time.Second)
+	for counter(a.dev, "rcvd_rnr_err") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no RNR NAK in 10 s")
+		}
+		runtime.Gosched() // the receive goroutines run
+	}
+	until := a.dev.eng.NextDeadline()
+	if until.IsZero() {
+		t.Fatal("an RNR wait but no deadline")
+	}
+	// Hold the only CPU, without yielding, until the wait is over (the
+	// runtime preempts only after 10 ms), then poll once.
+	for time.Now().Before(until.Add(50 * time.Microsecond)) {
+	}
+	before := counter(a.dev, "retransmits")
+	if _, err := a.scq.Poll(a.wcs[:]); err != nil {
+		t.Fatal(err)
+	}
+	if counter(a.dev, "retransmits") == before {
+		t.Fatalf("the RNR wait ended %v ago, and a busy poll left the requester waiting for the Go timer", time.Since(until))
+	}
+	// The SEND goes through once b has a receive.
+	b.postRecv(7)
+	expectWC(t, b.waitWC(b.rcq), 7, verbs.WCSuccess, verbs.WCRecv)
+	expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCSend)
 }

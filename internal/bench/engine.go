@@ -1,0 +1,296 @@
+package bench
+
+// The measurement engine: the polling loops of perftest 4.5 (run_iter_bw,
+// run_iter_bw_server, run_iter_bi, run_iter_lat_write, run_iter_lat,
+// run_iter_lat_send), shared by the perftest-compatible tools (which run
+// one end each and talk to Linux perftest) and by softrdma bench (which
+// runs both ends in one process). The traffic a run makes is perftest's,
+// message for message; see BWRun and LatRun.
+//
+//	Test      what to measure (perftest's options)
+//	Endpoint  where: the QPs, CQs and buffer of one end, laid out as
+//	          perftest lays them out (Layout), and the peer's addresses
+//	Ticks     the clock: monotonic nanoseconds
+//	watch     the idle policy of every loop: busy polling with spin.Idle's
+//	          yields, stall and cancellation checks
+//	Phases    the warm-up / sample / cool-down phases of a duration run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/softrdma/softrdma/internal/perftest"
+	"github.com/softrdma/softrdma/internal/spin"
+	"github.com/softrdma/softrdma/verbs"
+)
+
+// TicksPerUsec is the rate of Ticks: nanoseconds stand in for perftest's
+// CPU cycles.
+const TicksPerUsec = perftest.NanosecondTicksPerUsec
+
+// Epoch is the zero of Ticks.
+var Epoch = time.Now()
+
+// Ticks is the benchmarks' clock: monotonic nanoseconds since Epoch.
+func Ticks() uint64 { return uint64(time.Since(Epoch)) }
+
+// PollBatch is perftest's CTX_POLL_BATCH: completions polled at a time.
+const PollBatch = 16
+
+// Test is one measurement's parameters, as perftest's options give them.
+type Test struct {
+	Verb     perftest.Verb
+	AtomicOp perftest.AtomicOp // for perftest.Atomic
+	Role     perftest.Role
+	Duplex   bool   // both ends measure (-b)
+	Size     uint64 // message size
+	Iters    uint64 // messages per QP (-n); unused in duration mode
+	TxDepth  int    // messages outstanding per QP (-t)
+	RxDepth  int    // receives posted per QP (-r), SEND tests
+	CQMod    int    // one signaled completion every CQMod messages (-Q)
+	NoPeak   bool   // -N
+	Gbits    bool   // report in Gb/s
+	Inline   int    // largest message sent inline
+	// Block waits for completions with CQ.Wait after a while of empty
+	// polls instead of busy polling throughout (softrdma bench -block;
+	// perftest always busy-polls). Memory polling (WRITE latency) spins
+	// either way.
+	Block bool
+
+	// Duration and Margin (seconds) select duration mode (-D, --margin)
+	// when Duration > 0.
+	Duration, Margin int
+	// StartCPU, if set, starts measuring CPU utilisation over the
+	// sampled interval of a duration run (--cpu_util).
+	StartCPU func(*Phases) CPUSampler
+
+	// Ctx cancels a run; nil means never.
+	Ctx context.Context
+	// StallTimeout is how long a loop waits without progress before it
+	// gives up; 0 means 60 s (perftest's check_alive).
+	StallTimeout time.Duration
+	// Completed, if set, counts completions as the loops see them (for a
+	// progress bar).
+	Completed *atomic.Uint64
+	// Credits, if set, is SEND flow control between two ends in one
+	// process: the receiving end adds one per receive it posts, the
+	// sending end takes one per SEND, so that a SEND never meets an empty
+	// receive queue because the receiving goroutine was slow to run.
+	// perftest has no such thing; the tools leave it nil.
+	Credits *atomic.Int64
+}
+
+func (t *Test) dur() bool { return t.Duration > 0 }
+
+// CPUSampler measures CPU utilisation over an interval.
+type CPUSampler interface {
+	// Util waits for the end of the interval and returns the
+	// utilisation in percent (0 if unknown).
+	Util() float64
+}
+
+// Duration-mode phases: a warm-up margin, the sampled interval, a
+// cool-down margin, the end (perftest's SIGALRM states, driven by the
+// clock here).
+const (
+	PhaseStart = iota
+	PhaseSample
+	PhaseStopSample
+	PhaseEnd
+)
+
+// Phases are the phase boundaries of a duration run, in ticks.
+type Phases struct {
+	SampleStart, SampleEnd, End uint64
+	cpu                         CPUSampler
+}
+
+func newPhases(t *Test, now uint64) *Phases {
+	margin, dur := uint64(t.Margin)*1e9, uint64(t.Duration)*1e9
+	p := &Phases{SampleStart: now + margin, SampleEnd: now + dur - margin, End: now + dur}
+	if t.StartCPU != nil {
+		p.cpu = t.StartCPU(p)
+	}
+	return p
+}
+
+// At returns the phase at now; a run whose phases have not started (nil)
+// is in the start phase.
+func (p *Phases) At(now uint64) int {
+	switch {
+	case p == nil || now < p.SampleStart:
+		return PhaseStart
+	case now < p.SampleEnd:
+		return PhaseSample
+	case now < p.End:
+		return PhaseStopSample
+	}
+	return PhaseEnd
+}
+
+func (p *Phases) cpuUtil() float64 {
+	if p == nil || p.cpu == nil {
+		return 0
+	}
+	return p.cpu.Util()
+}
+
+// Inc is perftest's INC: size rounded up to a whole number of cache
+// lines, at least one.
+func Inc(size, cacheLine uint64) uint64 {
+	if size <= cacheLine {
+		return cacheLine
+	}
+	return (size + cacheLine - 1) / cacheLine * cacheLine
+}
+
+// Layout is perftest's buffer layout (alloc_ctx, create_single_mr): one
+// MR of 2·N·QPBuff bytes for N QPs,
+//
+//	[ send 0 | send 1 | … | send N−1 | recv 0 | recv 1 | … | recv N−1 ]
+//
+// send region i at i·BuffSize: what QP i writes, reads into, sends; recv
+// region i at (N+i)·BuffSize: the address QP i advertises, which the peer
+// writes to, reads from or targets with atomics. Messages of at most half
+// a cycle buffer step through it in cache-line-aligned slots.
+type Layout struct {
+	NumQPs    int
+	BuffSize  uint64 // BUFF_SIZE(size, cycle buffer)
+	QPBuff    uint64 // INC(BUFF_SIZE, cache line): send_qp_buff_size
+	Cycle     uint64 // the cycle buffer (page size)
+	CacheLine uint64
+}
+
+// NewLayout is the layout of numQPs QPs whose largest message is maxSize.
+func NewLayout(numQPs int, maxSize, cycle, cacheLine uint64) Layout {
+	l := Layout{NumQPs: numQPs, BuffSize: max(maxSize, cycle), Cycle: cycle, CacheLine: cacheLine}
+	l.QPBuff = Inc(l.BuffSize, cacheLine)
+	return l
+}
+
+// Bytes is the size of the MR.
+func (l Layout) Bytes() uint64 { return l.QPBuff * 2 * uint64(l.NumQPs) }
+
+// SendOff is the buffer offset of QP i's send region (ctx->buf[i]).
+func (l Layout) SendOff(i int) uint64 { return uint64(i) * l.BuffSize }
+
+// VAddrOff is the offset of QP i's advertised region (my_dest.vaddr).
+func (l Layout) VAddrOff(i int) uint64 { return uint64(l.NumQPs+i) * l.BuffSize }
+
+// RecvOff is the offset of QP i's receive WQEs (ctx_set_recv_wqes).
+func (l Layout) RecvOff(i int) uint64 { return uint64(l.NumQPs+i) * l.QPBuff }
+
+// Slots returns the slot stride and count of size-byte messages: messages
+// of at most half a cycle buffer step through it (increase_loc_addr),
+// larger ones always use the start of their region.
+func (l Layout) Slots(size uint64) (stride, n uint64) {
+	if size > l.Cycle/2 {
+		return 0, 1
+	}
+	stride = Inc(size, l.CacheLine)
+	return stride, l.Cycle / stride
+}
+
+// Remote is what an end knows of the peer's QP i: the advertised region
+// and its rkey.
+type Remote struct {
+	VAddr uint64
+	RKey  uint32
+}
+
+// Endpoint is one end of a measurement: its verbs objects, its buffer
+// laid out as Layout says, and the peer's regions.
+type Endpoint struct {
+	Ctx    verbs.Context
+	QPs    []verbs.QP
+	SendCQ verbs.CQ
+	RecvCQ verbs.CQ // SEND tests; may be SendCQ otherwise
+	LKey   uint32
+	Buf    []byte // the MR's bytes
+	Base   uint64 // the MR's address
+	Layout
+	Remote []Remote // one per QP
+}
+
+// ErrStall reports a measurement that stopped making progress.
+var ErrStall = errors.New("no completion for a long time; is the peer alive?")
+
+// watch is the idle policy of the polling loops: busy polling, as perftest
+// does, with spin.Idle's yields so as not to starve the peer, and stall
+// and cancellation checks that do not read the clock on every empty poll.
+type watch struct {
+	t     *Test
+	spins int
+	last  uint64 // ticks of the last progress; 0: not yet known
+}
+
+func newWatch(t *Test) watch { return watch{t: t, last: Ticks()} }
+
+// progress records that something completed.
+func (w *watch) progress() {
+	w.spins = 0
+	w.last = 0
+	if w.t.Completed != nil {
+		w.t.Completed.Add(1)
+	}
+}
+
+// idle is called after an empty poll; it returns an error once the loop
+// has stalled for the stall timeout or the context is done.
+func (w *watch) idle() error {
+	w.spins++
+	spin.Idle(w.spins)
+	if w.spins&1023 != 0 {
+		return nil
+	}
+	return w.check()
+}
+
+// check returns an error once the loop has stalled for the stall timeout
+// or the context is done.
+func (w *watch) check() error {
+	now := Ticks()
+	if w.last == 0 {
+		w.last = now
+		return nil
+	}
+	if ctx := w.t.Ctx; ctx != nil {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	timeout := w.t.StallTimeout
+	if timeout == 0 {
+		timeout = 60 * time.Second
+	}
+	if time.Duration(now-w.last) > timeout {
+		return fmt.Errorf("%w (%v)", ErrStall, timeout)
+	}
+	return nil
+}
+
+// blockAfter is how many empty polls a Block run spins before it waits.
+const blockAfter = 64
+
+// wait is idle for a loop that polls cq: with Test.Block it waits on cq
+// (at most a millisecond, so that the stall and cancellation checks
+// still run) once spinning has not helped.
+func (w *watch) wait(cq verbs.CQ) error {
+	if !w.t.Block || w.spins < blockAfter {
+		return w.idle()
+	}
+	w.spins++
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	cq.Wait(ctx) // a timeout is no error here: the caller polls again
+	cancel()
+	return w.check()
+}
+
+// compError is perftest's NOTIFY_COMP_ERROR_SEND/RECV as an error.
+func compError(side string, wc *verbs.WC, counts string) error {
+	return fmt.Errorf("Completion with error at %s: Failed status %d (%s): wr_id %d syndrom 0x%x, %s",
+		side, wc.Status, wc.Status, wc.WRID, wc.VendorErr, counts)
+}
