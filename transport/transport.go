@@ -76,6 +76,8 @@ type Datagram struct {
 	Local   netip.Addr
 	Flow    uint32
 	ICRC    ICRCStatus
+	// Sent is set by TrySend on the datagrams it handed to the network.
+	Sent bool
 }
 
 // Len is the length of the packet on the wire.
@@ -105,6 +107,19 @@ type Coalescer interface {
 type Gatherer interface {
 	// Gathers reports whether Send takes packets with a Payload.
 	Gathers() bool
+}
+
+// TrySender is implemented by transports that can also send without
+// waiting for buffer space, for callers that must not block (a goroutine
+// that polls a completion queue holds locks every QP needs).
+type TrySender interface {
+	// TrySend is Send that never waits: it hands to the network what the
+	// network takes now, sets Sent on each of those datagrams and clears
+	// it on the others, which the caller sends again later. For each
+	// Flow, the datagrams sent are a prefix of that flow's datagrams in
+	// pkts, so sending the rest later keeps every flow in order. It
+	// returns how many datagrams it sent.
+	TrySend(pkts []Datagram) (int, error)
 }
 
 // Transport sends and receives batches of RoCEv2 packets.

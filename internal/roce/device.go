@@ -146,6 +146,8 @@ type Device struct {
 	splitAlways bool
 	clock       func() time.Time
 	timers      timerQueue
+	trySender   transport.TrySender // nil: the transport cannot send without blocking
+	backlog     backlog
 
 	Counters Counters
 }
@@ -183,6 +185,7 @@ func New(cfg Config) (*Device, error) {
 		d.coalescer = c
 	}
 	d.splitAlways = cfg.SplitWritesAlways && !cfg.NoSplitWrites
+	d.trySender, _ = cfg.Transport.(transport.TrySender)
 	d.guid = binary.BigEndian.Uint64(seed[24:]) &^ (0xFF << 56) // locally administered range
 	d.guid |= 0x02 << 56
 	d.linkMT = cfg.Transport.LinkMTU()

@@ -51,6 +51,7 @@ type QP struct {
 	resp        responder
 	tx          txq
 	timerAt     time.Time // the deadline queued in dev.timers; zero if none
+	inBacklog   bool      // on dev.backlog: requests wait for the transport
 	destroyed   bool
 	inlineBufs  []byte // backing store of every send WQE's inline buffer
 }

@@ -57,6 +57,18 @@ func (rx *RxBatch) DeferAcks(on bool) { rx.deferAck = on }
 // Waiting reports whether ACKs wait for the poller (DeferAcks).
 func (rx *RxBatch) Waiting() bool { return len(rx.deferred) > 0 }
 
+// MustNotBlock says whether the batches that follow must be handled
+// without waiting for the transport (a busy poller receives: CQ.Poll
+// never blocks). The transport then takes what it can (transport.TrySender)
+// and the rest waits: responses in the batch's stage (Unsent), requests
+// in their QP's queue and the QP on the device's backlog. The driver must
+// then send them soon, from a goroutine that may block: FlushStage and
+// Device.FlushBacklog with MustNotBlock(false).
+func (rx *RxBatch) MustNotBlock(on bool) { rx.stage.noBlock = on }
+
+// Unsent reports whether responses wait in the stage for the transport.
+func (rx *RxBatch) Unsent() bool { return len(rx.stage.pkts) > 0 }
+
 // SendDeferredAcks sends the ACKs that wait, at once.
 func (rx *RxBatch) SendDeferredAcks(d *Device) {
 	rx.StageDeferredAcks()

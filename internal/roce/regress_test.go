@@ -338,3 +338,90 @@ func TestLastByteLast(t *testing.T) {
 }
 
 var seen uint32
+
+// fullCapture is a capture transport whose buffer can be full: TrySend
+// then takes nothing, and Send must not be called (it would block).
+type fullCapture struct {
+	*capture
+	full atomic.Bool
+	t    *testing.T
+}
+
+func (f *fullCapture) Send(pkts []transport.Datagram) (int, error) {
+	if f.full.Load() {
+		f.t.Error("Send called on a full transport by a path that must not block")
+	}
+	return f.capture.Send(pkts)
+}
+
+func (f *fullCapture) TrySend(pkts []transport.Datagram) (int, error) {
+	for i := range pkts {
+		pkts[i].Sent = false
+	}
+	if f.full.Load() {
+		return 0, nil
+	}
+	for i := range pkts {
+		pkts[i].Sent = true
+	}
+	return f.capture.Send(pkts)
+}
+
+// TestReceiveMustNotBlock: a receive batch that must not block (a busy
+// poller's) leaves what the transport cannot take: its responses in the
+// batch's stage, the requests an ACK lets go in their QP's queue with the
+// QP on the backlog. Once the transport has room, the driver's flushes
+// send them, each QP's packets in order.
+func TestReceiveMustNotBlock(t *testing.T) {
+	fc := &fullCapture{capture: newCapture("10.9.0.1"), t: t}
+	d := newDevice(t, Config{Transport: fc})
+	defer d.Close()
+	pd, _ := d.AllocPD()
+	defer pd.Dealloc()
+	cq, _ := d.CreateCQ(64, nil)
+	defer cq.Destroy()
+	mem := make([]byte, 4096)
+	mr, _ := pd.RegMR(mem, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	defer mr.Dereg()
+	qp := rcTowards(t, pd, cq, verbs.MTU1024, 14, 7)
+	defer qp.Destroy()
+	write := func(id uint64) {
+		must(t, qp.PostSend(&verbs.SendWR{WRID: id, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{mr.SGE(0, 8)}, RemoteAddr: 0x1000, RKey: 7}))
+	}
+	write(1) // sent at once (PSN 500)
+	for id := uint64(2); id <= 5; id++ {
+		write(id) // wait for the doorbell: 1 is unacknowledged
+	}
+	fc.full.Store(true)
+	sentBefore := fc.count
+	rx := NewRxBatch()
+	rx.MustNotBlock(true)
+	ack := buildPacket(wire.RCAck, wire.BTHFields{DestQP: qp.QPNum(), PSN: 500}, nil, func(b []byte, info *wire.OpInfo) {
+		wire.AETH(b[info.AETHOff:]).Encode(&wire.AETHFields{Syndrome: wire.ACKSyndrome(0x1F)})
+	})
+	// A WRITE from the peer too, so the batch has a response (its ACK).
+	req := buildPacket(wire.RCWriteOnly, wire.BTHFields{DestQP: qp.QPNum(), PSN: 100, AckReq: true}, make([]byte, 8), func(b []byte, info *wire.OpInfo) {
+		wire.RETH(b[info.RETHOff:]).Encode(&wire.RETHFields{VA: mr.Addr(), RKey: mr.RKey(), DMALen: 8})
+	})
+	peer := netip.MustParseAddrPort("10.9.0.2:4791")
+	d.HandleBatch(rx, []transport.Datagram{{Buf: ack, Peer: peer}, {Buf: req, Peer: peer}}, time.Now())
+	if fc.count != sentBefore || !rx.Unsent() || !d.Backlogged() {
+		t.Fatalf("with the transport full: %d sent, responses waiting %v, backlog %v; want 0, true, true", fc.count-sentBefore, rx.Unsent(), d.Backlogged())
+	}
+	fc.full.Store(false)
+	rx.MustNotBlock(false)
+	rx.FlushStage(d)
+	d.FlushBacklog(time.Now())
+	if rx.Unsent() || d.Backlogged() {
+		t.Fatal("the flushes left packets behind")
+	}
+	fc.mu.Lock()
+	sent := fc.sent[len(fc.sent)-5:]
+	fc.mu.Unlock()
+	ops := []wire.Opcode{wire.RCAck, wire.RCWriteOnly, wire.RCWriteOnly, wire.RCWriteOnly, wire.RCWriteOnly}
+	for i, b := range sent {
+		if wire.BTH(b).Opcode() != ops[i] || (i > 0 && wire.BTH(b).PSN() != wire.PSN(500+i)) {
+			t.Fatalf("packet %d after the flushes: %v PSN %d; want %v PSN %d", i, wire.BTH(b).Opcode(), wire.BTH(b).PSN(), ops[i], 500+i)
+		}
+	}
+}

@@ -84,6 +84,11 @@ func (qp *QP) runRequesterLocked(now time.Time) {
 	rc := qp.typ == verbs.QPTypeRC
 	sent := false
 	for qp.sq.next != qp.sq.tail {
+		if qp.tx.n == txBatch {
+			if qp.flushLocked(); qp.tx.n == txBatch {
+				break // the transport is full: the backlog flush resumes us
+			}
+		}
 		w := qp.sq.at(qp.sq.next)
 		if w.status != verbs.WCSuccess {
 			// A local error found at post time: the WQE fails and, as

@@ -45,18 +45,6 @@ func (t *txq) attach(st *txStage) { t.stage = st }
 // detach ends attach.
 func (t *txq) detach() { t.stage = nil }
 
-// flush hands the queued packets on: responses to the attached stage, if
-// any, the rest to the transport.
-func (t *txq) flush(d *Device) {
-	if t.n == 0 {
-		return
-	}
-	if t.stage != nil {
-		t.stageResponses(d, t.stage)
-	}
-	t.send(d)
-}
-
 // push appends a packet; the caller has made room (n < txBatch).
 func (t *txq) push(p transport.Datagram, b *pktBuf, mr *MR, req bool) {
 	i := t.n
@@ -128,6 +116,31 @@ func (t *txq) keepResponses(d *Device) { t.filter(d, false, nil) }
 // requests.
 func (t *txq) stageResponses(d *Device, st *txStage) { t.filter(d, true, st) }
 
+// trySend hands the transport what it takes now (transport.TrySender)
+// and keeps the rest, in order. It reports whether the queue is empty.
+func (t *txq) trySend(d *Device) bool {
+	_, err := d.trySender.TrySend(t.pkts[:t.n])
+	k := 0
+	for i := 0; i < t.n; i++ {
+		if t.pkts[i].Sent || err != nil {
+			if t.pkts[i].Sent {
+				d.Counters.SentPkts.Add(1)
+			} else {
+				d.Counters.SendErr.Add(1)
+			}
+			t.clear(d, i)
+			continue
+		}
+		if k != i {
+			t.pkts[k], t.bufs[k], t.mrs[k], t.req[k] = t.pkts[i], t.bufs[i], t.mrs[i], t.req[i]
+			t.pkts[i], t.bufs[i], t.mrs[i], t.req[i] = transport.Datagram{}, nil, nil, false
+		}
+		k++
+	}
+	t.n = k
+	return k == 0
+}
+
 // send hands the queued packets to the transport and releases them.
 func (t *txq) send(d *Device) {
 	if t.n == 0 {
@@ -154,10 +167,15 @@ const gatherMin = 1024
 // one per batch. Requester packets never wait here: a QP's requests may
 // also be sent by PostSend on another goroutine, and must not overtake
 // earlier ones. Used under the device's rxMu only.
+//
+// A stage that must not block (noBlock: a busy poller receives) sends what
+// the transport takes now (transport.TrySender) and keeps the rest, in
+// order, for the next flush; it grows past stageCap rather than wait.
 type txStage struct {
-	pkts []transport.Datagram
-	bufs []*pktBuf
-	mrs  []*MR // pinned by gathered READ responses
+	pkts    []transport.Datagram
+	bufs    []*pktBuf
+	mrs     []*MR // pinned by gathered READ responses
+	noBlock bool
 }
 
 const stageCap = 256
@@ -168,16 +186,39 @@ func newTxStage() *txStage {
 
 func (s *txStage) add(d *Device, p transport.Datagram, b *pktBuf, mr *MR) {
 	if len(s.pkts) == cap(s.pkts) {
-		s.flush(d)
+		s.flush(d) // if it must not block, what stays makes the stage grow
 	}
 	s.pkts = append(s.pkts, p)
 	s.bufs = append(s.bufs, b)
 	s.mrs = append(s.mrs, mr)
 }
 
-// flush sends the staged packets, in the order they were staged.
+// flush sends the staged packets, in the order they were staged. If the
+// stage must not block, the packets the transport cannot take now stay.
 func (s *txStage) flush(d *Device) {
 	if s == nil || len(s.pkts) == 0 {
+		return
+	}
+	if s.noBlock && d.trySender != nil {
+		_, err := d.trySender.TrySend(s.pkts)
+		k := 0
+		for i := range s.pkts {
+			if s.pkts[i].Sent || err != nil {
+				if s.pkts[i].Sent {
+					d.Counters.SentPkts.Add(1)
+				} else {
+					d.Counters.SendErr.Add(1)
+				}
+				release(d, &s.pkts[i], &s.bufs[i], &s.mrs[i])
+				continue
+			}
+			s.pkts[k], s.bufs[k], s.mrs[k] = s.pkts[i], s.bufs[i], s.mrs[i]
+			if k != i {
+				s.pkts[i], s.bufs[i], s.mrs[i] = transport.Datagram{}, nil, nil
+			}
+			k++
+		}
+		s.pkts, s.bufs, s.mrs = s.pkts[:k], s.bufs[:k], s.mrs[:k]
 		return
 	}
 	sent, err := d.tr.Send(s.pkts)
@@ -225,6 +266,12 @@ func (qp *QP) newGatherPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wir
 func (qp *QP) appendPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.BTHFields, payloadLen int, gathered []byte, mr *MR) []byte {
 	if qp.tx.n == txBatch {
 		qp.flushLocked()
+		if qp.tx.n == txBatch {
+			// Requests the transport cannot take now fill the queue
+			// (the requester stops short of this; a responder packet
+			// can still get here): wait for room rather than drop.
+			qp.tx.send(qp.dev)
+		}
 	}
 	info := op.Info()
 	pad := wire.PadFor(payloadLen)
@@ -244,5 +291,25 @@ func (qp *QP) appendPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.B
 	return b
 }
 
-// flushLocked hands the QP's queued packets on (txq.flush).
-func (qp *QP) flushLocked() { qp.tx.flush(qp.dev) }
+// flushLocked hands the QP's queued packets on: while the receive path
+// holds the QP, responses to its stage (attach), the rest to the
+// transport. If the receive path must not block, requests the transport
+// cannot take now stay queued and the QP joins the device's backlog,
+// which the driver flushes (Device.FlushBacklog).
+func (qp *QP) flushLocked() {
+	t := &qp.tx
+	if t.n == 0 {
+		return
+	}
+	d := qp.dev
+	if t.stage != nil {
+		t.stageResponses(d, t.stage)
+		if t.stage.noBlock && d.trySender != nil {
+			if t.n > 0 && !t.trySend(d) {
+				qp.backlogLocked()
+			}
+			return
+		}
+	}
+	t.send(d)
+}

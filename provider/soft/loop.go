@@ -111,6 +111,9 @@ func (d *Device) serve() {
 		if err != nil {
 			return
 		}
+		if d.eng.Backlogged() {
+			d.eng.FlushBacklog(time.Now())
+		}
 		if n > 0 {
 			idle = 0
 			continue
@@ -206,6 +209,10 @@ func (d *Device) pollRx(inline bool) (int, error) {
 		d.rx.StageDeferredAcks()
 	}
 	d.rx.DeferAcks(inline && d.deferAck)
+	// A busy poller must not wait for the transport (CQ.Poll never
+	// blocks, and it holds rxMu, which every QP's receiving needs): what
+	// the transport cannot take now waits for this loop or ackTimer.
+	d.rx.MustNotBlock(inline)
 	d.resetBufs()
 	got, err := d.poller.TryRecv(d.pkts)
 	if got > 0 {
@@ -213,7 +220,7 @@ func (d *Device) pollRx(inline bool) (int, error) {
 	} else {
 		d.rx.FlushStage(d.eng)
 	}
-	if d.rx.Waiting() {
+	if d.rx.Waiting() || d.rx.Unsent() || d.eng.Backlogged() {
 		d.ackTimer.Reset(ackDelay)
 	}
 	return got, err
@@ -226,9 +233,11 @@ func (d *Device) pollRx(inline bool) (int, error) {
 // tests can take the timer out of the way.
 var ackDelay = 100 * time.Microsecond
 
-// sendLateAcks is ackTimer's function. If another goroutine is receiving
-// it looks again later: that goroutine may have begun before the ACKs
-// waited, so it cannot be trusted to send them.
+// sendLateAcks is ackTimer's function: it sends the ACKs a busy poller
+// left waiting and what a busy poller could not hand to the transport
+// without blocking. If another goroutine is receiving it looks again
+// later: that goroutine may have begun before the ACKs waited, so it
+// cannot be trusted to send them.
 func (d *Device) sendLateAcks() {
 	if d.eng.Closed() {
 		return
@@ -237,8 +246,12 @@ func (d *Device) sendLateAcks() {
 		d.ackTimer.Reset(ackDelay)
 		return
 	}
+	d.rx.MustNotBlock(false) // this goroutine may wait for the transport
 	d.rx.SendDeferredAcks(d.eng)
 	d.rxMu.Unlock()
+	if d.eng.Backlogged() {
+		d.eng.FlushBacklog(time.Now())
+	}
 }
 
 // inlinePoll lets a goroutine that busy-polls a CQ receive and process the

@@ -61,6 +61,23 @@ func (s *sendLog) Send(pkts []transport.Datagram) (int, error) {
 	return s.Transport.Send(pkts)
 }
 
+// TrySend records what went, as Send does.
+func (s *sendLog) TrySend(pkts []transport.Datagram) (int, error) {
+	n, err := s.Transport.TrySend(pkts)
+	ops := make([]wire.Opcode, 0, n)
+	for _, p := range pkts {
+		if p.Sent {
+			ops = append(ops, wire.BTH(p.Buf).Opcode())
+		}
+	}
+	if len(ops) > 0 {
+		s.mu.Lock()
+		s.calls = append(s.calls, ops)
+		s.mu.Unlock()
+	}
+	return n, err
+}
+
 // callsWith returns the Send calls that carried op.
 func (s *sendLog) callsWith(op wire.Opcode) [][]wire.Opcode {
 	s.mu.Lock()
@@ -494,4 +511,75 @@ func TestBusyPollerRunsDueDeadlines(t *testing.T) {
 	b.postRecv(7)
 	expectWC(t, b.waitWC(b.rcq), 7, verbs.WCSuccess, verbs.WCRecv)
 	expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCSend)
+}
+
+// fullUDP is a UDP transport whose buffer can be made full: Send then
+// waits (as sendmmsg does on a full socket) and TrySend takes nothing.
+type fullUDP struct {
+	*udp.Transport
+	full atomic.Bool
+}
+
+func (f *fullUDP) Send(pkts []transport.Datagram) (int, error) {
+	for f.full.Load() {
+		time.Sleep(100 * time.Microsecond)
+	}
+	return f.Transport.Send(pkts)
+}
+
+func (f *fullUDP) TrySend(pkts []transport.Datagram) (int, error) {
+	if f.full.Load() {
+		for i := range pkts {
+			pkts[i].Sent = false
+		}
+		return 0, nil
+	}
+	return f.Transport.TrySend(pkts)
+}
+
+// TestPollNeverBlocks: CQ.Poll never blocks, even when the transport
+// cannot take the ACK the poll's inline receive makes (a full socket
+// buffer: CQ.Poll used to wait in sendmmsg holding the receive lock every
+// QP needs); the ACK leaves once there is room, before the requester's
+// retransmission timer.
+func TestPollNeverBlocks(t *testing.T) {
+	setVars(t, time.Hour, 100*time.Microsecond)
+	ta, tb := udpPair(t)
+	fb := &fullUDP{Transport: tb}
+	a, b := openNode(t, Config{Transport: ta}), openNode(t, Config{Transport: fb})
+	a.peer, b.peer = b, a
+	p := cm.DefaultParams()
+	p.SGIDIndex, p.Timeout = 1, 16
+	ga, _ := a.dev.QueryGID(1, 1)
+	gb, _ := b.dev.QueryGID(1, 1)
+	ea, eb := cm.Endpoint{QPN: a.qp.QPNum(), PSN: 1, GID: ga}, cm.Endpoint{QPN: b.qp.QPNum(), PSN: 2, GID: gb}
+	must(t, cm.Connect(a.qp, ea, eb, &p))
+	must(t, cm.Connect(b.qp, eb, ea, &p))
+	busyPollUntilAside(t, b) // b's busy poller receives for it
+
+	fb.full.Store(true)
+	a.buf[0] = 1
+	a.write(1, 0, 64)
+	// b polls until the WRITE has landed: every poll must return though
+	// the ACK it owes cannot leave.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for b.byteAt(0) != 1 {
+			b.rcq.Poll(b.wcs[:])
+		}
+		for range 1000 {
+			b.rcq.Poll(b.wcs[:])
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("CQ.Poll blocked on a full transport")
+	}
+	fb.full.Store(false)
+	expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
+	if n := counter(a.dev, "retransmits"); n != 0 {
+		t.Fatalf("a retransmitted %d packets: the ACK waited too long", n)
+	}
 }

@@ -48,6 +48,11 @@ type Transport struct {
 	sbuf    batchBuf
 	grp     []transport.Datagram // Send's batch regrouped by sending socket
 	grpIdx  []uint8
+	grpFrom []int // grp[i] is the caller's datagram grpFrom[i]
+	// fullAfter, if positive, makes every socket report a full buffer to
+	// TrySend after taking that many messages in a call (tests: loopback
+	// frees its buffers as it sends, so a real full buffer is hard to get).
+	fullAfter int
 
 	recvMu  sync.Mutex
 	rbuf    batchBuf
@@ -325,7 +330,22 @@ func (t *Transport) senderFor(flow uint32) int {
 
 // Send sends pkts in batches of at most BatchSize packets with sendmmsg,
 // runs of a QP's equal-sized packets to a loopback peer as one GSO message.
+// When a socket's buffer is full it waits for room.
 func (t *Transport) Send(pkts []transport.Datagram) (int, error) {
+	return t.send(pkts, true)
+}
+
+// TrySend is Send that never waits for buffer space (transport.TrySender):
+// when a sending socket's buffer is full, the rest of that socket's
+// datagrams stay unsent (Sent false) and the other sockets' still go.
+func (t *Transport) TrySend(pkts []transport.Datagram) (int, error) {
+	for i := range pkts {
+		pkts[i].Sent = false
+	}
+	return t.send(pkts, false)
+}
+
+func (t *Transport) send(orig []transport.Datagram, block bool) (int, error) {
 	t.fdMu.RLock()
 	defer t.fdMu.RUnlock()
 	if t.closed.Load() {
@@ -333,7 +353,8 @@ func (t *Transport) Send(pkts []transport.Datagram) (int, error) {
 	}
 	t.sendMu.Lock()
 	defer t.sendMu.Unlock()
-	pkts = t.groupBySender(pkts)
+	pkts, regrouped := t.groupBySender(orig)
+	base := 0 // index in the grouped order of pkts[0]
 	total := 0
 	for len(pkts) > 0 {
 		// A run of packets of one flow goes out in one call.
@@ -409,12 +430,37 @@ func (t *Transport) Send(pkts []transport.Datagram) (int, error) {
 			nmsg++
 			npkt += k
 		}
-		if _, err := t.sendBatch(s, nmsg); err != nil {
+		sent, err := t.sendBatch(s, nmsg, block)
+		if err != nil {
 			return total, err
 		}
-		t.stats.sent.Add(uint64(npkt))
-		total += npkt
-		pkts = pkts[npkt:]
+		if block {
+			t.stats.sent.Add(uint64(npkt))
+			total += npkt
+			pkts, base = pkts[npkt:], base+npkt
+			continue
+		}
+		// Mark the datagrams of the messages that went.
+		j := 0
+		for m := 0; m < sent; m++ {
+			for range b.segs[m] {
+				i := base + j
+				if regrouped {
+					i = t.grpFrom[i]
+				}
+				orig[i].Sent = true
+				j++
+			}
+		}
+		t.stats.sent.Add(uint64(j))
+		total += j
+		if sent < nmsg {
+			// This socket is full: skip the rest of its datagrams.
+			for npkt < len(pkts) && t.senderFor(pkts[npkt].Flow) == si {
+				npkt++
+			}
+		}
+		pkts, base = pkts[npkt:], base+npkt
 	}
 	return total, nil
 }
@@ -423,9 +469,12 @@ func (t *Transport) Send(pkts []transport.Datagram) (int, error) {
 // together, each flow's packets in their order: a batch that mixes many
 // QPs (the ACKs of one receive batch) then leaves in one sendmmsg per
 // socket rather than one per run. Precondition: sendMu held.
-func (t *Transport) groupBySender(pkts []transport.Datagram) []transport.Datagram {
+//
+// regrouped says that the result is a reordered copy, whose datagram i is
+// pkts[t.grpFrom[i]].
+func (t *Transport) groupBySender(pkts []transport.Datagram) (_ []transport.Datagram, regrouped bool) {
 	if len(t.senders) < 2 || len(pkts) < 2 {
-		return pkts
+		return pkts, false
 	}
 	t.grpIdx = t.grpIdx[:0]
 	mixed := false
@@ -437,17 +486,18 @@ func (t *Transport) groupBySender(pkts []transport.Datagram) []transport.Datagra
 		}
 	}
 	if !mixed {
-		return pkts
+		return pkts, false
 	}
-	t.grp = t.grp[:0]
+	t.grp, t.grpFrom = t.grp[:0], t.grpFrom[:0]
 	for s := range t.senders {
 		for i := range pkts {
 			if int(t.grpIdx[i]) == s {
 				t.grp = append(t.grp, pkts[i])
+				t.grpFrom = append(t.grpFrom, i)
 			}
 		}
 	}
-	return t.grp
+	return t.grp, true
 }
 
 // setName points message i's address at peer.
@@ -470,11 +520,12 @@ func (t *Transport) setName(b *batchBuf, i int, peer netip.AddrPort) {
 	h.Namelen = unix.SizeofSockaddrInet4
 }
 
-// sendBatch sends the first n prepared messages. A message the kernel
-// refuses (an unreachable peer, a too-large packet) is dropped and counted,
-// as a network would drop it.
+// sendBatch sends the first n prepared messages and returns how many went.
+// A message the kernel refuses (an unreachable peer, a too-large packet)
+// is dropped and counted, as a network would drop it. When the socket's
+// buffer is full it waits for room if block, else it returns at once.
 // Precondition: sendMu held, fdMu read-locked.
-func (t *Transport) sendBatch(s *sender, n int) (int, error) {
+func (t *Transport) sendBatch(s *sender, n int, block bool) (int, error) {
 	off := 0
 	for off < n {
 		t.stats.sendCalls.Add(1)
@@ -484,10 +535,20 @@ func (t *Transport) sendBatch(s *sender, n int) (int, error) {
 		// entersyscall the goroutine keeps its P. With it, a sendmmsg that
 		// copies megabytes lets sysmon hand the P to another thread, and
 		// the poller hops between threads on every long call.
-		r, _, errno := unix.RawSyscall6(unix.SYS_SENDMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&hdrs[0])), uintptr(n-off), 0, 0, 0)
+		want := n - off
+		if !block && t.fullAfter > 0 {
+			if off >= t.fullAfter {
+				return off, nil
+			}
+			want = min(want, t.fullAfter-off)
+		}
+		r, _, errno := unix.RawSyscall6(unix.SYS_SENDMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&hdrs[0])), uintptr(want), 0, 0, 0)
 		switch {
 		case errno == unix.EAGAIN || errno == unix.ENOBUFS:
 			// The socket buffer is full: wait until it drains.
+			if !block {
+				return off, nil
+			}
 			if err := t.waitFD(s.fd, unix.POLLOUT); err != nil {
 				return off, transport.ErrClosed
 			}

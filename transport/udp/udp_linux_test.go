@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/transport"
+	"github.com/softrdma/softrdma/wire"
 )
 
 // The tests in udp_test.go also run against the Linux transport.
@@ -139,5 +140,94 @@ func TestCloseReleasesDescriptors(t *testing.T) {
 	}
 	if n := count() - before; n != 0 {
 		t.Fatalf("%d descriptors left open after Close", n)
+	}
+}
+
+// TestTrySend: TrySend never waits for a full socket. With every sending
+// socket full after two messages and a batch from many flows over several
+// sockets, it returns at once, marks what went, and for each flow what
+// went is a prefix of the flow's datagrams; Send then sends the rest in
+// order, and the receiver gets every flow's datagrams in order.
+func TestTrySend(t *testing.T) {
+	a, b := testAddrs(t, 9)
+	ta, err := Listen(Config{Addr: a, Port: 4791, DisableGSO: true})
+	if err != nil {
+		t.Skipf("cannot bind %v: %v", a, err)
+	}
+	defer ta.Close()
+	tb, err := Listen(Config{Addr: b, Port: 4791, SocketBuffer: 8 << 20})
+	if err != nil {
+		t.Skipf("cannot bind %v: %v", b, err)
+	}
+	defer tb.Close()
+	ta.fullAfter = 2 // each socket takes two messages, then is "full"
+	const flows, per = 8, 24
+	pkts := make([]transport.Datagram, 0, flows*per)
+	for i := range per {
+		for f := range flows {
+			pkts = append(pkts, transport.Datagram{Buf: packet(4000, byte(f*per+i)), Peer: tb.LocalAddr(), Flow: uint32(f)})
+		}
+	}
+	n, err := ta.TrySend(pkts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := 0
+	for f := range flows {
+		gap := false
+		for i, p := range pkts {
+			if p.Flow != uint32(f) {
+				continue
+			}
+			if p.Sent {
+				sent++
+				if gap {
+					t.Fatalf("flow %d: datagram %d went after an earlier one of the flow stayed", f, i)
+				}
+			} else {
+				gap = true
+			}
+		}
+	}
+	if sent != n {
+		t.Fatalf("TrySend said %d, marked %d", n, sent)
+	}
+	t.Logf("TrySend sent %d of %d datagrams", n, len(pkts))
+	var rest []transport.Datagram
+	for _, p := range pkts {
+		if !p.Sent {
+			rest = append(rest, p)
+		}
+	}
+	if len(rest) == 0 || n == 0 {
+		t.Fatalf("TrySend sent %d of %d: the test tests nothing", n, len(pkts))
+	}
+	if _, err := ta.Send(rest); err != nil {
+		t.Fatal(err)
+	}
+	next := make([]int, flows) // the next datagram expected of each flow
+	got := 0
+	rx := recvBufs(64)
+	deadline := time.Now().Add(5 * time.Second)
+	for got < len(pkts) && time.Now().Before(deadline) {
+		k, err := tb.TryRecv(rx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range rx[:k] {
+			seed := int(p.Buf[wire.BTHLen]) // packet()'s first payload byte
+			f, i := seed/per, seed%per
+			if i != next[f] {
+				t.Fatalf("flow %d: datagram %d arrived, expected %d", f, i, next[f])
+			}
+			next[f]++
+			got++
+		}
+		for i := range rx {
+			rx[i].Buf = rx[i].Buf[:cap(rx[i].Buf)]
+		}
+	}
+	if got != len(pkts) {
+		t.Fatalf("received %d of %d datagrams", got, len(pkts))
 	}
 }

@@ -1,0 +1,64 @@
+package roce
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// backlog lists the QPs whose requests wait for the transport because the
+// receive path that built them must not block (RxBatch.MustNotBlock). Its
+// lock is taken after a QP's.
+type backlog struct {
+	mu    sync.Mutex
+	qps   []*QP
+	spare []*QP
+	n     atomic.Int32
+}
+
+// backlogLocked puts the QP on the device's backlog, once.
+// Precondition: qp.mu held.
+func (qp *QP) backlogLocked() {
+	if qp.inBacklog {
+		return
+	}
+	qp.inBacklog = true
+	b := &qp.dev.backlog
+	b.mu.Lock()
+	b.qps = append(b.qps, qp)
+	b.n.Store(int32(len(b.qps)))
+	b.mu.Unlock()
+}
+
+// Backlogged reports whether requests wait for FlushBacklog. It takes no
+// lock.
+func (d *Device) Backlogged() bool { return d.backlog.n.Load() > 0 }
+
+// FlushBacklog sends the requests that wait for the transport, blocking
+// until it takes them, and lets each QP's requester go on where it
+// stopped. The driver calls it from a goroutine that may block.
+func (d *Device) FlushBacklog(now time.Time) {
+	b := &d.backlog
+	b.mu.Lock()
+	qps := b.qps
+	b.qps, b.spare = b.spare[:0], nil
+	b.n.Store(0)
+	b.mu.Unlock()
+	for i, qp := range qps {
+		qp.mu.Lock()
+		qp.inBacklog = false
+		if !qp.destroyed {
+			qp.flushLocked()
+			qp.runRequesterLocked(now)
+			qp.flushLocked()
+			qp.rearmLocked()
+		}
+		qp.mu.Unlock()
+		qps[i] = nil
+	}
+	b.mu.Lock()
+	if b.spare == nil {
+		b.spare = qps[:0]
+	}
+	b.mu.Unlock()
+}
