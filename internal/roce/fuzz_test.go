@@ -2,9 +2,9 @@ package roce
 
 import (
 	"bytes"
-	"encoding/binary"
+	"github.com/softrdma/softrdma/cm"
+	"github.com/softrdma/softrdma/internal/pcapfile"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -98,26 +98,22 @@ func newFuzzTarget(tb testing.TB) *fuzzTarget {
 		must(tb, err)
 		return qp
 	}
-	peerGID := verbs.GIDFromAddr(f.peer.Addr())
+	peer := cm.Endpoint{QPN: 0x99, PSN: 100, GID: verbs.GIDFromAddr(f.peer.Addr())}
+	p := cm.Params{Port: 1, Access: all, QKey: 0x1234, PathMTU: verbs.MTU256, SGIDIndex: 1, HopLimit: 64,
+		Timeout: 14, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 1, MaxRdAtomic: 4, MaxDestRdAtomic: 4}
 	for _, typ := range []verbs.QPType{verbs.QPTypeRC, verbs.QPTypeUC, verbs.QPTypeUD} {
 		qp := mk(typ)
-		mask := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | accessOrQKey(typ)
-		must(tb, qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QPAccessFlags: all, QKey: 0x1234}, mask))
-		rtr := &verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: verbs.MTU256, DestQPNum: 0x99, RQPSN: 100, MaxDestRdAtomic: 4, MinRNRTimer: 1,
-			AHAttr: verbs.AHAttr{IsGlobal: true, GRH: verbs.GlobalRoute{DGID: peerGID, SGIDIndex: 1}}}
+		psn := uint32(500)
+		if typ == verbs.QPTypeUD {
+			psn = 1
+		}
+		must(tb, cm.Connect(qp, cm.Endpoint{QPN: qp.QPNum(), PSN: psn}, peer, &p))
 		switch typ {
 		case verbs.QPTypeRC:
-			must(tb, qp.Modify(rtr, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
-			must(tb, qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: 500, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
-				verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic))
 			f.rc = qp
 		case verbs.QPTypeUC:
-			must(tb, qp.Modify(rtr, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN))
-			must(tb, qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: 500}, verbs.QPAttrState|verbs.QPAttrSQPSN))
 			f.uc = qp
 		case verbs.QPTypeUD:
-			must(tb, qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR}, verbs.QPAttrState))
-			must(tb, qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: 1}, verbs.QPAttrState|verbs.QPAttrSQPSN))
 			f.ud = qp
 		}
 	}
@@ -222,29 +218,15 @@ func seedPackets(tb testing.TB) [][]byte {
 	var out [][]byte
 	files, _ := filepath.Glob("../../testdata/rxe-pcaps/*.pcap")
 	for _, name := range files {
-		b, err := os.ReadFile(name)
-		if err != nil || len(b) < 24 {
-			continue
+		dgs, err := pcapfile.RoCEv2(name)
+		if err != nil {
+			tb.Fatalf("%s: %v", name, err)
 		}
-		off := 24
-		for off+16 <= len(b) && len(out) < 200 {
-			n := int(binary.LittleEndian.Uint32(b[off+8:]))
-			off += 16
-			if off+n > len(b) {
-				break
+		for _, dg := range dgs {
+			if len(out) == 200 {
+				return out
 			}
-			frame := b[off : off+n]
-			off += n
-			// Ethernet + IPv4 + UDP to port 4791.
-			if len(frame) < 14+20+8 || frame[12] != 0x08 || frame[13] != 0x00 || frame[14+9] != 17 {
-				continue
-			}
-			ihl := int(frame[14]&0xF) * 4
-			udp := frame[14+ihl:]
-			if binary.BigEndian.Uint16(udp[2:]) != 4791 {
-				continue
-			}
-			out = append(out, append([]byte{byte(len(out))}, udp[8:]...))
+			out = append(out, append([]byte{byte(len(out))}, dg.Payload...))
 		}
 	}
 	return out

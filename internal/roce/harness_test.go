@@ -3,6 +3,7 @@ package roce
 import (
 	"context"
 	"fmt"
+	"github.com/softrdma/softrdma/cm"
 	"math/rand/v2"
 	"net/netip"
 	"sync"
@@ -176,7 +177,8 @@ func serve(d *Device, tr transport.Transport) {
 	}
 }
 
-// connect moves a's QP to RTS towards b's (and is called both ways).
+// connect moves a's QP to RTS towards b's (and is called both ways),
+// through cm as applications do.
 func connect(t testing.TB, a, b *node, o qpOpts) {
 	t.Helper()
 	psnA := uint32(0xFFFFF0) // near the wrap, so PSN arithmetic is exercised
@@ -184,38 +186,14 @@ func connect(t testing.TB, a, b *node, o qpOpts) {
 	if a.dev.local.Compare(b.dev.local) > 0 {
 		psnA, psnB = psnB, psnA
 	}
-	if err := a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QPAccessFlags: o.access, QKey: 0x11111111},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|accessOrQKey(o.typ)); err != nil {
-		t.Fatal(err)
+	p := cm.Params{
+		Port: 1, Access: o.access, QKey: 0x11111111, PathMTU: o.mtu, SGIDIndex: 1, HopLimit: 64,
+		Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnrRetry, MinRNRTimer: o.minRNRTimer,
+		MaxRdAtomic: o.rdAtomic, MaxDestRdAtomic: o.rdAtomic,
 	}
-	if o.typ == verbs.QPTypeUD {
-		must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR}, verbs.QPAttrState))
-		must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: psnA}, verbs.QPAttrState|verbs.QPAttrSQPSN))
-		return
-	}
-	rtr := &verbs.QPAttr{
-		QPState: verbs.QPStateRTR, PathMTU: o.mtu, DestQPNum: b.qp.QPNum(), RQPSN: psnB,
-		MaxDestRdAtomic: o.rdAtomic, MinRNRTimer: o.minRNRTimer,
-		AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: b.gid(), SGIDIndex: 1, HopLimit: 64}},
-	}
-	mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
-	if o.typ == verbs.QPTypeRC {
-		mask |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
-	}
-	must(t, a.qp.Modify(rtr, mask))
-	rts := &verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: psnA, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnrRetry, MaxRdAtomic: o.rdAtomic}
-	mask = verbs.QPAttrState | verbs.QPAttrSQPSN
-	if o.typ == verbs.QPTypeRC {
-		mask |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
-	}
-	must(t, a.qp.Modify(rts, mask))
-}
-
-func accessOrQKey(t verbs.QPType) verbs.QPAttrMask {
-	if t == verbs.QPTypeUD {
-		return verbs.QPAttrQKey
-	}
-	return verbs.QPAttrAccessFlags
+	local := cm.Endpoint{QPN: a.qp.QPNum(), PSN: psnA, GID: a.gid()}
+	remote := cm.Endpoint{QPN: b.qp.QPNum(), PSN: psnB, GID: b.gid()}
+	must(t, cm.Connect(a.qp, local, remote, &p))
 }
 
 func must(t testing.TB, err error) {

@@ -6,6 +6,7 @@ package roce
 import (
 	"bytes"
 	"fmt"
+	"github.com/softrdma/softrdma/cm"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -43,13 +44,12 @@ func rcTowards(tb testing.TB, pd verbs.PD, cq verbs.CQ, mtu verbs.MTU, timeout, 
 	tb.Helper()
 	qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTypeRC, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}})
 	must(tb, err)
-	all := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
-	must(tb, qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QPAccessFlags: all}, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
-	rtr := &verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: mtu, DestQPNum: 0x99, RQPSN: 100, MaxDestRdAtomic: 4, MinRNRTimer: 1,
-		AHAttr: verbs.AHAttr{IsGlobal: true, GRH: verbs.GlobalRoute{DGID: verbs.GIDFromAddr(netip.MustParseAddr("10.9.0.2")), SGIDIndex: 1}}}
-	must(tb, qp.Modify(rtr, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
-	must(tb, qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: 500, Timeout: timeout, RetryCnt: retry, RNRRetry: 7, MaxRdAtomic: 4},
-		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic))
+	p := cm.DefaultParams()
+	p.Access = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	p.PathMTU, p.SGIDIndex, p.Timeout, p.RetryCnt, p.MinRNRTimer = mtu, 1, timeout, retry, 1
+	p.MaxRdAtomic, p.MaxDestRdAtomic = 4, 4
+	peer := cm.Endpoint{QPN: 0x99, PSN: 100, GID: verbs.GIDFromAddr(netip.MustParseAddr("10.9.0.2"))}
+	must(tb, cm.Connect(qp, cm.Endpoint{QPN: qp.QPNum(), PSN: 500}, peer, &p))
 	return qp.(*QP)
 }
 
