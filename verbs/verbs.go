@@ -261,3 +261,33 @@ func Progress(ctx Context) {
 		p.Progress()
 	}
 }
+
+// GSIQKey is the well-known Q_Key of the General Services Interface, QP1
+// (IBTA 13.4.6.2): management datagrams (MADs) for the connection manager
+// and other GSI classes travel as UD SENDs to QP1 with it.
+const GSIQKey = 0x80010000
+
+// MADSource says where a management datagram came from.
+type MADSource struct {
+	GID  GID    // the sender's port GID (on RoCEv2, its IP address)
+	QPN  uint32 // the sending QP (DETH source QP; 1 for GSI traffic)
+	PKey uint16 // the packet's P_Key
+}
+
+// GSI is implemented by contexts whose ports carry management datagrams
+// on QP1, as the kernel's umad interface offers them to rdma_cm and
+// ibacm: the connection manager (package cm) speaks through it, so it
+// works with any provider that has one. A MAD is the payload of one UD
+// SEND (256 bytes for the IB management classes).
+type GSI interface {
+	// SendMAD sends mad from QP1 of port to QP dstQP at dst with Q_Key
+	// qkey (GSIQKey for QP1). It may block while the transport has no
+	// room; it must not be called from a MAD handler.
+	SendMAD(port uint8, dst GID, dstQP uint32, qkey uint32, mad []byte) error
+	// HandleMADs sets the function that receives every MAD arriving at
+	// QP1 of port (nil: none; MADs are then dropped and counted). It runs
+	// on the receive path, holding no lock of the provider's: it must not
+	// block (hand the MAD to a goroutine of its own to answer it) or keep
+	// mad after it returns.
+	HandleMADs(port uint8, h func(src MADSource, mad []byte)) error
+}

@@ -32,6 +32,8 @@ type Counters struct {
 	DropWrongTransport atomic.Uint64 // opcode of another transport (RC opcode to a UD QP, ...)
 	DropPKey           atomic.Uint64 // P_Key mismatch
 	DropQKey           atomic.Uint64 // UD Q_Key mismatch
+	DropNoMADHandler   atomic.Uint64 // a MAD for QP1 with no handler installed
+	MADsRcvd           atomic.Uint64 // MADs handed to QP1's handler
 	DropNoRecvWQE      atomic.Uint64 // UD/UC message with no receive WQE posted
 	DropUnexpected     atomic.Uint64 // responses that match no outstanding request
 	DropUC             atomic.Uint64 // UC packets dropped because of a PSN gap
@@ -73,6 +75,8 @@ func (c *Counters) Snapshot() []Counter {
 		{"drop_wrong_transport", c.DropWrongTransport.Load()},
 		{"drop_pkey", c.DropPKey.Load()},
 		{"drop_qkey", c.DropQKey.Load()},
+		{"drop_no_mad_handler", c.DropNoMADHandler.Load()},
+		{"mads_rcvd", c.MADsRcvd.Load()},
 		{"drop_no_recv_wqe", c.DropNoRecvWQE.Load()},
 		{"drop_unexpected", c.DropUnexpected.Load()},
 		{"drop_uc", c.DropUC.Load()},

@@ -147,6 +147,7 @@ type Device struct {
 	clock       func() time.Time
 	timers      timerQueue
 	trySender   transport.TrySender // nil: the transport cannot send without blocking
+	gsi         gsi
 	backlog     backlog
 
 	Counters Counters

@@ -156,6 +156,17 @@ func (d *Device) HandleBatch(rx *RxBatch, pkts []transport.Datagram, now time.Ti
 			d.Counters.DropMalformed.Add(1)
 			continue
 		}
+		if rx.p.BTH.DestQP() == gsiQPN {
+			// The MAD handler may call into the device: hold no QP.
+			if cur != nil {
+				cur.endRxLocked(rx, now, more)
+				cur.tx.detach()
+				cur.mu.Unlock()
+				cur = nil
+			}
+			d.onGSI(&rx.p, pk)
+			continue
+		}
 		qp := d.qpByNum(rx.p.BTH.DestQP())
 		if qp == nil {
 			d.Counters.DropUnknownQP.Add(1)

@@ -168,3 +168,14 @@ func (d *Device) Counter(name string) (uint64, bool) {
 // (as ib_write_lat polls the last byte of its buffer). It never blocks;
 // it implements verbs.Progresser.
 func (d *Device) Progress() { d.inlinePoll() }
+
+// SendMAD sends a management datagram from QP1 (verbs.GSI); the
+// connection manager uses it.
+func (d *Device) SendMAD(port uint8, dst verbs.GID, dstQP uint32, qkey uint32, mad []byte) error {
+	return d.eng.SendMAD(port, dst, dstQP, qkey, mad)
+}
+
+// HandleMADs sets the receiver of the MADs arriving at QP1 (verbs.GSI).
+func (d *Device) HandleMADs(port uint8, h func(src verbs.MADSource, mad []byte)) error {
+	return d.eng.HandleMADs(port, h)
+}
