@@ -34,6 +34,7 @@ type Counters struct {
 	DropQKey           atomic.Uint64 // UD Q_Key mismatch
 	DropNoMADHandler   atomic.Uint64 // a MAD for QP1 with no handler installed
 	MADsRcvd           atomic.Uint64 // MADs handed to QP1's handler
+	EventsDropped      atomic.Uint64 // asynchronous events the application's channel had no room for
 	DropNoRecvWQE      atomic.Uint64 // UD/UC message with no receive WQE posted
 	DropUnexpected     atomic.Uint64 // responses that match no outstanding request
 	DropUC             atomic.Uint64 // UC packets dropped because of a PSN gap
@@ -77,6 +78,7 @@ func (c *Counters) Snapshot() []Counter {
 		{"drop_qkey", c.DropQKey.Load()},
 		{"drop_no_mad_handler", c.DropNoMADHandler.Load()},
 		{"mads_rcvd", c.MADsRcvd.Load()},
+		{"events_dropped", c.EventsDropped.Load()},
 		{"drop_no_recv_wqe", c.DropNoRecvWQE.Load()},
 		{"drop_unexpected", c.DropUnexpected.Load()},
 		{"drop_uc", c.DropUC.Load()},

@@ -47,7 +47,9 @@ func (d *Device) CreateCQ(cqe int, ch *verbs.CompChannel) (verbs.CQ, error) {
 		return nil, verbs.Errorf("CreateCQ", verbs.ErrDestroyed, "device %s is closed", d.cfg.Name)
 	}
 	d.nCQ.Add(1)
-	return &CQ{dev: d, ch: ch, ring: make([]verbs.WC, cqe), wake: make(chan struct{}, 1)}, nil
+	cq := &CQ{dev: d, ch: ch, ring: make([]verbs.WC, cqe), wake: make(chan struct{}, 1)}
+	add(&d.objs, d.objs.cqs, cq)
+	return cq, nil
 }
 
 // CQE returns the capacity.
@@ -59,9 +61,13 @@ func (cq *CQ) push(wc *verbs.WC, solicited bool) {
 	cq.mu.Lock()
 	n := int(cq.count.Load())
 	if n == len(cq.ring) {
+		first := !cq.overrun
 		cq.overrun = true
 		cq.mu.Unlock()
 		cq.dev.Counters.CQOverrun.Add(1)
+		if first {
+			cq.dev.Event(verbs.AsyncEvent{Type: verbs.EventCQErr, CQ: cq})
+		}
 		return
 	}
 	i := cq.head + n
@@ -173,6 +179,7 @@ func (cq *CQ) Destroy() error {
 		return verbs.Errorf("DestroyCQ", verbs.ErrDestroyed, "CQ already destroyed")
 	}
 	cq.dev.nCQ.Add(-1)
+	remove(&cq.dev.objs, cq.dev.objs.cqs, cq)
 	select {
 	case cq.wake <- struct{}{}:
 	default:

@@ -148,6 +148,8 @@ type Device struct {
 	timers      timerQueue
 	trySender   transport.TrySender // nil: the transport cannot send without blocking
 	gsi         gsi
+	objs        objects
+	events      events
 	backlog     backlog
 
 	Counters Counters
@@ -179,6 +181,8 @@ func New(cfg Config) (*Device, error) {
 		clock: cfg.Clock,
 	}
 	d.timers.set = cfg.SetTimer
+	d.objs.init()
+	d.events.ch = make(chan verbs.AsyncEvent, eventBuffer)
 	if g, ok := cfg.Transport.(transport.Gatherer); ok && !cfg.NoGather {
 		d.gather = g.Gathers()
 	}
@@ -329,19 +333,9 @@ func (d *Device) AllocPD() (verbs.PD, error) {
 		return nil, verbs.Errorf("AllocPD", verbs.ErrDestroyed, "device %s is closed", d.cfg.Name)
 	}
 	d.nPD.Add(1)
-	return &PD{dev: d}, nil
-}
-
-// Close stops the device and closes its transport, which ends the
-// driver's receive loop. Every PD and CQ must have been released first.
-func (d *Device) Close() error {
-	if n := d.nPD.Load() + d.nCQ.Load(); n > 0 {
-		return verbs.Errorf("Close", verbs.ErrInUse, "%d PDs and %d CQs remain; destroy them first", d.nPD.Load(), d.nCQ.Load())
-	}
-	if !d.closed.CompareAndSwap(false, true) {
-		return nil
-	}
-	return d.tr.Close()
+	pd := &PD{dev: d}
+	add(&d.objs, d.objs.pds, pd)
+	return pd, nil
 }
 
 // qpByNum returns the QP numbered qpn, or nil. It takes no lock.

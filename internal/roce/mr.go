@@ -29,6 +29,7 @@ func (pd *PD) Dealloc() error {
 		return verbs.Errorf("DeallocPD", verbs.ErrDestroyed, "PD already deallocated")
 	}
 	pd.dev.nPD.Add(-1)
+	remove(&pd.dev.objs, pd.dev.objs.pds, pd)
 	return nil
 }
 

@@ -52,6 +52,8 @@ type QP struct {
 	tx          txq
 	timerAt     time.Time // the deadline queued in dev.timers; zero if none
 	inBacklog   bool      // on dev.backlog: requests wait for the transport
+	commEst     bool      // EventCommEst was raised
+	sqdNotify   bool      // raise EventSQDrained once the send queue drains in SQD
 	destroyed   bool
 	inlineBufs  []byte // backing store of every send WQE's inline buffer
 }
@@ -262,6 +264,10 @@ func (qp *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	if next != verbs.QPStateReset && next != verbs.QPStateErr {
 		qp.setStateLocked(next)
 	}
+	if next == verbs.QPStateSQD && cur != verbs.QPStateSQD {
+		qp.sqdNotify = qp.attr.EnSQDAsyncNotify
+		qp.checkDrainedLocked()
+	}
 	if next == verbs.QPStateRTS && (cur == verbs.QPStateSQD || cur == verbs.QPStateSQE) {
 		qp.runRequesterLocked(now)
 		qp.flushLocked()
@@ -414,6 +420,15 @@ func (qp *QP) Destroy() error {
 	return nil
 }
 
+// checkDrainedLocked raises EventSQDrained once a QP in SQD that asked for
+// it has no send work in flight.
+func (qp *QP) checkDrainedLocked() {
+	if qp.sqdNotify && qp.stateLocked() == verbs.QPStateSQD && qp.sq.head == qp.sq.next {
+		qp.sqdNotify = false
+		qp.dev.Event(verbs.AsyncEvent{Type: verbs.EventSQDrained, QP: qp})
+	}
+}
+
 // resetLocked returns the QP to RESET: queues emptied, no completions.
 func (qp *QP) resetLocked() {
 	qp.setStateLocked(verbs.QPStateReset)
@@ -423,6 +438,7 @@ func (qp *QP) resetLocked() {
 	qp.clearRecvLocked()
 	qp.req = requester{}
 	qp.comp = completer{}
+	qp.commEst, qp.sqdNotify = false, false
 	res := qp.resp.res
 	clear(res)
 	cur := qp.resp.cur
@@ -456,6 +472,11 @@ func (qp *QP) errorLocked() {
 	qp.flushLocked()
 	qp.flushSendLocked()
 	qp.flushRecvLocked()
+	if qp.srq != nil {
+		// IBTA 11.6.3.1: a QP on an SRQ that went to ERR takes no more
+		// of its WQEs; the application may now destroy it.
+		qp.dev.Event(verbs.AsyncEvent{Type: verbs.EventQPLastWQEReached, QP: qp})
+	}
 }
 
 func (qp *QP) flushSendLocked() {
@@ -496,6 +517,9 @@ func (qp *QP) completeSendLocked(w *sendWQE, st verbs.WCStatus) {
 		qp.sendCQ.push(&wc, st != verbs.WCSuccess)
 	}
 	qp.req.onRetired(qp, w)
+	if qp.sqdNotify {
+		defer qp.checkDrainedLocked()
+	}
 	w.sgl.reset()
 	w.started = false
 	w.status = verbs.WCSuccess

@@ -66,6 +66,17 @@ func (rx *RxBatch) Waiting() bool { return len(rx.deferred) > 0 }
 // Device.FlushBacklog with MustNotBlock(false).
 func (rx *RxBatch) MustNotBlock(on bool) { rx.stage.noBlock = on }
 
+// Drop discards the responses waiting in the stage and the ACKs waiting
+// for a poller, as the driver stops.
+func (rx *RxBatch) Drop(d *Device) {
+	for i := range rx.stage.pkts {
+		release(d, &rx.stage.pkts[i], &rx.stage.bufs[i], &rx.stage.mrs[i])
+	}
+	rx.stage.pkts, rx.stage.bufs, rx.stage.mrs = rx.stage.pkts[:0], rx.stage.bufs[:0], rx.stage.mrs[:0]
+	clear(rx.deferred)
+	rx.deferred = rx.deferred[:0]
+}
+
 // Unsent reports whether responses wait in the stage for the transport.
 func (rx *RxBatch) Unsent() bool { return len(rx.stage.pkts) > 0 }
 
@@ -232,6 +243,11 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 	if qp.typ != verbs.QPTypeUD && pk.Peer.Addr().Unmap() != qp.destAddr {
 		c.DropWrongSource.Add(1)
 		return false
+	}
+	if st == verbs.QPStateRTR && !qp.commEst {
+		// IBTA 11.6.3: the first packet on a QP in RTR establishes it.
+		qp.commEst = true
+		qp.dev.Event(verbs.AsyncEvent{Type: verbs.EventCommEst, QP: qp})
 	}
 	if info.Has(wire.FlagRequest) {
 		switch qp.typ {

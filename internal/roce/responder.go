@@ -518,6 +518,14 @@ func (qp *QP) nakErrorLocked(psn wire.PSN, code wire.NAKCode, recvStatus verbs.W
 	}
 	r.inMsg = false
 	qp.errorLocked()
+	ev := verbs.EventQPFatal
+	switch code {
+	case wire.NAKInvalidRequest:
+		ev = verbs.EventQPReqErr
+	case wire.NAKRemoteAccessError:
+		ev = verbs.EventQPAccessErr
+	}
+	qp.dev.Event(verbs.AsyncEvent{Type: ev, QP: qp})
 }
 
 // onUCRequestLocked handles a request on a UC QP: no acknowledgements; a

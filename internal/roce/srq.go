@@ -34,8 +34,10 @@ func (pd *PD) CreateSRQ(attr *verbs.SRQInitAttr) (verbs.SRQ, error) {
 		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "MaxSGE %d: at most %d", attr.MaxSGE, maxSGE)
 	}
 	nsge := max(attr.MaxSGE, 1)
-	s := &SRQ{pd: pd, q: newRecvQueue(attr.MaxWR, nsge), maxSGE: nsge, limit: attr.SRQLimit}
+	// As ibv_create_srq, creating does not arm the limit: SRQ.Modify does.
+	s := &SRQ{pd: pd, q: newRecvQueue(attr.MaxWR, nsge), maxSGE: nsge}
 	pd.refs.Add(1)
+	add(&pd.dev.objs, pd.dev.objs.srqs, s)
 	return s, nil
 }
 
@@ -76,6 +78,12 @@ func (s *SRQ) pop(dst *recvWQE) bool {
 	dst.sgl.mrs = append(dst.sgl.mrs, w.sgl.mrs...)
 	w.sgl.reset()
 	s.q.head++
+	if s.limit > 0 && s.q.tail-s.q.head < s.limit {
+		// IBTA 10.2.9.3: below the limit, one event, and the limit is
+		// disarmed until SRQ.Modify sets it again.
+		s.limit = 0
+		s.pd.dev.Event(verbs.AsyncEvent{Type: verbs.EventSRQLimitReached, SRQ: s})
+	}
 	return true
 }
 
@@ -111,6 +119,7 @@ func (s *SRQ) Destroy() error {
 	}
 	s.dead = true
 	s.pd.refs.Add(-1)
+	remove(&s.pd.dev.objs, s.pd.dev.objs.srqs, s)
 	return nil
 }
 
@@ -136,7 +145,9 @@ func (pd *PD) CreateAH(attr *verbs.AHAttr) (verbs.AH, error) {
 	}
 	pd.refs.Add(1)
 	pd.dev.nAH.Add(1)
-	return &AH{pd: pd, attr: *attr, dest: netip.AddrPortFrom(attr.GRH.DGID.Addr(), pd.dev.port)}, nil
+	ah := &AH{pd: pd, attr: *attr, dest: netip.AddrPortFrom(attr.GRH.DGID.Addr(), pd.dev.port)}
+	add(&pd.dev.objs, pd.dev.objs.ahs, ah)
+	return ah, nil
 }
 
 // Attr returns the attributes the AH was created with.
@@ -149,5 +160,6 @@ func (ah *AH) Destroy() error {
 	}
 	ah.pd.refs.Add(-1)
 	ah.pd.dev.nAH.Add(-1)
+	remove(&ah.pd.dev.objs, ah.pd.dev.objs.ahs, ah)
 	return nil
 }

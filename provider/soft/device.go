@@ -91,17 +91,18 @@ func (d *Device) CreateCQ(cqe int, ch *verbs.CompChannel) (verbs.CQ, error) {
 	return d.eng.CreateCQ(cqe, ch)
 }
 
-// Close stops the device: it closes the transport, waits for the receive
-// goroutine to end and stops the timers. Every PD and CQ must have been
-// released first (verbs.ErrInUse otherwise, and the device stays open).
-// Closing a closed device does nothing.
+// Close stops the device and releases everything: the receive goroutine
+// and the timers stop, the QPs the application left are destroyed (their
+// outstanding work requests discarded, as ibv_destroy_qp does), its MRs
+// deregistered, its SRQs, AHs, CQs and PDs released, the UDP socket
+// closed (the address is free again) and the AsyncEvents channel closed.
+// So `defer dev.Close()` is right however a program ends. Closing a
+// closed device does nothing.
 func (d *Device) Close() error {
 	if d.eng.Closed() {
 		return nil
 	}
-	if err := d.eng.Close(); err != nil {
-		return err
-	}
+	err := d.eng.Stop()
 	d.ackTimer.Stop()
 	d.timerMu.Lock()
 	if d.timer != nil {
@@ -115,8 +116,21 @@ func (d *Device) Close() error {
 	if d.serving.Load() {
 		<-d.serveDone
 	}
-	return nil
+	// Packets a busy poller could not hand over may pin MRs: drop them
+	// before the MRs go.
+	d.rxMu.Lock()
+	d.rx.Drop(d.eng)
+	d.rxMu.Unlock()
+	d.eng.Release()
+	return err
 }
+
+// AsyncEvents returns the device's asynchronous events (verbs.AsyncEventer):
+// a QP's fatal, request and access errors, communication established,
+// SQ drained, last WQE reached, SRQ limit reached, CQ overflow, and the
+// port going down when the device's socket fails. The channel is closed
+// by Close.
+func (d *Device) AsyncEvents() <-chan verbs.AsyncEvent { return d.eng.AsyncEvents() }
 
 // --- beyond verbs ---
 

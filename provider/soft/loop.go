@@ -21,6 +21,7 @@ import (
 	"github.com/softrdma/softrdma/internal/roce"
 	"github.com/softrdma/softrdma/internal/spin"
 	"github.com/softrdma/softrdma/transport"
+	"github.com/softrdma/softrdma/verbs"
 )
 
 // newDevice prepares the driver of a device on tr; Open attaches the
@@ -109,6 +110,7 @@ func (d *Device) serve() {
 		}
 		n, err := d.pollRx(false)
 		if err != nil {
+			d.failed(err)
 			return
 		}
 		if d.eng.Backlogged() {
@@ -123,6 +125,7 @@ func (d *Device) serve() {
 			continue
 		}
 		if err := d.poller.Wait(); err != nil {
+			d.failed(err)
 			return
 		}
 		idle = 0
@@ -189,9 +192,20 @@ func (d *Device) serveBlocking() {
 		}
 		d.rxMu.Unlock()
 		if err != nil {
+			d.failed(err)
 			return
 		}
 	}
+}
+
+// failed reports the receive loop's end: unless Close ended it, the port
+// is down and the device unusable (EventPortErr, EventDeviceFatal).
+func (d *Device) failed(err error) {
+	if d.eng.Closed() {
+		return
+	}
+	d.eng.Event(verbs.AsyncEvent{Type: verbs.EventPortErr, Port: 1})
+	d.eng.Event(verbs.AsyncEvent{Type: verbs.EventDeviceFatal})
 }
 
 // pollRx receives and processes one batch if no other goroutine is
