@@ -162,6 +162,19 @@ func (t *portable) Close() error {
 	return t.closeConns()
 }
 
+// TrySend is Send, marking every datagram it handed over
+// (transport.TrySender). On the BSDs and macOS a UDP socket has no send
+// buffer to wait for (a full interface queue is ENOBUFS: a drop), so Send
+// does not wait there in practice; this transport does not promise more
+// than that.
+func (t *portable) TrySend(pkts []transport.Datagram) (int, error) {
+	n, err := t.Send(pkts)
+	for i := range pkts {
+		pkts[i].Sent = i < n
+	}
+	return n, err
+}
+
 // Send sends pkts one datagram at a time, each from the sending socket
 // of its Flow. Gathers reports false, so callers put the payload in Buf;
 // a packet that has a separate Payload anyway is assembled into one
