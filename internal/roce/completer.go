@@ -93,9 +93,17 @@ type compResult struct {
 // for an RC QP.
 func (c *completer) onResponse(qp *QP, p *wire.Packet, now time.Time) compResult {
 	psn := p.BTH.PSN()
-	// Only PSNs this QP has sent can be acknowledged.
-	if !psn.Less(qp.req.maxPSN) {
+	// A response is acted on only while a request is outstanding and only
+	// inside the PSNs in flight: from the oldest unacknowledged one to the
+	// last sent. Anything else is a late duplicate or a forgery (a blind
+	// attacker must now guess a PSN in a window of at most ackWindow out
+	// of 2^24, besides the QPN and the peer's address and port).
+	if qp.sq.head == qp.sq.tail || !qp.sq.at(qp.sq.head).started {
 		qp.dev.Counters.DropUnexpected.Add(1)
+		return compResult{}
+	}
+	if psn.Less(c.psn) || !psn.Less(qp.req.maxPSN) {
+		qp.dev.Counters.DropOutOfWindow.Add(1)
 		return compResult{}
 	}
 	switch {

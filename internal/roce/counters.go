@@ -36,6 +36,8 @@ type Counters struct {
 	MADsRcvd           atomic.Uint64 // MADs handed to QP1's handler
 	EventsDropped      atomic.Uint64 // asynchronous events the application's channel had no room for
 	DropNoRecvWQE      atomic.Uint64 // UD/UC message with no receive WQE posted
+	DropOutOfWindow    atomic.Uint64 // responses outside the PSNs in flight (duplicates or forgeries)
+	DropBadReplay      atomic.Uint64 // duplicate READs or atomics that do not match the request they repeat
 	DropUnexpected     atomic.Uint64 // responses that match no outstanding request
 	DropUC             atomic.Uint64 // UC packets dropped because of a PSN gap
 	NAKsSent           atomic.Uint64 // NAKs other than RNR and sequence
@@ -80,6 +82,8 @@ func (c *Counters) Snapshot() []Counter {
 		{"mads_rcvd", c.MADsRcvd.Load()},
 		{"events_dropped", c.EventsDropped.Load()},
 		{"drop_no_recv_wqe", c.DropNoRecvWQE.Load()},
+		{"drop_out_of_window", c.DropOutOfWindow.Load()},
+		{"drop_bad_replay", c.DropBadReplay.Load()},
 		{"drop_unexpected", c.DropUnexpected.Load()},
 		{"drop_uc", c.DropUC.Load()},
 		{"naks_sent", c.NAKsSent.Load()},

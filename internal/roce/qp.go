@@ -53,6 +53,7 @@ type QP struct {
 	timerAt     time.Time // the deadline queued in dev.timers; zero if none
 	inBacklog   bool      // on dev.backlog: requests wait for the transport
 	commEst     bool      // EventCommEst was raised
+	peerPort    uint16    // the UDP port the peer sends from, learnt from its first packet (RC, UC)
 	sqdNotify   bool      // raise EventSQDrained once the send queue drains in SQD
 	destroyed   bool
 	inlineBufs  []byte // backing store of every send WQE's inline buffer
@@ -328,6 +329,7 @@ func (qp *QP) applyLocked(attr *verbs.QPAttr, mask verbs.QPAttrMask) {
 	if mask&verbs.QPAttrAV != 0 {
 		a.AHAttr = attr.AHAttr
 		qp.destAddr = attr.AHAttr.GRH.DGID.Addr()
+		qp.peerPort = 0
 		qp.dest = netip.AddrPortFrom(qp.destAddr, qp.dev.port)
 		qp.splitWrites = qp.typ == verbs.QPTypeRC &&
 			(qp.dev.splitAlways || qp.dev.coalescer != nil && qp.dev.coalescer.Coalesces(qp.dest))
@@ -438,7 +440,7 @@ func (qp *QP) resetLocked() {
 	qp.clearRecvLocked()
 	qp.req = requester{}
 	qp.comp = completer{}
-	qp.commEst, qp.sqdNotify = false, false
+	qp.commEst, qp.sqdNotify, qp.peerPort = false, false, 0
 	res := qp.resp.res
 	clear(res)
 	cur := qp.resp.cur

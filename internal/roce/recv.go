@@ -240,9 +240,17 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 		c.DropPKey.Add(1)
 		return false
 	}
-	if qp.typ != verbs.QPTypeUD && pk.Peer.Addr().Unmap() != qp.destAddr {
-		c.DropWrongSource.Add(1)
-		return false
+	if qp.typ != verbs.QPTypeUD {
+		// RC and UC take packets from their peer only: its address, and
+		// the UDP source port its first packet came from. A peer sends a
+		// QP's packets from one port (rxe: 0xC000 + a hash of the QPN;
+		// softrdma: the socket its flow maps to), so a packet from another
+		// port, even from the peer's host, is not the peer's QP.
+		if pk.Peer.Addr().Unmap() != qp.destAddr || (qp.peerPort != 0 && pk.Peer.Port() != qp.peerPort) {
+			c.DropWrongSource.Add(1)
+			return false
+		}
+		qp.peerPort = pk.Peer.Port()
 	}
 	if st == verbs.QPStateRTR && !qp.commEst {
 		// IBTA 11.6.3: the first packet on a QP in RTR establishes it.

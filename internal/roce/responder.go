@@ -63,7 +63,13 @@ type rdRes struct {
 	used        bool
 	atomic      bool
 	first, last wire.PSN
-	orig        uint64
+	orig        uint64 // atomic: the value returned
+	// The request as executed: a duplicate is answered only if it asks
+	// for the same thing (READ: the same rkey and a range inside the
+	// original; atomic: the same rkey and address).
+	va   uint64
+	rkey uint32
+	len  uint64
 }
 
 // verdict is the outcome of the checks on a request packet; each error
@@ -322,7 +328,7 @@ func (qp *QP) recvReadLocked(p *wire.Packet, psn wire.PSN) verdict {
 	}
 	npkts := qp.packetsFor(dlen)
 	slot := qp.nextResLocked()
-	*slot = rdRes{used: true, first: psn, last: psn.Add(npkts - 1)}
+	*slot = rdRes{used: true, first: psn, last: psn.Add(npkts - 1), va: va, rkey: rkey, len: dlen}
 	r.psn = psn.Add(npkts)
 	r.msn++
 	qp.sendReadResponsesLocked(va, rkey, dlen, psn)
@@ -431,7 +437,7 @@ func (qp *QP) recvAtomicLocked(p *wire.Packet, psn wire.PSN) verdict {
 	}
 	mr.mu.RUnlock()
 	slot := qp.nextResLocked()
-	*slot = rdRes{used: true, atomic: true, first: psn, last: psn, orig: orig}
+	*slot = rdRes{used: true, atomic: true, first: psn, last: psn, orig: orig, va: va, rkey: a.RKey(), len: 8}
 	r.psn = psn.Add(1)
 	r.msn++
 	qp.sendAtomicAckLocked(psn, orig)
@@ -449,8 +455,13 @@ func (qp *QP) sendAtomicAckLocked(psn wire.PSN, orig uint64) {
 
 // onDuplicateLocked answers a request whose PSN is older than expected
 // (IBTA 9.7.5.2.2): SEND and WRITE are acknowledged again, READ is
-// answered again from the request's own RETH, an atomic gets its recorded
-// result. Nothing is executed twice.
+// answered again, an atomic gets its recorded result. Nothing is executed
+// twice. A duplicate READ or atomic must match the request it repeats (as
+// rxe checks): the same rkey, a range inside the original READ (a resumed
+// READ asks for its tail) or the same atomic address, and the QP must
+// still allow the access; anything else is dropped silently and counted
+// — it is not the requester's retry but a forgery or a confused peer, and
+// answering it would read memory nobody asked for.
 func (qp *QP) onDuplicateLocked(p *wire.Packet, psn wire.PSN) {
 	qp.dev.Counters.DuplicateRequest.Add(1)
 	r := &qp.resp
@@ -464,18 +475,28 @@ func (qp *QP) onDuplicateLocked(p *wire.Packet, psn wire.PSN) {
 		va, rkey, dlen := p.RETH.VA(), p.RETH.RKey(), uint64(p.RETH.DMALen())
 		for i := range r.res {
 			s := &r.res[i]
-			if s.used && !s.atomic && psn.InWindow(s.first, uint32(s.last.Sub(s.first))+1) {
-				if !psn.Add(qp.packetsFor(dlen)-1).InWindow(s.first, uint32(s.last.Sub(s.first))+1) {
-					return // asks for more than the original request covered
-				}
-				qp.sendReadResponsesLocked(va, rkey, dlen, psn)
+			if !s.used || s.atomic || !psn.InWindow(s.first, uint32(s.last.Sub(s.first))+1) {
+				continue
+			}
+			// The responses from psn on cover the original's bytes from
+			// (psn-first) MTUs on: a resumed READ asks for exactly those.
+			skip := uint64(psn.Sub(s.first)) * uint64(qp.pmtu)
+			if rkey != s.rkey || skip > s.len || va != s.va+skip || dlen != s.len-skip ||
+				qp.attr.QPAccessFlags&verbs.AccessRemoteRead == 0 {
+				qp.dev.Counters.DropBadReplay.Add(1)
 				return
 			}
+			qp.sendReadResponsesLocked(va, rkey, dlen, psn)
+			return
 		}
 	case info.Has(wire.FlagAtomic):
 		for i := range r.res {
 			s := &r.res[i]
 			if s.used && s.atomic && s.first == psn {
+				if p.AtomicETH.RKey() != s.rkey || p.AtomicETH.VA() != s.va || qp.attr.QPAccessFlags&verbs.AccessRemoteAtomic == 0 {
+					qp.dev.Counters.DropBadReplay.Add(1)
+					return
+				}
 				qp.sendAtomicAckLocked(psn, s.orig)
 				return
 			}
