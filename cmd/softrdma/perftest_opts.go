@@ -42,6 +42,7 @@ const (
 	ptCQModSizeLimit = 8192    // MSG_SIZE_CQ_MOD_LIMIT: larger messages get cq_mod 1
 	ptNoPeakIters    = 20000   // above this many iterations the peak is skipped
 	ptDefJSONFile    = "perftest_out.json"
+	ptUCMaxRx        = 16000 // UC_MAX_RX: UC/UD SEND receivers pre-post up to this many
 )
 
 // ptTest names one benchmark: ib_<verb>_<kind>.
@@ -56,6 +57,7 @@ type ptTest struct {
 // GID index) are resolved later, in ptRun.
 type ptOptions struct {
 	test ptTest
+	conn perftest.Connection // -c
 
 	server   string // host to connect to; "" means this side is the server
 	devName  string // -d
@@ -135,12 +137,7 @@ func ptOptionTable() []ptOption {
 		}},
 		{'a', "all", false, func(o *ptOptions, _ string) error { o.runAll = true; return nil }},
 		{'F', "CPU-freq", false, func(*ptOptions, string) error { return nil }}, // no CPU clock to check
-		{'c', "connection", true, func(o *ptOptions, a string) error {
-			if a != "RC" {
-				return fmt.Errorf(" Connection type %s: softrdma's %s supports RC only", a, o.test.name)
-			}
-			return nil
-		}},
+		{'c', "connection", true, (*ptOptions).setConnection},
 		{'q', "qp", true, func(o *ptOptions, a string) error {
 			if o.test.kind != perftest.BW {
 				return errors.New(" Multiple QPs only available on bw tests")
@@ -238,6 +235,32 @@ func ptInt(s, name string, lo, hi int, dst *int) error {
 		return fmt.Errorf(" %s should be between %d and %d", name, lo, hi)
 	}
 	*dst = int(v)
+	return nil
+}
+
+// setConnection parses -c as change_conn_type does: UC for WRITE and
+// SEND, UD for SEND only. XRC, DC, SRD and raw Ethernet need hardware
+// softrdma does not model; they are refused by name.
+func (o *ptOptions) setConnection(a string) error {
+	verb := o.test.verb
+	switch a {
+	case "RC":
+		o.conn = perftest.RC
+	case "UC":
+		if verb == perftest.Read || verb == perftest.Atomic {
+			return errors.New(" UC connection not possible in READ/ATOMIC verbs")
+		}
+		o.conn = perftest.UC
+	case "UD":
+		if verb != perftest.Send {
+			return errors.New(" UD connection only possible in SEND verb")
+		}
+		o.conn = perftest.UD
+	case "XRC", "DC", "SRD", "RawEth":
+		return fmt.Errorf(" Connection type %s is not supported by softrdma (RC, UC and UD are)", a)
+	default:
+		return errors.New(" Invalid Connection type. Please choose from {RC,UC,UD,XRC,DC,SRD}")
+	}
 	return nil
 }
 
@@ -428,10 +451,13 @@ func (o *ptOptions) forceDependencies(w io.Writer) error {
 		if verb == perftest.Send && o.rxDepth > o.iters {
 			o.rxDepth = o.iters
 		}
+		if (o.conn == perftest.UD || o.conn == perftest.UC) && o.rxDepth == ptDefRxSend {
+			o.rxDepth = min(o.iters, ptUCMaxRx)
+		}
 	}
 	// Large messages get a completion each, unless the user asked for a
 	// moderation or the sizes vary (-a).
-	if o.size > ptCQModSizeLimit && !o.runAll {
+	if o.size > ptCQModSizeLimit && o.conn != perftest.UD && !o.runAll {
 		if !o.cqModSet {
 			o.cqMod = 1
 		} else if o.cqMod > 1 {
@@ -517,7 +543,7 @@ func ptUsage(w io.Writer, t ptTest) {
 	if t.kind == perftest.BW {
 		p("  -b, --bidirectional  Measure bidirectional bandwidth (default unidirectional)\n")
 	}
-	p("  -c, --connection=<RC>  Connection type RC (softrdma's tools support RC only)\n")
+	p("  -c, --connection=<RC/UC/UD>  Connection type RC/UC/UD (default RC; UC for WRITE and SEND, UD for SEND)\n")
 	p("  -d, --ib-dev=<dev>  Use IB device <dev> (default first device found; or set SOFTRDMA_ADDR=<ip>)\n")
 	p("  -D, --duration  Run test for a customized period of seconds.\n")
 	p("  -f, --margin  measure results within margins. (default=2sec)\n")

@@ -106,6 +106,9 @@ func (b *BWRun) SetSendWQEs() {
 		if verb != perftest.Send {
 			q.wr.RemoteAddr, q.wr.RKey = rem.VAddr, rem.RKey
 		}
+		if rem.AH != nil {
+			q.wr.AH, q.wr.RemoteQPN, q.wr.RemoteQKey = rem.AH, rem.QPN, rem.QKey
+		}
 		if b.cqMod == 1 {
 			q.wr.SendFlags = verbs.SendSignaled
 		}
@@ -122,8 +125,8 @@ func (b *BWRun) SetRecvWQEs() error {
 	stride, n := b.ep.Slots(b.size)
 	for i := range b.qps {
 		q := &b.qps[i]
-		q.rxAddr = b.ep.Base + b.ep.RecvOff(i)
-		q.rsge[0] = verbs.SGE{Addr: q.rxAddr, Length: uint32(b.size), LKey: b.ep.LKey}
+		q.rxAddr = b.ep.Base + b.ep.RecvOff(i) + b.ep.RecvShift
+		q.rsge[0] = verbs.SGE{Addr: q.rxAddr, Length: uint32(b.size) + b.ep.RecvExtra, LKey: b.ep.LKey}
 		q.rwr = verbs.RecvWR{WRID: uint64(i), SGList: q.rsge[:]}
 		for j := uint64(0); j < uint64(b.t.RxDepth); j++ {
 			if err := q.qp.PostRecv(&q.rwr); err != nil {
