@@ -73,6 +73,7 @@ type ptOptions struct {
 	rxDepth  int // -r (SEND tests)
 	cqMod    int // -Q
 	cqModSet bool
+	postList int // -l; 1 means none
 	numQPs   int // -q
 	inline   int // -I; -1 means the default
 	outReads int // -o; 0 means the device maximum
@@ -207,6 +208,15 @@ func ptOptionTable() []ptOption {
 			o.noPeak = true
 			return nil
 		}},
+		{'l', "post_list", true, func(o *ptOptions, a string) error {
+			return ptInt(a, "Send Post List size", 1, ptMaxTx, &o.postList)
+		}},
+		{'R', "rdma_cm", false, ptRefuse("-R (rdma_cm): softrdma's perftest tools connect over perftest's TCP exchange only; rdma_cm comes with the IB CM work")},
+		{'U', "report-unsorted", false, ptRefuse("-U (report-unsorted) is not implemented by softrdma yet")},
+		{'H', "report-histogram", false, ptRefuse("-H (report-histogram) is not implemented by softrdma yet")},
+		{0, "run_infinitely", false, ptRefuse("--run_infinitely is not implemented by softrdma yet; use -D <seconds>")},
+		{0, "mr_per_qp", false, ptRefuse("--mr_per_qp is not implemented by softrdma yet (one MR serves all QPs)")},
+		{0, "recv_post_list", true, ptRefuse("--recv_post_list is not implemented by softrdma yet")},
 		{'h', "help", false, func(*ptOptions, string) error { return errPTHelp }},
 		{'V', "version", false, func(*ptOptions, string) error { return errPTVersion }},
 		{0, "report_gbits", false, func(o *ptOptions, _ string) error { o.gbits = true; return nil }},
@@ -217,6 +227,12 @@ func ptOptionTable() []ptOption {
 		{0, "out_csv", true, func(o *ptOptions, a string) error { o.csvFile = a; return nil }},
 		{0, "plot", true, func(o *ptOptions, a string) error { o.plotFile = a; return nil }},
 	}
+}
+
+// ptRefuse returns an option handler that refuses a perftest option
+// softrdma does not implement, saying so, rather than ignoring it.
+func ptRefuse(msg string) func(*ptOptions, string) error {
+	return func(*ptOptions, string) error { return fmt.Errorf(" %s", msg) }
 }
 
 var (
@@ -296,6 +312,7 @@ func parsePTArgs(test ptTest, args []string, usage io.Writer) (*ptOptions, error
 		rxDepth:  ptDefRxRDMA,
 		cqMod:    ptDefCQMod,
 		numQPs:   1,
+		postList: 1,
 		inline:   -1,
 		timeout:  ptDefQPTimeout,
 		iters:    ptDefIters,
@@ -466,6 +483,28 @@ func (o *ptOptions) forceDependencies(w io.Writer) error {
 			fmt.Fprintf(w, "Warning: It can lead to inaccurate results\n")
 		}
 	}
+	if o.postList > 1 {
+		if kind != perftest.BW {
+			fmt.Fprint(w, perftest.ResultLine)
+			return errors.New("Post list is supported in BW tests only")
+		}
+		if o.duration == 0 && o.iters%o.postList != 0 {
+			fmt.Fprint(w, perftest.ResultLine)
+			return errors.New("Number of iterations must be a multiple of post list size")
+		}
+		if !o.cqModSet {
+			o.cqMod = o.postList
+			fmt.Fprint(w, perftest.ResultLine)
+			fmt.Fprint(w, "Post List requested - CQ moderation will be the size of the post list\n")
+		} else if o.postList%o.cqMod != 0 {
+			fmt.Fprint(w, perftest.ResultLine)
+			return errors.New("Post list size must be a multiple of CQ moderation")
+		}
+		if o.postList > o.txDepth {
+			fmt.Fprint(w, perftest.ResultLine)
+			return fmt.Errorf("Post list size %d is larger than the tx depth %d", o.postList, o.txDepth)
+		}
+	}
 	if o.cqMod > o.txDepth {
 		o.cqMod = o.txDepth
 	}
@@ -552,6 +591,9 @@ func ptUsage(w io.Writer, t ptTest) {
 	p("  -i, --ib-port=<port>  Use port <port> of IB device (default 1)\n")
 	if t.verb != perftest.Read && t.verb != perftest.Atomic {
 		p("  -I, --inline_size=<size>  Max size of message to be sent in inline\n")
+	}
+	if t.kind == perftest.BW {
+		p("  -l, --post_list=<list size>  Post list of send WQEs of <list size> size (instead of single post)\n")
 	}
 	p("  -m, --mtu=<mtu>  MTU size : 256 - 4096 (default port mtu)\n")
 	defIters := ptDefIters

@@ -250,7 +250,7 @@ func (r *ptRun) run(conn net.Conn) error {
 	r.ti = perftest.TestInfo{
 		Verb: o.test.verb, AtomicOp: o.atomicOp, Kind: o.test.kind, Role: o.role(), Duplex: o.duplex,
 		Device: r.dev.Device().Name(), NumQPs: o.numQPs, Connection: o.conn,
-		TXDepth: o.txDepth, RXDepth: o.rxDepth, CQMod: o.cqMod, MTU: r.mtu,
+		PostList: o.postList, TXDepth: o.txDepth, RXDepth: o.rxDepth, CQMod: o.cqMod, MTU: r.mtu,
 		LinkType: ptLinkType(r.port.LinkLayer), GIDIndex: r.gidIndex, InlineSize: r.inline, OutReads: r.outReads,
 	}
 	if err := perftest.WriteTestInfo(r.out, r.ti); err != nil {
@@ -489,7 +489,7 @@ func (r *ptRun) benchTest(size uint64) *bench.Test {
 	o := r.o
 	t := &bench.Test{Verb: o.test.verb, AtomicOp: o.atomicOp, Role: o.role(), Duplex: o.duplex,
 		Size: size, Iters: uint64(o.iters), TxDepth: o.txDepth, RxDepth: o.rxDepth, CQMod: o.cqMod,
-		NoPeak: o.noPeak, Gbits: o.gbits, Inline: r.inline, Duration: o.duration, Margin: o.margin,
+		NoPeak: o.noPeak, Gbits: o.gbits, Inline: r.inline, PostList: o.postList, Duration: o.duration, Margin: o.margin,
 		Ctx: r.env.ctx, StallTimeout: ptStallTimeout, Completed: &ptCompleted}
 	if o.cpuUtilOn() {
 		t.StartCPU = startPTCPUSampler

@@ -54,6 +54,7 @@ type Test struct {
 	NoPeak   bool   // -N
 	Gbits    bool   // report in Gb/s
 	Inline   int    // largest message sent inline
+	PostList int    // messages posted per PostSend call (-l); 0 or 1: one
 	// Block waits for completions with CQ.Wait after a while of empty
 	// polls instead of busy polling throughout (softrdma bench -block;
 	// perftest always busy-polls). Memory polling (WRITE latency) spins
