@@ -113,14 +113,20 @@ func Open(cfg Config) (*Device, error) {
 	if name == "" {
 		name = "softrdma0"
 		if netdev != "" {
-			name = "softrdma_" + netdev
+			name = DeviceName(netdev, cfg.Addr)
 		}
 	}
 	var ll netip.Addr
+	var guid uint64
 	if ifi, err := net.InterfaceByName(netdev); err == nil {
+		guid = NodeGUID(ifi, cfg.Addr)
 		ll = roce.LinkLocalFromMAC(ifi.HardwareAddr)
+		if len(ifi.HardwareAddr) != 6 {
+			ll = linkLocalFromGUID(guid)
+		}
 	}
 	d := newDevice(tr, cfg)
+	d.guid = guid
 	eng, err := roce.New(roce.Config{
 		Name: name, Transport: tr, NetDev: netdev, LinkLocal: ll,
 		AcceptUnverifiedICRC: cfg.AcceptUnverifiedICRC,
@@ -215,7 +221,7 @@ func (provider) Devices() ([]verbs.Device, error) {
 		if !ok || seen[name] {
 			continue
 		}
-		out = append(out, &ifaceDevice{name: name, addr: addr})
+		out = append(out, &ifaceDevice{name: name, addr: addr, guid: NodeGUID(&ifi, addr)})
 	}
 	return out, nil
 }
@@ -246,10 +252,11 @@ func firstAddr(ifi net.Interface) (netip.Addr, bool) {
 type ifaceDevice struct {
 	name string
 	addr netip.Addr
+	guid uint64
 }
 
 func (d *ifaceDevice) Name() string { return d.name }
-func (d *ifaceDevice) GUID() uint64 { return 0 }
+func (d *ifaceDevice) GUID() uint64 { return d.guid }
 func (d *ifaceDevice) Open() (verbs.Context, error) {
 	return Open(Config{Name: d.name, Addr: d.addr})
 }
