@@ -62,7 +62,9 @@ func main() {
 		}
 		name, args = args[0], args[1:]
 	}
-	if err := cmd.run(args); err != nil {
+	err := cmd.run(args)
+	closeToolFiles()
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		os.Exit(1)
 	}

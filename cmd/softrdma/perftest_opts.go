@@ -224,6 +224,8 @@ func ptOptionTable() []ptOption {
 		{0, "out_json_file", true, func(o *ptOptions, a string) error { o.jsonFile = a; return nil }},
 		{0, "perform_warm_up", false, func(o *ptOptions, _ string) error { o.warmUp = true; return nil }},
 		{0, "cpu_util", false, func(o *ptOptions, _ string) error { o.cpuUtil = true; return nil }},
+		{0, "pcap", true, func(o *ptOptions, a string) error { toolObs.pcap = a; return nil }},
+		{0, "metrics", true, func(o *ptOptions, a string) error { toolObs.metrics = a; return nil }},
 		{0, "out_csv", true, func(o *ptOptions, a string) error { o.csvFile = a; return nil }},
 		{0, "plot", true, func(o *ptOptions, a string) error { o.plotFile = a; return nil }},
 	}
@@ -642,5 +644,7 @@ func ptUsage(w io.Writer, t ptTest) {
 	p("\n softrdma additions (the table itself is unchanged):\n")
 	p("      --out_csv=<file>  Also write the table as CSV, one row per message size\n")
 	p("      --plot=<file.png>  Plot the table against message size (for -a sweeps)\n")
+	p("      --pcap=<file>  Write every RoCEv2 packet the device sends and receives to <file> (pcapng; tshark/Wireshark dissect it)\n")
+	p("      --metrics=<host:port>  Serve the device's counters for Prometheus on http://<host:port>/metrics while the test runs\n")
 	p("  A progress bar is drawn on stderr when it is a terminal (SOFTRDMA_NO_PROGRESS=1: never)\n")
 }
