@@ -8,6 +8,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -64,6 +66,9 @@ func main() {
 	}
 	err := cmd.run(args)
 	closeToolFiles()
+	if errors.Is(err, flag.ErrHelp) || errors.Is(err, errPTExit) {
+		return // -h printed the usage: success, as rdma-core and perftest
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		os.Exit(1)
