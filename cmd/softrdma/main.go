@@ -8,6 +8,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -62,7 +64,12 @@ func main() {
 		}
 		name, args = args[0], args[1:]
 	}
-	if err := cmd.run(args); err != nil {
+	err := cmd.run(args)
+	closeToolFiles()
+	if errors.Is(err, flag.ErrHelp) || errors.Is(err, errPTExit) {
+		return // -h printed the usage: success, as rdma-core and perftest
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		os.Exit(1)
 	}

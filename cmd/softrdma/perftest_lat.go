@@ -60,7 +60,7 @@ func (r *ptRun) verifyLat(l *bench.LatRun, size uint64) error {
 		return r.res.verifySlots("RDMA READ data", 0, r.res.sendOff(0), r.remote[0].VAddr, seed, size, 1)
 	case r.o.test.verb == perftest.Send && l.Received() > 0:
 		peerSend := r.remote[0].VAddr - uint64(r.o.numQPs)*r.res.buffSize
-		return r.res.verifySlots("received SEND data", 0, r.res.recvOff(0), peerSend, seed, size, 1)
+		return r.res.verifySlots("received SEND data", 0, r.res.recvDataOff(0), peerSend, seed, size, 1)
 	}
 	return nil
 }

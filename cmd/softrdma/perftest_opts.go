@@ -42,6 +42,7 @@ const (
 	ptCQModSizeLimit = 8192    // MSG_SIZE_CQ_MOD_LIMIT: larger messages get cq_mod 1
 	ptNoPeakIters    = 20000   // above this many iterations the peak is skipped
 	ptDefJSONFile    = "perftest_out.json"
+	ptUCMaxRx        = 16000 // UC_MAX_RX: UC/UD SEND receivers pre-post up to this many
 )
 
 // ptTest names one benchmark: ib_<verb>_<kind>.
@@ -56,6 +57,7 @@ type ptTest struct {
 // GID index) are resolved later, in ptRun.
 type ptOptions struct {
 	test ptTest
+	conn perftest.Connection // -c
 
 	server   string // host to connect to; "" means this side is the server
 	devName  string // -d
@@ -71,6 +73,7 @@ type ptOptions struct {
 	rxDepth  int // -r (SEND tests)
 	cqMod    int // -Q
 	cqModSet bool
+	postList int // -l; 1 means none
 	numQPs   int // -q
 	inline   int // -I; -1 means the default
 	outReads int // -o; 0 means the device maximum
@@ -135,12 +138,7 @@ func ptOptionTable() []ptOption {
 		}},
 		{'a', "all", false, func(o *ptOptions, _ string) error { o.runAll = true; return nil }},
 		{'F', "CPU-freq", false, func(*ptOptions, string) error { return nil }}, // no CPU clock to check
-		{'c', "connection", true, func(o *ptOptions, a string) error {
-			if a != "RC" {
-				return fmt.Errorf(" Connection type %s: softrdma's %s supports RC only", a, o.test.name)
-			}
-			return nil
-		}},
+		{'c', "connection", true, (*ptOptions).setConnection},
 		{'q', "qp", true, func(o *ptOptions, a string) error {
 			if o.test.kind != perftest.BW {
 				return errors.New(" Multiple QPs only available on bw tests")
@@ -210,6 +208,15 @@ func ptOptionTable() []ptOption {
 			o.noPeak = true
 			return nil
 		}},
+		{'l', "post_list", true, func(o *ptOptions, a string) error {
+			return ptInt(a, "Send Post List size", 1, ptMaxTx, &o.postList)
+		}},
+		{'R', "rdma_cm", false, ptRefuse("-R (rdma_cm): softrdma's perftest tools connect over perftest's TCP exchange only; rdma_cm comes with the IB CM work")},
+		{'U', "report-unsorted", false, ptRefuse("-U (report-unsorted) is not implemented by softrdma yet")},
+		{'H', "report-histogram", false, ptRefuse("-H (report-histogram) is not implemented by softrdma yet")},
+		{0, "run_infinitely", false, ptRefuse("--run_infinitely is not implemented by softrdma yet; use -D <seconds>")},
+		{0, "mr_per_qp", false, ptRefuse("--mr_per_qp is not implemented by softrdma yet (one MR serves all QPs)")},
+		{0, "recv_post_list", true, ptRefuse("--recv_post_list is not implemented by softrdma yet")},
 		{'h', "help", false, func(*ptOptions, string) error { return errPTHelp }},
 		{'V', "version", false, func(*ptOptions, string) error { return errPTVersion }},
 		{0, "report_gbits", false, func(o *ptOptions, _ string) error { o.gbits = true; return nil }},
@@ -217,9 +224,17 @@ func ptOptionTable() []ptOption {
 		{0, "out_json_file", true, func(o *ptOptions, a string) error { o.jsonFile = a; return nil }},
 		{0, "perform_warm_up", false, func(o *ptOptions, _ string) error { o.warmUp = true; return nil }},
 		{0, "cpu_util", false, func(o *ptOptions, _ string) error { o.cpuUtil = true; return nil }},
+		{0, "pcap", true, func(o *ptOptions, a string) error { toolObs.pcap = a; return nil }},
+		{0, "metrics", true, func(o *ptOptions, a string) error { toolObs.metrics = a; return nil }},
 		{0, "out_csv", true, func(o *ptOptions, a string) error { o.csvFile = a; return nil }},
 		{0, "plot", true, func(o *ptOptions, a string) error { o.plotFile = a; return nil }},
 	}
+}
+
+// ptRefuse returns an option handler that refuses a perftest option
+// softrdma does not implement, saying so, rather than ignoring it.
+func ptRefuse(msg string) func(*ptOptions, string) error {
+	return func(*ptOptions, string) error { return fmt.Errorf(" %s", msg) }
 }
 
 var (
@@ -238,6 +253,32 @@ func ptInt(s, name string, lo, hi int, dst *int) error {
 		return fmt.Errorf(" %s should be between %d and %d", name, lo, hi)
 	}
 	*dst = int(v)
+	return nil
+}
+
+// setConnection parses -c as change_conn_type does: UC for WRITE and
+// SEND, UD for SEND only. XRC, DC, SRD and raw Ethernet need hardware
+// softrdma does not model; they are refused by name.
+func (o *ptOptions) setConnection(a string) error {
+	verb := o.test.verb
+	switch a {
+	case "RC":
+		o.conn = perftest.RC
+	case "UC":
+		if verb == perftest.Read || verb == perftest.Atomic {
+			return errors.New(" UC connection not possible in READ/ATOMIC verbs")
+		}
+		o.conn = perftest.UC
+	case "UD":
+		if verb != perftest.Send {
+			return errors.New(" UD connection only possible in SEND verb")
+		}
+		o.conn = perftest.UD
+	case "XRC", "DC", "SRD", "RawEth":
+		return fmt.Errorf(" Connection type %s is not supported by softrdma (RC, UC and UD are)", a)
+	default:
+		return errors.New(" Invalid Connection type. Please choose from {RC,UC,UD,XRC,DC,SRD}")
+	}
 	return nil
 }
 
@@ -273,6 +314,7 @@ func parsePTArgs(test ptTest, args []string, usage io.Writer) (*ptOptions, error
 		rxDepth:  ptDefRxRDMA,
 		cqMod:    ptDefCQMod,
 		numQPs:   1,
+		postList: 1,
 		inline:   -1,
 		timeout:  ptDefQPTimeout,
 		iters:    ptDefIters,
@@ -428,16 +470,41 @@ func (o *ptOptions) forceDependencies(w io.Writer) error {
 		if verb == perftest.Send && o.rxDepth > o.iters {
 			o.rxDepth = o.iters
 		}
+		if (o.conn == perftest.UD || o.conn == perftest.UC) && o.rxDepth == ptDefRxSend {
+			o.rxDepth = min(o.iters, ptUCMaxRx)
+		}
 	}
 	// Large messages get a completion each, unless the user asked for a
 	// moderation or the sizes vary (-a).
-	if o.size > ptCQModSizeLimit && !o.runAll {
+	if o.size > ptCQModSizeLimit && o.conn != perftest.UD && !o.runAll {
 		if !o.cqModSet {
 			o.cqMod = 1
 		} else if o.cqMod > 1 {
 			fmt.Fprint(w, perftest.ResultLine)
 			fmt.Fprintf(w, "Warning: Large message requested and CQ moderation enabled\n")
 			fmt.Fprintf(w, "Warning: It can lead to inaccurate results\n")
+		}
+	}
+	if o.postList > 1 {
+		if kind != perftest.BW {
+			fmt.Fprint(w, perftest.ResultLine)
+			return errors.New("Post list is supported in BW tests only")
+		}
+		if o.duration == 0 && o.iters%o.postList != 0 {
+			fmt.Fprint(w, perftest.ResultLine)
+			return errors.New("Number of iterations must be a multiple of post list size")
+		}
+		if !o.cqModSet {
+			o.cqMod = o.postList
+			fmt.Fprint(w, perftest.ResultLine)
+			fmt.Fprint(w, "Post List requested - CQ moderation will be the size of the post list\n")
+		} else if o.postList%o.cqMod != 0 {
+			fmt.Fprint(w, perftest.ResultLine)
+			return errors.New("Post list size must be a multiple of CQ moderation")
+		}
+		if o.postList > o.txDepth {
+			fmt.Fprint(w, perftest.ResultLine)
+			return fmt.Errorf("Post list size %d is larger than the tx depth %d", o.postList, o.txDepth)
 		}
 	}
 	if o.cqMod > o.txDepth {
@@ -517,7 +584,7 @@ func ptUsage(w io.Writer, t ptTest) {
 	if t.kind == perftest.BW {
 		p("  -b, --bidirectional  Measure bidirectional bandwidth (default unidirectional)\n")
 	}
-	p("  -c, --connection=<RC>  Connection type RC (softrdma's tools support RC only)\n")
+	p("  -c, --connection=<RC/UC/UD>  Connection type RC/UC/UD (default RC; UC for WRITE and SEND, UD for SEND)\n")
 	p("  -d, --ib-dev=<dev>  Use IB device <dev> (default first device found; or set SOFTRDMA_ADDR=<ip>)\n")
 	p("  -D, --duration  Run test for a customized period of seconds.\n")
 	p("  -f, --margin  measure results within margins. (default=2sec)\n")
@@ -526,6 +593,9 @@ func ptUsage(w io.Writer, t ptTest) {
 	p("  -i, --ib-port=<port>  Use port <port> of IB device (default 1)\n")
 	if t.verb != perftest.Read && t.verb != perftest.Atomic {
 		p("  -I, --inline_size=<size>  Max size of message to be sent in inline\n")
+	}
+	if t.kind == perftest.BW {
+		p("  -l, --post_list=<list size>  Post list of send WQEs of <list size> size (instead of single post)\n")
 	}
 	p("  -m, --mtu=<mtu>  MTU size : 256 - 4096 (default port mtu)\n")
 	defIters := ptDefIters
@@ -574,5 +644,7 @@ func ptUsage(w io.Writer, t ptTest) {
 	p("\n softrdma additions (the table itself is unchanged):\n")
 	p("      --out_csv=<file>  Also write the table as CSV, one row per message size\n")
 	p("      --plot=<file.png>  Plot the table against message size (for -a sweeps)\n")
+	p("      --pcap=<file>  Write every RoCEv2 packet the device sends and receives to <file> (pcapng; tshark/Wireshark dissect it)\n")
+	p("      --metrics=<host:port>  Serve the device's counters for Prometheus on http://<host:port>/metrics while the test runs\n")
 	p("  A progress bar is drawn on stderr when it is a terminal (SOFTRDMA_NO_PROGRESS=1: never)\n")
 }

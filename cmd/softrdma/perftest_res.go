@@ -29,6 +29,13 @@ import (
 // ptMinRNRTimer is perftest's MIN_RNR_TIMER.
 const ptMinRNRTimer = 12
 
+// perftest's UD constants: DEF_QKEY, and UD_ADDITION, the 40-byte GRH area
+// in front of every UD receive.
+const (
+	ptQKey       = 0x11111111
+	ptUDAddition = 40
+)
+
 // ptResources are one test's PD, MR, CQs and QPs (struct pingpong_context).
 type ptResources struct {
 	ctx    verbs.Context
@@ -38,6 +45,8 @@ type ptResources struct {
 	sendCQ verbs.CQ
 	recvCQ verbs.CQ // SEND tests; the send CQ otherwise
 	qps    []verbs.QP
+	conn   perftest.Connection
+	ahs    []verbs.AH // UD: one per QP on a sending end (connectUD)
 
 	base      uint64 // the MR's address
 	buffSize  uint64 // BUFF_SIZE(size, cycle buffer)
@@ -66,7 +75,7 @@ func ptAccess(v perftest.Verb) (mr, qp verbs.Access) {
 // o.size (8 MiB with -a). The buffer is zero for ib_write_lat, which polls
 // its last byte, and otherwise filled with this side's pattern (seed).
 func newPTResources(ctx verbs.Context, o *ptOptions, cycle, cacheLine uint64, inline int, seed uint64) (*ptResources, error) {
-	r := &ptResources{ctx: ctx, cycle: cycle, cacheLine: cacheLine}
+	r := &ptResources{ctx: ctx, cycle: cycle, cacheLine: cacheLine, conn: o.conn}
 	ok := false
 	defer func() {
 		if !ok {
@@ -76,6 +85,9 @@ func newPTResources(ctx verbs.Context, o *ptOptions, cycle, cacheLine uint64, in
 	l := bench.NewLayout(o.numQPs, o.size, cycle, cacheLine)
 	r.buffSize, r.qpBuff = l.BuffSize, l.QPBuff
 	total := l.Bytes()
+	if o.conn == perftest.UD {
+		total += cacheLine // alloc_ctx: room for the GRH area before the last receive
+	}
 	if total > 1<<40 {
 		return nil, fmt.Errorf("Couldn't allocate work buf: %d bytes", total)
 	}
@@ -103,7 +115,7 @@ func newPTResources(ctx verbs.Context, o *ptOptions, cycle, cacheLine uint64, in
 	}
 	for i := 0; i < o.numQPs; i++ {
 		qp, err := r.pd.CreateQP(&verbs.QPInitAttr{
-			SendCQ: r.sendCQ, RecvCQ: r.recvCQ, QPType: verbs.QPTypeRC,
+			SendCQ: r.sendCQ, RecvCQ: r.recvCQ, QPType: ptQPType(o.conn),
 			Cap: verbs.QPCap{MaxSendWR: uint32(o.txDepth), MaxRecvWR: uint32(o.rxDepth),
 				MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: uint32(inline)},
 		})
@@ -112,7 +124,7 @@ func newPTResources(ctx verbs.Context, o *ptOptions, cycle, cacheLine uint64, in
 		}
 		r.qps = append(r.qps, qp)
 		p := cm.DefaultParams()
-		p.Port, p.Access = uint8(o.ibPort), qpAccess
+		p.Port, p.Access, p.QKey = uint8(o.ibPort), qpAccess, ptQKey
 		if err := cm.Init(qp, &p); err != nil {
 			return nil, fmt.Errorf("Failed to modify QP to INIT: %w", err)
 		}
@@ -121,8 +133,24 @@ func newPTResources(ctx verbs.Context, o *ptOptions, cycle, cacheLine uint64, in
 	return r, nil
 }
 
-// close destroys whatever was created, QPs first.
+// ptQPType is the QP type of a connection type.
+func ptQPType(c perftest.Connection) verbs.QPType {
+	switch c {
+	case perftest.UC:
+		return verbs.QPTypeUC
+	case perftest.UD:
+		return verbs.QPTypeUD
+	}
+	return verbs.QPTypeRC
+}
+
+// close destroys whatever was created, AHs and QPs first.
 func (r *ptResources) close() {
+	for _, ah := range r.ahs {
+		if ah != nil {
+			ah.Destroy()
+		}
+	}
 	for _, qp := range r.qps {
 		qp.Destroy()
 	}
@@ -155,6 +183,28 @@ func (r *ptResources) vaddrOff(i int) uint64 { return r.layout().VAddrOff(i) }
 // recvOff is the offset of QP i's receive WQEs (ctx_set_recv_wqes).
 func (r *ptResources) recvOff(i int) uint64 { return r.layout().RecvOff(i) }
 
+// recvShift and recvExtra place UD receives as perftest does: a receive
+// starts cache line − 40 bytes into its slot and is 40 bytes longer than
+// the message, so the payload after the GRH area is cache-line aligned.
+func (r *ptResources) recvShift() uint64 {
+	if r.conn == perftest.UD {
+		return r.cacheLine - ptUDAddition
+	}
+	return 0
+}
+
+func (r *ptResources) recvExtra() uint32 {
+	if r.conn == perftest.UD {
+		return ptUDAddition
+	}
+	return 0
+}
+
+// recvDataOff is where the payload of QP i's first receive lands.
+func (r *ptResources) recvDataOff(i int) uint64 {
+	return r.recvOff(i) + r.recvShift() + uint64(r.recvExtra())
+}
+
 // slots returns the slot stride and count of size-byte messages
 // (bench.Layout.Slots).
 func (r *ptResources) slots(size uint64) (stride, n uint64) { return r.layout().Slots(size) }
@@ -173,6 +223,9 @@ func (r *ptResources) localDests(lid uint16, outReads int, gid verbs.GID, psns [
 // perftest's attributes (ctx_modify_qp_to_rtr/rts).
 func (r *ptResources) connect(i int, o *ptOptions, my, rem perftest.Dest, mtu perftest.MTU, gidIndex int, maxRdAtom int, rts bool) error {
 	qp := r.qps[i]
+	if r.conn == perftest.UD {
+		return r.connectUD(i, o, my, rem, gidIndex, rts)
+	}
 	p := cm.Params{
 		Port: uint8(o.ibPort), PathMTU: mtu, SGIDIndex: uint8(gidIndex), HopLimit: 0xFF, SL: uint8(o.sl),
 		AlwaysGRH: true, Timeout: uint8(o.timeout), RetryCnt: 7, RNRRetry: 7, MinRNRTimer: ptMinRNRTimer,
@@ -188,6 +241,34 @@ func (r *ptResources) connect(i int, o *ptOptions, my, rem perftest.Dest, mtu pe
 	if err := cm.ReadyToSend(qp, cm.Endpoint{QPN: my.QPN, PSN: my.PSN}, &p); err != nil {
 		return fmt.Errorf("Failed to modify QP to RTS: %w", err)
 	}
+	return nil
+}
+
+// connectUD moves UD QP i to RTR and RTS and, on an end that sends
+// (rts: latency, client or duplex), creates the address handle towards
+// rem that its SENDs carry, as ctx_connect does: the QP's own attributes
+// carry no address on UD.
+func (r *ptResources) connectUD(i int, o *ptOptions, my, rem perftest.Dest, gidIndex int, rts bool) error {
+	qp := r.qps[i]
+	p := cm.Params{Port: uint8(o.ibPort)}
+	if err := cm.ReadyToReceive(qp, cm.Endpoint{}, &p); err != nil {
+		return fmt.Errorf("Failed to modify QP %d to RTR: %w", qp.QPNum(), err)
+	}
+	if !rts {
+		return nil
+	}
+	if err := cm.ReadyToSend(qp, cm.Endpoint{PSN: my.PSN}, &p); err != nil {
+		return fmt.Errorf("Failed to modify QP to RTS: %w", err)
+	}
+	ah, err := r.pd.CreateAH(&verbs.AHAttr{IsGlobal: true, DLID: rem.LID, SL: uint8(o.sl), PortNum: uint8(o.ibPort),
+		GRH: verbs.GlobalRoute{DGID: verbs.GID(rem.GID), SGIDIndex: uint8(gidIndex), HopLimit: 0xFF}})
+	if err != nil {
+		return fmt.Errorf("Failed to create AH: %w", err)
+	}
+	if r.ahs == nil {
+		r.ahs = make([]verbs.AH, len(r.qps))
+	}
+	r.ahs[i] = ah
 	return nil
 }
 

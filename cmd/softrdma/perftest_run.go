@@ -226,6 +226,9 @@ func (r *ptRun) run(conn net.Conn) error {
 		return err
 	}
 	r.mtu = neg.MTU
+	if err := r.checkUDSize(); err != nil {
+		return err
+	}
 	if neg.PageSize <= 0 || neg.CacheLineSize <= 0 || neg.PageSize > 1<<30 || neg.CacheLineSize > 1<<20 {
 		return fmt.Errorf("perftest: peer sent page size %d and cache line size %d", neg.PageSize, neg.CacheLineSize)
 	}
@@ -246,8 +249,8 @@ func (r *ptRun) run(conn net.Conn) error {
 
 	r.ti = perftest.TestInfo{
 		Verb: o.test.verb, AtomicOp: o.atomicOp, Kind: o.test.kind, Role: o.role(), Duplex: o.duplex,
-		Device: r.dev.Device().Name(), NumQPs: o.numQPs, Connection: perftest.RC,
-		TXDepth: o.txDepth, RXDepth: o.rxDepth, CQMod: o.cqMod, MTU: r.mtu,
+		Device: r.dev.Device().Name(), NumQPs: o.numQPs, Connection: o.conn,
+		PostList: o.postList, TXDepth: o.txDepth, RXDepth: o.rxDepth, CQMod: o.cqMod, MTU: r.mtu,
 		LinkType: ptLinkType(r.port.LinkLayer), GIDIndex: r.gidIndex, InlineSize: r.inline, OutReads: r.outReads,
 	}
 	if err := perftest.WriteTestInfo(r.out, r.ti); err != nil {
@@ -283,6 +286,24 @@ func (r *ptRun) run(conn net.Conn) error {
 		return err
 	}
 	return r.writeOutputs()
+}
+
+// checkUDSize is check_mtu's rule for UD: a message is at most one path
+// MTU. A size the user did not ask for (the default, or -a) shrinks to
+// the MTU; a requested larger size is refused.
+func (r *ptRun) checkUDSize() error {
+	o := r.o
+	mtu := uint64(r.mtu.Bytes())
+	if o.conn != perftest.UD || o.size <= mtu {
+		return nil
+	}
+	if o.runAll || !o.sizeSet {
+		fmt.Fprintf(r.env.errOut, " Max msg size in UD is MTU %d\n Changing to this MTU\n", mtu)
+		o.size = mtu
+		o.maxAllSize = min(o.maxAllSize, mtu)
+		return nil
+	}
+	return fmt.Errorf(" Max message size in UD cannot be greater than MTU ")
 }
 
 func ptLinkType(l verbs.LinkLayer) string {
@@ -468,7 +489,7 @@ func (r *ptRun) benchTest(size uint64) *bench.Test {
 	o := r.o
 	t := &bench.Test{Verb: o.test.verb, AtomicOp: o.atomicOp, Role: o.role(), Duplex: o.duplex,
 		Size: size, Iters: uint64(o.iters), TxDepth: o.txDepth, RxDepth: o.rxDepth, CQMod: o.cqMod,
-		NoPeak: o.noPeak, Gbits: o.gbits, Inline: r.inline, Duration: o.duration, Margin: o.margin,
+		NoPeak: o.noPeak, Gbits: o.gbits, Inline: r.inline, PostList: o.postList, Duration: o.duration, Margin: o.margin,
 		Ctx: r.env.ctx, StallTimeout: ptStallTimeout, Completed: &ptCompleted}
 	if o.cpuUtilOn() {
 		t.StartCPU = startPTCPUSampler
@@ -483,6 +504,10 @@ func (r *ptRun) endpoint() *bench.Endpoint {
 		LKey: res.mr.LKey(), Buf: res.buf, Base: res.base, Layout: res.layout(), Remote: make([]bench.Remote, len(r.remote))}
 	for i, d := range r.remote {
 		ep.Remote[i] = bench.Remote{VAddr: d.VAddr, RKey: d.RKey}
+		if i < len(res.ahs) && res.ahs[i] != nil {
+			ep.Remote[i].AH, ep.Remote[i].QPN, ep.Remote[i].QKey = res.ahs[i], d.QPN, ptQKey
+		}
 	}
+	ep.RecvShift, ep.RecvExtra = res.recvShift(), res.recvExtra()
 	return ep
 }

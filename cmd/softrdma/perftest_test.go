@@ -602,7 +602,9 @@ func TestPerftestEnvDevice(t *testing.T) {
 	if errSrv := <-done; errCli != nil || errSrv != nil {
 		t.Fatalf("client %v, server %v\n%s\n%s", errCli, errSrv, srvOut.String(), cliOut.String())
 	}
-	if !strings.Contains(srvOut.String(), "Device         : softrdma0\n") {
+	// The device is named after its interface and, not being loopback's
+	// first address, its address (soft.DeviceName).
+	if !strings.Contains(srvOut.String(), "Device         : "+soft.DeviceName("lo", srvAddr)+"\n") {
 		t.Errorf("server output:\n%s", srvOut.String())
 	}
 	checkBW(t, "server", ptBWRows(t, srvOut.String(), false), []uint64{65536}, 50, true, false)

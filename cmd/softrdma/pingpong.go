@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/softrdma/softrdma/internal/pingpong"
@@ -53,10 +54,17 @@ func parsePPFlags(name string, args []string, defSize int) (*ppFlags, error) {
 	fs.BoolVar(&f.events, "e", false, "sleep on CQ events (default poll)")
 	fs.IntVar(&f.gidx, "g", -1, "local port gid index")
 	fs.BoolVar(&f.check, "c", false, "validate received buffer")
+	fs.StringVar(&toolObs.pcap, "pcap", "", "write the device's RoCEv2 packets to this pcapng file")
+	fs.StringVar(&toolObs.metrics, "metrics", "", "serve the device's counters for Prometheus on host:port/metrics")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage:\n  %s            start a server and wait for connection\n  %s <host>     connect to server at <host>\n\nOptions:\n", name, name)
 		fs.PrintDefaults()
 		fmt.Fprintf(os.Stderr, "\nThe device is a softrdma device: softrdma_<netdev>, or set SOFTRDMA_ADDR to the IP address to use.\n")
+	}
+	args, err := ppLongOptions(name, args)
+	if err != nil {
+		fs.Usage()
+		return nil, err
 	}
 	if err := fs.Parse(reorderArgs(fs, args)); err != nil {
 		return nil, err
@@ -73,6 +81,63 @@ func parsePPFlags(name string, args []string, defSize int) (*ppFlags, error) {
 		return nil, errors.New("size, iterations and rx depth must be positive")
 	}
 	return f, nil
+}
+
+// ppLong maps rdma-core's long options (pingpong.c's getopt_long table) to
+// the short flags above. Options rdma-core has but softrdma does not
+// implement map to "" and are refused by name.
+var ppLong = map[string]string{
+	"port": "p", "ib-dev": "d", "ib-port": "i", "size": "s", "mtu": "m",
+	"rx-depth": "r", "iters": "n", "sl": "l", "events": "e", "gid-idx": "g",
+	"chk": "c", "pcap": "pcap", "metrics": "metrics", "odp": "", "iodp": "", "prefetch": "", "ts": "", "dm": "",
+	"new_send": "", "contiguous-mr": "",
+}
+
+// ppShortRefused are rdma-core's short options softrdma refuses.
+var ppShortRefused = map[string]string{"o": "odp", "O": "iodp", "P": "prefetch", "t": "ts", "j": "dm", "N": "new_send"}
+
+// ppLongOptions rewrites "--size 64", "--size=64" and unambiguous prefixes
+// ("--it 5") as the short flags, as getopt_long accepts them, and refuses
+// the options of rdma-core's that softrdma does not implement.
+func ppLongOptions(name string, args []string) ([]string, error) {
+	out := make([]string, 0, len(args))
+	for i, a := range args {
+		if a == "--" {
+			return append(out, args[i:]...), nil
+		}
+		if len(a) == 2 && a[0] == '-' {
+			if long, ok := ppShortRefused[a[1:]]; ok {
+				return nil, fmt.Errorf("option -%s (--%s) is not supported by softrdma's %s", a[1:], long, name)
+			}
+		}
+		if !strings.HasPrefix(a, "--") || len(a) == 2 {
+			out = append(out, a)
+			continue
+		}
+		key, val, hasVal := strings.Cut(a[2:], "=")
+		short, ok := ppLong[key]
+		if !ok {
+			var match []string
+			for l := range ppLong {
+				if strings.HasPrefix(l, key) {
+					match = append(match, l)
+				}
+			}
+			if len(match) != 1 {
+				return nil, fmt.Errorf("unrecognized or ambiguous option '--%s'", key)
+			}
+			key, short = match[0], ppLong[match[0]]
+		}
+		if short == "" || (name == "ibv_ud_pingpong" && key == "mtu") {
+			return nil, fmt.Errorf("option --%s is not supported by softrdma's %s", key, name)
+		}
+		if hasVal {
+			out = append(out, "-"+short+"="+val)
+		} else {
+			out = append(out, "-"+short)
+		}
+	}
+	return out, nil
 }
 
 // reorderArgs lets flags follow the positional server name, as getopt does.
@@ -116,10 +181,14 @@ func runUCPingpong(args []string) error { return runPingpong("ibv_uc_pingpong", 
 
 // ppConn is the TCP connection of the exchange: the client dials, the
 // server listens for one connection.
+// ppConnectTimeout bounds the client's TCP connect; the exchange that
+// follows is bounded by the 60 s context of each tool.
+const ppConnectTimeout = 20 * time.Second
+
 func ppConn(f *ppFlags) (net.Conn, error) {
 	addr := net.JoinHostPort(f.server, strconv.Itoa(f.port))
 	if f.server != "" {
-		c, err := net.Dial("tcp", addr)
+		c, err := net.DialTimeout("tcp", addr, ppConnectTimeout)
 		if err != nil {
 			return nil, fmt.Errorf("Couldn't connect to %s: %w", addr, err)
 		}

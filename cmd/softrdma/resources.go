@@ -1,30 +1,64 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 
 	"github.com/softrdma/softrdma/cm"
+	"github.com/softrdma/softrdma/metrics"
 	"github.com/softrdma/softrdma/provider/soft"
 	"github.com/softrdma/softrdma/verbs"
 )
 
-// openToolDevice opens the device a tool's -d names. SOFTRDMA_ADDR, if
-// set, picks the address directly. Tools accept packets whose ICRC a UDP
-// socket cannot verify, because their peers are usually Linux rxe, which
-// sends non-zero IPv4 identifications.
+// toolObs are the observability flags every tool takes (--pcap FILE,
+// --metrics ADDR); openToolDevice applies them to the device it opens.
+var toolObs struct {
+	pcap    string
+	metrics string
+	files   []*os.File // closed by closeToolFiles, after the devices
+}
+
+// closeToolFiles closes the capture files once every device is closed
+// (closing a device flushes its capture).
+func closeToolFiles() {
+	for _, f := range toolObs.files {
+		f.Close()
+	}
+	toolObs.files = nil
+}
+
+// openToolDevice opens the device a tool's -d names, or with no -d the
+// device SOFTRDMA_ADDR gives, or else the first device listed (a real
+// interface rather than loopback, as rdma-core prefers).
+//
+// Precedence: -d wins. SOFTRDMA_ADDR picks the address when -d is absent
+// or names the device on that address (softrdma_<netdev>, or
+// softrdma_<netdev>_<addr> for an interface's further addresses); when
+// -d names another device, SOFTRDMA_ADDR is ignored with a note on
+// stderr.
+//
+// Tools accept packets whose ICRC a UDP socket cannot verify, because
+// their peers are usually Linux rxe, which sends non-zero IPv4
+// identifications.
 func openToolDevice(name string) (*soft.Device, error) {
+	cfg := soft.Config{Name: name, AcceptUnverifiedICRC: true}
 	if a := os.Getenv("SOFTRDMA_ADDR"); a != "" {
 		addr, err := netip.ParseAddr(a)
 		if err != nil {
 			return nil, fmt.Errorf("SOFTRDMA_ADDR=%q: %v", a, err)
 		}
-		n := name
-		if n == "" {
-			n = "softrdma0"
+		envName := ""
+		if ifi, err := interfaceNameOf(addr); err == nil {
+			envName = soft.DeviceName(ifi, addr)
 		}
-		return soft.Open(soft.Config{Name: n, Addr: addr, AcceptUnverifiedICRC: true})
+		if name == "" || name == envName {
+			cfg.Addr = addr
+			return openObserved(cfg)
+		}
+		fmt.Fprintf(os.Stderr, "note: -d %s wins over SOFTRDMA_ADDR=%s (device %s)\n", name, a, envName)
 	}
 	devs, err := verbs.Devices()
 	if err != nil {
@@ -41,12 +75,61 @@ func openToolDevice(name string) (*soft.Device, error) {
 		if !ok {
 			continue
 		}
-		return soft.Open(soft.Config{Name: d.Name(), Addr: addr, AcceptUnverifiedICRC: true})
+		cfg.Name, cfg.Addr = d.Name(), addr
+		return openObserved(cfg)
 	}
 	if name == "" {
 		return nil, fmt.Errorf("No IB devices found (set SOFTRDMA_ADDR to an IP address)")
 	}
 	return nil, fmt.Errorf("IB device %s not found", name)
+}
+
+// interfaceNameOf names the interface that has addr (any 127/8 address is
+// loopback's).
+func interfaceNameOf(addr netip.Addr) (string, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return "", err
+	}
+	for _, ifi := range ifs {
+		addrs, _ := ifi.Addrs()
+		for _, ad := range addrs {
+			p, err := netip.ParsePrefix(ad.String())
+			if err != nil {
+				continue
+			}
+			if p.Addr().Unmap() == addr.Unmap() || (ifi.Flags&net.FlagLoopback != 0 && addr.Is4() && p.Contains(addr)) {
+				return ifi.Name, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no interface has address %v", addr)
+}
+
+// openObserved opens a device with the --pcap capture and serves its
+// counters on --metrics.
+func openObserved(cfg soft.Config) (*soft.Device, error) {
+	if toolObs.pcap != "" {
+		f, err := os.Create(toolObs.pcap)
+		if err != nil {
+			return nil, fmt.Errorf("--pcap: %w", err)
+		}
+		toolObs.files = append(toolObs.files, f)
+		cfg.Capture = f
+	}
+	d, err := soft.Open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if toolObs.metrics != "" {
+		addr, _, err := metrics.Serve(context.Background(), toolObs.metrics, d)
+		if err != nil {
+			d.Close()
+			return nil, fmt.Errorf("--metrics: %w", err)
+		}
+		fmt.Fprintf(os.Stderr, "metrics: serving http://%s/metrics\n", addr)
+	}
+	return d, nil
 }
 
 // resources are the verbs objects of a pingpong run.

@@ -28,6 +28,11 @@ type bwQP struct {
 	qp  verbs.QP
 	wr  verbs.SendWR
 	sge [1]verbs.SGE
+	// list and lsge are the chain of Test.PostList requests posted at
+	// once with -l (nil without): fixed addresses, stepped along the
+	// chain, one signaled every cq_mod.
+	list []verbs.SendWR
+	lsge []verbs.SGE
 	// myAddr and remAddr are slot 0's addresses, where the slots wrap.
 	myAddr, remAddr uint64
 	scnt, ccnt      uint64 // messages posted; messages completed (by cq_mod)
@@ -106,6 +111,9 @@ func (b *BWRun) SetSendWQEs() {
 		if verb != perftest.Send {
 			q.wr.RemoteAddr, q.wr.RKey = rem.VAddr, rem.RKey
 		}
+		if rem.AH != nil {
+			q.wr.AH, q.wr.RemoteQPN, q.wr.RemoteQKey = rem.AH, rem.QPN, rem.QKey
+		}
 		if b.cqMod == 1 {
 			q.wr.SendFlags = verbs.SendSignaled
 		}
@@ -113,6 +121,42 @@ func (b *BWRun) SetSendWQEs() {
 			q.wr.SendFlags |= verbs.SendInline
 		}
 		q.scnt, q.ccnt, q.sigPosted, q.sigDone = 0, 0, 0, 0
+		q.list, q.lsge = nil, nil
+		if pl := b.postList(); pl > 1 {
+			b.setList(q, pl)
+		}
+	}
+}
+
+// postList is the -l post list size: 1 without one.
+func (b *BWRun) postList() uint64 { return uint64(max(b.t.PostList, 1)) }
+
+// setList builds q's chain of n requests from q.wr (ctx_set_send_reg_wqes
+// with post_list > 1): request j uses slot j, locally and remotely, and
+// is signaled when (j+1) is a multiple of cq_mod.
+func (b *BWRun) setList(q *bwQP, n uint64) {
+	stride, slots := b.ep.Slots(b.size)
+	q.list, q.lsge = make([]verbs.SendWR, n), make([]verbs.SGE, n)
+	for j := range q.list {
+		off := uint64(0)
+		if stride != 0 {
+			off = uint64(j) % slots * stride
+		}
+		q.lsge[j] = q.sge[0]
+		q.lsge[j].Addr += off
+		w := q.wr
+		w.SGList = q.lsge[j : j+1]
+		if b.t.Verb != perftest.Send {
+			w.RemoteAddr += off
+		}
+		w.SendFlags &^= verbs.SendSignaled
+		if uint64(j+1)%b.cqMod == 0 {
+			w.SendFlags |= verbs.SendSignaled
+		}
+		q.list[j] = w
+	}
+	for j := range q.list[:n-1] {
+		q.list[j].Next = &q.list[j+1]
 	}
 }
 
@@ -122,8 +166,8 @@ func (b *BWRun) SetRecvWQEs() error {
 	stride, n := b.ep.Slots(b.size)
 	for i := range b.qps {
 		q := &b.qps[i]
-		q.rxAddr = b.ep.Base + b.ep.RecvOff(i)
-		q.rsge[0] = verbs.SGE{Addr: q.rxAddr, Length: uint32(b.size), LKey: b.ep.LKey}
+		q.rxAddr = b.ep.Base + b.ep.RecvOff(i) + b.ep.RecvShift
+		q.rsge[0] = verbs.SGE{Addr: q.rxAddr, Length: uint32(b.size) + b.ep.RecvExtra, LKey: b.ep.LKey}
 		q.rwr = verbs.RecvWR{WRID: uint64(i), SGList: q.rsge[:]}
 		for j := uint64(0); j < uint64(b.t.RxDepth); j++ {
 			if err := q.qp.PostRecv(&q.rwr); err != nil {
@@ -171,6 +215,9 @@ func (b *BWRun) stepSend(q *bwQP, stride, n uint64) {
 // post posts q's next message with perftest's signaling rule: a message is
 // signaled when its index is cq_mod−1 modulo cq_mod, or it is the QP's last.
 func (b *BWRun) post(q *bwQP, i int, totscnt uint64, stride, n uint64) error {
+	if q.list != nil {
+		return b.postChain(q, i, totscnt)
+	}
 	if b.cqMod > 1 && q.scnt%b.cqMod == 0 && !(!b.dur && q.scnt == b.iters-1) {
 		q.wr.SendFlags &^= verbs.SendSignaled
 	}
@@ -191,13 +238,33 @@ func (b *BWRun) post(q *bwQP, i int, totscnt uint64, stride, n uint64) error {
 	return nil
 }
 
+// postChain posts q's post list in one PostSend (post_send_method with
+// post_list > 1). Every message of the chain gets the post time, so the
+// peak is computed over real times (perftest leaves them 0).
+func (b *BWRun) postChain(q *bwQP, i int, totscnt uint64) error {
+	n := uint64(len(q.list))
+	if !b.noPeak {
+		now := Ticks()
+		for j := totscnt; j < min(totscnt+n, uint64(len(b.tposted))); j++ {
+			b.tposted[j] = now
+		}
+	}
+	if err := q.qp.PostSend(&q.list[0]); err != nil {
+		return fmt.Errorf("Couldn't post send: qp %d scnt=%d: %w", i, q.scnt, err)
+	}
+	q.sigPosted += n / b.cqMod
+	q.scnt += n
+	return nil
+}
+
 // postWindow posts, round robin over the QPs, as many messages as each
 // QP's tx depth lets it have outstanding, until its iterations (or the
 // duration) are over; totscnt counts them over all QPs.
 func (b *BWRun) postWindow(totscnt *uint64, txDepth, stride, n uint64) error {
+	pl := b.postList()
 	for i := range b.qps {
 		q := &b.qps[i]
-		for (b.dur || q.scnt < b.iters) && q.scnt-q.ccnt+1 <= txDepth {
+		for (b.dur || q.scnt < b.iters) && q.scnt-q.ccnt+pl <= txDepth {
 			if b.dur && b.ph.At(Ticks()) == PhaseEnd {
 				break
 			}
@@ -207,7 +274,7 @@ func (b *BWRun) postWindow(totscnt *uint64, txDepth, stride, n uint64) error {
 			if err := b.post(q, i, *totscnt, stride, n); err != nil {
 				return err
 			}
-			*totscnt++
+			*totscnt += pl
 		}
 	}
 	return nil

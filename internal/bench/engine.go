@@ -54,6 +54,7 @@ type Test struct {
 	NoPeak   bool   // -N
 	Gbits    bool   // report in Gb/s
 	Inline   int    // largest message sent inline
+	PostList int    // messages posted per PostSend call (-l); 0 or 1: one
 	// Block waits for completions with CQ.Wait after a while of empty
 	// polls instead of busy polling throughout (softrdma bench -block;
 	// perftest always busy-polls). Memory polling (WRITE latency) spins
@@ -195,10 +196,14 @@ func (l Layout) Slots(size uint64) (stride, n uint64) {
 }
 
 // Remote is what an end knows of the peer's QP i: the advertised region
-// and its rkey.
+// and its rkey, and for a UD test the address handle, QPN and Q_Key that
+// every SEND carries (perftest's wr.ud).
 type Remote struct {
 	VAddr uint64
 	RKey  uint32
+	AH    verbs.AH // UD only; nil for RC and UC
+	QPN   uint32
+	QKey  uint32
 }
 
 // Endpoint is one end of a measurement: its verbs objects, its buffer
@@ -213,6 +218,12 @@ type Endpoint struct {
 	Base   uint64 // the MR's address
 	Layout
 	Remote []Remote // one per QP
+	// RecvShift and RecvExtra place UD receives as perftest does: each
+	// receive starts RecvShift bytes into its slot (cache line − 40) and
+	// is RecvExtra bytes (40, the GRH area) longer than the message.
+	// Zero for RC and UC.
+	RecvShift uint64
+	RecvExtra uint32
 }
 
 // ErrStall reports a measurement that stopped making progress.

@@ -66,6 +66,9 @@ func NewLatRun(t *Test, ep *Endpoint) *LatRun {
 	case perftest.Send:
 		l.wr.Opcode = verbs.WRSend
 		l.wr.RemoteAddr, l.wr.RKey = 0, 0
+		if rem.AH != nil {
+			l.wr.AH, l.wr.RemoteQPN, l.wr.RemoteQKey = rem.AH, rem.QPN, rem.QKey
+		}
 	case perftest.Atomic:
 		l.wr.Opcode = verbs.WRAtomicFetchAndAdd
 		l.wr.CompareAdd = 1
@@ -80,7 +83,7 @@ func NewLatRun(t *Test, ep *Endpoint) *LatRun {
 // SetRecvWQEs posts the SEND test's receives, all at the start of the
 // receive region (ctx_set_recv_wqes; latency tests do not step).
 func (l *LatRun) SetRecvWQEs() error {
-	l.rsge[0] = verbs.SGE{Addr: l.ep.Base + l.ep.RecvOff(0), Length: uint32(l.size), LKey: l.ep.LKey}
+	l.rsge[0] = verbs.SGE{Addr: l.ep.Base + l.ep.RecvOff(0) + l.ep.RecvShift, Length: uint32(l.size) + l.ep.RecvExtra, LKey: l.ep.LKey}
 	l.rwr = verbs.RecvWR{WRID: 0, SGList: l.rsge[:]}
 	for j := 0; j < l.t.RxDepth; j++ {
 		if err := l.qp.PostRecv(&l.rwr); err != nil {

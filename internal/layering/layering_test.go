@@ -25,6 +25,7 @@ var rules = []struct {
 	{"wire", nil, nil},
 	{"verbs", nil, nil},
 	{"transport/udp", []string{"transport", "wire"}, []string{"golang.org/x/sys", "golang.org/x/net"}},
+	{"transport/capture", []string{"transport"}, []string{"github.com/gopacket/gopacket"}},
 	{"transport", nil, nil},
 	{"internal/netsim", []string{"transport", "wire"}, nil},
 	{"internal/bench", []string{"verbs", "internal/spin", "internal/perftest"}, nil},
@@ -37,6 +38,7 @@ var rules = []struct {
 	{"internal/pcapfile", nil, []string{"github.com/gopacket/gopacket"}},
 	{"provider", []string{"wire", "verbs", "transport", "internal/roce", "internal/netsim", "internal/spin"}, []string{"golang.org/x/sys"}},
 	{"cm", []string{"verbs"}, nil},
+	{"metrics", []string{"provider/soft", "verbs"}, []string{"github.com/prometheus"}},
 	{"cmd", []string{""}, []string{""}}, // the CLI may import anything
 	{"internal/layering", nil, nil},
 	{"test", []string{""}, []string{""}},

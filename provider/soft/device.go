@@ -21,8 +21,9 @@ import (
 // methods are safe for concurrent use. The zero value is not usable: call
 // Open.
 type Device struct {
-	eng *roce.Device
-	tr  transport.Transport
+	eng  *roce.Device
+	tr   transport.Transport
+	guid uint64 // NodeGUID; 0: the engine's random one (no interface)
 
 	// The driver: receive loop, busy-poll sharing, deferred ACKs, timers
 	// (loop.go).
@@ -51,8 +52,14 @@ type Device struct {
 // ("softrdma_lo", "softrdma_eth0", or the name Config gave).
 func (d *Device) Name() string { return d.eng.Name() }
 
-// GUID returns the node GUID.
-func (d *Device) GUID() uint64 { return d.eng.GUID() }
+// GUID returns the node GUID: derived from the interface as NodeGUID
+// says, or random for a device on a transport of the caller's.
+func (d *Device) GUID() uint64 {
+	if d.guid != 0 {
+		return d.guid
+	}
+	return d.eng.GUID()
+}
 
 // Open returns the device itself: a Device is also its own Context. It
 // fails once the device is closed.
@@ -69,7 +76,11 @@ func (d *Device) Open() (verbs.Context, error) {
 func (d *Device) Device() verbs.Device { return d }
 
 // QueryDevice returns the device attributes, with rxe's limits.
-func (d *Device) QueryDevice() (verbs.DeviceAttr, error) { return d.eng.QueryDevice() }
+func (d *Device) QueryDevice() (verbs.DeviceAttr, error) {
+	a, err := d.eng.QueryDevice()
+	a.NodeGUID, a.SysImageGUID = d.GUID(), d.GUID()
+	return a, err
+}
 
 // QueryPort returns the attributes of port 1, the only port.
 func (d *Device) QueryPort(port uint8) (verbs.PortAttr, error) { return d.eng.QueryPort(port) }

@@ -20,6 +20,7 @@ package soft
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/softrdma/softrdma/internal/roce"
 	"github.com/softrdma/softrdma/transport"
+	"github.com/softrdma/softrdma/transport/capture"
 	"github.com/softrdma/softrdma/transport/udp"
 	"github.com/softrdma/softrdma/verbs"
 )
@@ -89,6 +91,14 @@ type Config struct {
 	Transport transport.Transport
 	// UDP tunes the UDP transport.
 	UDP udp.Config
+	// Capture, if set, receives a pcapng capture of every packet the
+	// device sends and receives (transport/capture: Ethernet/IPv4/UDP
+	// framing that Wireshark dissects as RoCEv2). The device then sends
+	// from its receiving socket (UDP.SourcePorts -1, unless set) so that
+	// the captured source port is the real one and each sent packet's
+	// ICRC verifies against the captured headers. Close flushes it; the
+	// caller closes the file.
+	Capture io.Writer
 }
 
 // Open creates a device and starts its receive loop.
@@ -102,6 +112,9 @@ func Open(cfg Config) (*Device, error) {
 		ucfg := cfg.UDP
 		ucfg.Addr = cfg.Addr
 		ucfg.Port = cfg.Port
+		if cfg.Capture != nil && ucfg.SourcePorts == 0 {
+			ucfg.SourcePorts = -1
+		}
 		t, err := udp.Listen(ucfg)
 		if err != nil {
 			return nil, err
@@ -109,18 +122,32 @@ func Open(cfg Config) (*Device, error) {
 		tr = t
 		netdev, _ = interfaceOf(cfg.Addr)
 	}
+	if cfg.Capture != nil {
+		w, err := capture.NewWriter(cfg.Capture)
+		if err != nil {
+			tr.Close()
+			return nil, err
+		}
+		tr = capture.Wrap(tr, w)
+	}
 	name := cfg.Name
 	if name == "" {
 		name = "softrdma0"
 		if netdev != "" {
-			name = "softrdma_" + netdev
+			name = DeviceName(netdev, cfg.Addr)
 		}
 	}
 	var ll netip.Addr
+	var guid uint64
 	if ifi, err := net.InterfaceByName(netdev); err == nil {
+		guid = NodeGUID(ifi, cfg.Addr)
 		ll = roce.LinkLocalFromMAC(ifi.HardwareAddr)
+		if len(ifi.HardwareAddr) != 6 {
+			ll = linkLocalFromGUID(guid)
+		}
 	}
 	d := newDevice(tr, cfg)
+	d.guid = guid
 	eng, err := roce.New(roce.Config{
 		Name: name, Transport: tr, NetDev: netdev, LinkLocal: ll,
 		AcceptUnverifiedICRC: cfg.AcceptUnverifiedICRC,
@@ -215,7 +242,7 @@ func (provider) Devices() ([]verbs.Device, error) {
 		if !ok || seen[name] {
 			continue
 		}
-		out = append(out, &ifaceDevice{name: name, addr: addr})
+		out = append(out, &ifaceDevice{name: name, addr: addr, guid: NodeGUID(&ifi, addr)})
 	}
 	return out, nil
 }
@@ -246,10 +273,11 @@ func firstAddr(ifi net.Interface) (netip.Addr, bool) {
 type ifaceDevice struct {
 	name string
 	addr netip.Addr
+	guid uint64
 }
 
 func (d *ifaceDevice) Name() string { return d.name }
-func (d *ifaceDevice) GUID() uint64 { return 0 }
+func (d *ifaceDevice) GUID() uint64 { return d.guid }
 func (d *ifaceDevice) Open() (verbs.Context, error) {
 	return Open(Config{Name: d.name, Addr: d.addr})
 }
