@@ -84,6 +84,7 @@ type compResult struct {
 	// requester.
 	progress bool
 	next     compState
+	inWindow bool           // the response was inside the PSNs in flight
 	status   verbs.WCStatus // compError
 	rnrPSN   wire.PSN       // compRNR
 	rnrUntil time.Time      // compRNR
@@ -106,16 +107,20 @@ func (c *completer) onResponse(qp *QP, p *wire.Packet, now time.Time) compResult
 		qp.dev.Counters.DropOutOfWindow.Add(1)
 		return compResult{}
 	}
+	var r compResult
 	switch {
 	case p.BTH.Opcode() == wire.RCAck:
-		return c.onAck(qp, psn, p.AETH.Syndrome(), now)
+		r = c.onAck(qp, psn, p.AETH.Syndrome(), now)
 	case p.Info.Has(wire.FlagRead):
-		return c.onReadResponse(qp, p, psn, now)
+		r = c.onReadResponse(qp, p, psn, now)
 	case p.BTH.Opcode() == wire.RCAtomicAck:
-		return c.onAtomicAck(qp, p, psn, now)
+		r = c.onAtomicAck(qp, p, psn, now)
+	default:
+		qp.dev.Counters.DropUnexpected.Add(1)
+		return compResult{}
 	}
-	qp.dev.Counters.DropUnexpected.Add(1)
-	return compResult{}
+	r.inWindow = true
+	return r
 }
 
 func (c *completer) onAck(qp *QP, psn wire.PSN, syn uint8, now time.Time) compResult {

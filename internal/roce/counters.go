@@ -38,6 +38,8 @@ type Counters struct {
 	DropNoRecvWQE      atomic.Uint64 // UD/UC message with no receive WQE posted
 	DropOutOfWindow    atomic.Uint64 // responses outside the PSNs in flight (duplicates or forgeries)
 	DropBadReplay      atomic.Uint64 // duplicate READs or atomics that do not match the request they repeat
+	DropBadInvalidate  atomic.Uint64 // SEND_WITH_INV naming a key it may not invalidate
+	DropTooLong        atomic.Uint64 // READs longer than allowed, UD payloads beyond the path MTU
 	DropUnexpected     atomic.Uint64 // responses that match no outstanding request
 	DropUC             atomic.Uint64 // UC packets dropped because of a PSN gap
 	NAKsSent           atomic.Uint64 // NAKs other than RNR and sequence
@@ -84,6 +86,8 @@ func (c *Counters) Snapshot() []Counter {
 		{"drop_no_recv_wqe", c.DropNoRecvWQE.Load()},
 		{"drop_out_of_window", c.DropOutOfWindow.Load()},
 		{"drop_bad_replay", c.DropBadReplay.Load()},
+		{"bad_invalidate", c.DropBadInvalidate.Load()},
+		{"drop_too_long", c.DropTooLong.Load()},
 		{"drop_unexpected", c.DropUnexpected.Load()},
 		{"drop_uc", c.DropUC.Load()},
 		{"naks_sent", c.NAKsSent.Load()},

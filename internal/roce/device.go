@@ -342,7 +342,7 @@ func (d *Device) AllocPD() (verbs.PD, error) {
 func (d *Device) qpByNum(qpn uint32) *QP { return d.qps.get(qpn) }
 
 func (d *Device) addQP(qp *QP) error {
-	if !d.qps.add(qp) {
+	if !d.qps.add(qp, d.randUint32) {
 		return verbs.Errorf("CreateQP", verbs.ErrQueueFull, "the device has its maximum of %d QPs; destroy some first", maxQP)
 	}
 	return nil

@@ -103,16 +103,10 @@ func (d *Device) Stop() error {
 // application left, then closes the event channel. Call it once the driver
 // has stopped receiving.
 func (d *Device) Release() {
-	for i := range d.qps.chunks {
-		c := d.qps.chunks[i].Load()
-		if c == nil {
-			continue
-		}
-		for j := range c {
-			if qp := c[j].Load(); qp != nil {
-				qp.Destroy()
-			}
-		}
+	var qps []*QP
+	d.qps.each(func(qp *QP) { qps = append(qps, qp) })
+	for _, qp := range qps {
+		qp.Destroy()
 	}
 	for _, s := range list(&d.objs, d.objs.srqs) {
 		s.Destroy()

@@ -56,6 +56,9 @@ type MR struct {
 	mu         sync.RWMutex
 	dead       bool // deregistered: every access fails
 	rkeyRevoke bool // invalidated by SEND_WITH_INV: remote access fails
+	// invalidatable: a SEND_WITH_INV may revoke the rkey (memory windows
+	// and fast-registered regions, which softrdma does not have yet).
+	invalidatable bool
 
 	// Packets that gather their payload from buf pin the MR until they
 	// are sent or dropped; Dereg waits for them.
@@ -120,7 +123,7 @@ func (pd *PD) register(buf []byte, access verbs.Access, mmapped bool) *MR {
 	mr := &MR{
 		pd:      pd,
 		buf:     buf,
-		addr:    uint64(uintptr(unsafe.Pointer(&buf[0]))),
+		addr:    d.virtAddr(buf),
 		access:  access,
 		mmapped: mmapped,
 	}
@@ -144,7 +147,21 @@ func (pd *PD) register(buf []byte, access verbs.Access, mmapped bool) *MR {
 	return mr
 }
 
-// Addr returns the virtual address of the first byte.
+// virtAddr picks the address an MR's first byte has for work requests and
+// peers: random above 2^32 (so an rkey and an address seen on the wire
+// reveal nothing of the process's memory layout, and a guessed address is
+// as unlikely as a guessed key), with the low 12 bits of the real address,
+// so page offsets and alignment (atomics need 8) are what the memory's
+// are. It leaves room for the region below 2^63.
+func (d *Device) virtAddr(buf []byte) uint64 {
+	r := uint64(d.randUint32())<<32 | uint64(d.randUint32())
+	base := (r&(1<<62-1) | 1<<32) &^ 0xFFF
+	return base | uint64(uintptr(unsafe.Pointer(&buf[0])))&0xFFF
+}
+
+// Addr returns the virtual address of the first byte, as work requests
+// and peers name it: not the memory's address in this process (see
+// virtAddr); MR.Bytes is the memory.
 func (mr *MR) Addr() uint64 { return mr.addr }
 
 // Len returns the length in bytes.

@@ -53,7 +53,7 @@ type QP struct {
 	timerAt     time.Time // the deadline queued in dev.timers; zero if none
 	inBacklog   bool      // on dev.backlog: requests wait for the transport
 	commEst     bool      // EventCommEst was raised
-	peerPort    uint16    // the UDP port the peer sends from, learnt from its first packet (RC, UC)
+	peerPort    uint16    // the UDP port the peer sends from, once a packet proved it (RC, UC)
 	sqdNotify   bool      // raise EventSQDrained once the send queue drains in SQD
 	destroyed   bool
 	inlineBufs  []byte // backing store of every send WQE's inline buffer

@@ -250,7 +250,6 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 			c.DropWrongSource.Add(1)
 			return false
 		}
-		qp.peerPort = pk.Peer.Port()
 	}
 	if st == verbs.QPStateRTR && !qp.commEst {
 		// IBTA 11.6.3: the first packet on a QP in RTR establishes it.
@@ -258,21 +257,36 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 		qp.dev.Event(verbs.AsyncEvent{Type: verbs.EventCommEst, QP: qp})
 	}
 	if info.Has(wire.FlagRequest) {
+		proven := false
 		switch qp.typ {
 		case verbs.QPTypeRC:
-			qp.onRequestLocked(p)
+			proven = qp.onRequestLocked(p)
 		case verbs.QPTypeUC:
-			qp.onUCRequestLocked(p)
+			proven = qp.onUCRequestLocked(p)
 		case verbs.QPTypeUD:
 			qp.onUDRequestLocked(p, pk)
 		}
+		qp.learnPeerPortLocked(proven, pk)
 		return false
 	}
 	if st == verbs.QPStateRTR {
 		c.DropQPState.Add(1)
 		return false
 	}
-	return qp.applyCompLocked(qp.comp.onResponse(qp, p, now), now)
+	r := qp.comp.onResponse(qp, p, now)
+	qp.learnPeerPortLocked(r.inWindow, pk)
+	return qp.applyCompLocked(r, now)
+}
+
+// learnPeerPortLocked pins an RC/UC QP to the UDP port its peer sends
+// from, once a packet has proven to be the peer's (a request with the
+// expected PSN, a response inside the PSNs in flight: what a blind
+// attacker would have to guess, with the QPN). Until then packets from
+// any port of the peer's address are taken; after, only from that port.
+func (qp *QP) learnPeerPortLocked(proven bool, pk *transport.Datagram) {
+	if proven && qp.peerPort == 0 && qp.typ != verbs.QPTypeUD {
+		qp.peerPort = pk.Peer.Port()
+	}
 }
 
 // endRxLocked ends a run of received packets for the QP: the coalesced

@@ -72,6 +72,12 @@ type rdRes struct {
 	len  uint64
 }
 
+// Limits on what a request may ask for.
+const (
+	maxMsgSize  = 1 << 31 // IBTA's largest message (PortInfo MaxMsgSz)
+	maxReadPSNs = 1 << 22 // a quarter of the PSN space
+)
+
 // verdict is the outcome of the checks on a request packet; each error
 // maps to one NAK code, as rxe's responder error states do (rxe_resp.c:
 // RESPST_ERR_RNR, RESPST_ERR_... → AETH syndromes).
@@ -102,7 +108,11 @@ func (v verdict) String() string {
 }
 
 // onRequestLocked handles a request packet on an RC QP.
-func (qp *QP) onRequestLocked(p *wire.Packet) {
+//
+// It reports whether the packet had the expected PSN: only such a packet
+// proves to come from the peer (the responder acknowledges a duplicate of
+// any older PSN, half the PSN space).
+func (qp *QP) onRequestLocked(p *wire.Packet) (expected bool) {
 	r := &qp.resp
 	psn := p.BTH.PSN()
 	if d := psn.Sub(r.psn); d > 0 {
@@ -111,10 +121,10 @@ func (qp *QP) onRequestLocked(p *wire.Packet) {
 			r.nakSent = true
 			qp.sendNAKLocked(r.psn, wire.NAKSyndrome(wire.NAKPSNSeqError))
 		}
-		return
+		return false
 	} else if d < 0 {
 		qp.onDuplicateLocked(p, psn)
-		return
+		return false
 	}
 	r.nakSent = false
 	v, recvStatus := qp.executeLocked(p, psn)
@@ -130,6 +140,7 @@ func (qp *QP) onRequestLocked(p *wire.Packet) {
 	case vOpErr:
 		qp.nakErrorLocked(psn, wire.NAKRemoteOperationalError, recvStatus)
 	}
+	return true
 }
 
 // executeLocked checks and executes a request with the expected PSN. On
@@ -244,6 +255,10 @@ func (qp *QP) recvSendLocked(p *wire.Packet, first, last bool) (verdict, verbs.W
 	if n > r.cur.length-r.recvOff {
 		return vInvalid, verbs.WCLocLenErr
 	}
+	if p.IETH != nil && !qp.canInvalidateLocked(p.IETH.RKey()) {
+		qp.dev.Counters.DropBadInvalidate.Add(1)
+		return vInvalid, verbs.WCRemInvReqErr
+	}
 	if !r.cur.sgl.copyIn(p.Payload, r.recvOff) {
 		return vOpErr, verbs.WCLocProtErr
 	}
@@ -265,10 +280,23 @@ func (qp *QP) recvSendLocked(p *wire.Packet, first, last bool) (verdict, verbs.W
 	return vOK, 0
 }
 
+// canInvalidateLocked says whether a SEND_WITH_INV may revoke rkey. IBTA
+// (10.6.7, o10-37) lets it invalidate memory windows and fast-registered
+// regions of the QP's PD, never a region registered with RegMR (rxe
+// refuses those too: "mr type is not MEM_REG"); softrdma has neither
+// windows nor fast registration yet, so no key qualifies and the SEND
+// fails as an invalid request. (It used to revoke any MR of the PD,
+// for good, from any peer that named its rkey.)
+func (qp *QP) canInvalidateLocked(rkey uint32) bool {
+	mr := qp.dev.lookupKey(rkey)
+	return mr != nil && mr.rkey == rkey && mr.pd == qp.pd && mr.invalidatable
+}
+
 // invalidateLocked revokes remote access through rkey, for SEND_WITH_INV.
+// Precondition: canInvalidateLocked(rkey).
 func (qp *QP) invalidateLocked(rkey uint32) {
 	mr := qp.dev.lookupKey(rkey)
-	if mr == nil || mr.rkey != rkey || mr.pd != qp.pd {
+	if mr == nil || !mr.invalidatable {
 		return
 	}
 	mr.mu.Lock()
@@ -319,6 +347,14 @@ func (qp *QP) recvReadLocked(p *wire.Packet, psn wire.PSN) verdict {
 		return vInvalid // max_dest_rd_atomic is 0
 	}
 	va, rkey, dlen := p.RETH.VA(), p.RETH.RKey(), uint64(p.RETH.DMALen())
+	if dlen > maxMsgSize || qp.packetsFor(dlen) > maxReadPSNs {
+		// Longer than a message may be (IBTA: 2^31), or so many
+		// responses that their PSNs would cover a quarter of the PSN
+		// space (a 2 GiB READ at MTU 256 covers half, where "older" and
+		// "newer" stop meaning anything).
+		qp.dev.Counters.DropTooLong.Add(1)
+		return vInvalid
+	}
 	if dlen > 0 {
 		mr, _, ok := qp.pd.remoteMR(rkey, va, dlen, verbs.AccessRemoteRead)
 		if !ok {
@@ -419,7 +455,8 @@ func (qp *QP) recvAtomicLocked(p *wire.Packet, psn wire.PSN) verdict {
 	if !ok {
 		return vAccess
 	}
-	// The target is 8-byte aligned in memory (va is its real address), so
+	// The target is 8-byte aligned in memory (an MR's addresses keep the
+	// memory's low 12 bits), so
 	// the operation is atomic against other QPs and the CPU as well.
 	word := (*uint64)(unsafe.Pointer(&b[0]))
 	var orig uint64
@@ -552,9 +589,10 @@ func (qp *QP) nakErrorLocked(psn wire.PSN, code wire.NAKCode, recvStatus verbs.W
 // onUCRequestLocked handles a request on a UC QP: no acknowledgements; a
 // PSN gap drops the message in progress and everything until the next
 // FIRST or ONLY packet.
-func (qp *QP) onUCRequestLocked(p *wire.Packet) {
+func (qp *QP) onUCRequestLocked(p *wire.Packet) (expected bool) {
 	r := &qp.resp
 	psn := p.BTH.PSN()
+	expected = psn == r.psn
 	first := p.Info.Has(wire.FlagFirst)
 	if psn != r.psn {
 		qp.dev.Counters.DropUC.Add(1)
@@ -563,13 +601,13 @@ func (qp *QP) onUCRequestLocked(p *wire.Packet) {
 		if !first {
 			r.ucDrop = true
 			r.psn = psn.Add(1)
-			return
+			return expected
 		}
 	}
 	if r.ucDrop && !first {
 		qp.dev.Counters.DropUC.Add(1)
 		r.psn = psn.Add(1)
-		return
+		return expected
 	}
 	r.ucDrop = false
 	if v, _ := qp.executeLocked(p, psn); v != vOK {
@@ -583,6 +621,7 @@ func (qp *QP) onUCRequestLocked(p *wire.Packet) {
 		r.ucDrop = !p.Info.Has(wire.FlagLast)
 		r.psn = psn.Add(1)
 	}
+	return expected
 }
 
 // onUDRequestLocked delivers a UD SEND: Q_Key check, a receive WQE, the
@@ -590,6 +629,10 @@ func (qp *QP) onUCRequestLocked(p *wire.Packet) {
 func (qp *QP) onUDRequestLocked(p *wire.Packet, pk *transport.Datagram) {
 	if p.DETH == nil || p.DETH.QKey() != qp.attr.QKey {
 		qp.dev.Counters.DropQKey.Add(1)
+		return
+	}
+	if len(p.Payload) > qp.pmtu {
+		qp.dev.Counters.DropTooLong.Add(1) // a UD message is one packet of at most the path MTU
 		return
 	}
 	r := &qp.resp

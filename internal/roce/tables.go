@@ -4,43 +4,45 @@ package roce
 // changed in O(1) amortised time (registering an MR or creating a QP used
 // to copy the whole table: 4096 QPs took 674 ms to set up).
 //
-//	keyTable: lkey/rkey → MR. Open addressing over a power-of-two array of
-//	          atomic slots; writers (under mu) store into the live array and
-//	          replace it with a rehashed one only when it is half full
-//	          (counting deleted slots), so readers always see a consistent
-//	          array and a key's probe ends at an empty slot.
-//	qpTable:  QPN → QP. A two-level array of atomic pointers, indexed by
-//	          QPN − firstQPN; chunks are allocated as QPNs are used.
+//	idTable:  a 32-bit key → object. Open addressing over a power-of-two
+//	          array of atomic slots; writers (under mu) store into the live
+//	          array and replace it with a rehashed one only when it is half
+//	          full (counting deleted slots), so readers always see a
+//	          consistent array and a key's probe ends at an empty slot.
+//	keyTable: lkey/rkey → MR, an idTable.
+//	qpTable:  QPN → QP, an idTable; QPNs are random (unguessable by a
+//	          peer, not reused soon).
 
 import (
 	"sync"
 	"sync/atomic"
 )
 
-// keyEntry is one key of the key table.
-type keyEntry struct {
+// idEntry is one key of an idTable.
+type idEntry[T any] struct {
 	key uint32
-	mr  *MR
+	val *T
+	del bool // marks a slot whose key was removed: probes go on past it
 }
 
-// deleted marks a slot whose key was removed: probes go on past it.
-var deleted = &keyEntry{}
+type idSlots[T any] []atomic.Pointer[idEntry[T]]
 
-type keySlots []atomic.Pointer[keyEntry]
+// idTable maps 32-bit keys to objects.
+type idTable[T any] struct {
+	mu      sync.Mutex // serialises writers
+	slots   atomic.Pointer[idSlots[T]]
+	used    int         // live keys (under mu)
+	dead    int         // deleted slots in the live array (under mu)
+	deleted *idEntry[T] // the marker of deleted slots
+}
 
 // keyTable maps lkeys and rkeys (disjoint random values) to MRs.
-type keyTable struct {
-	mu    sync.Mutex // serialises writers
-	slots atomic.Pointer[keySlots]
-	used  int // live keys (under mu)
-	dead  int // deleted slots in the live array (under mu)
-}
+type keyTable = idTable[MR]
 
 func keyHash(k uint32) uint32 { return k * 0x9E3779B1 }
 
-// lookup returns the MR with local or remote key k, or nil. It takes no
-// lock.
-func (t *keyTable) lookup(k uint32) *MR {
+// lookup returns the object with key k, or nil. It takes no lock.
+func (t *idTable[T]) lookup(k uint32) *T {
 	sp := t.slots.Load()
 	if sp == nil {
 		return nil
@@ -52,17 +54,18 @@ func (t *keyTable) lookup(k uint32) *MR {
 		if e == nil {
 			return nil
 		}
-		if e != deleted && e.key == k {
-			return e.mr
+		if !e.del && e.key == k {
+			return e.val
 		}
 	}
 }
 
-// has reports whether k is in the table. Precondition: mu held.
-func (t *keyTable) has(k uint32) bool { return k == 0 || t.lookup(k) != nil }
+// has reports whether k is in the table (0 always is: it is never a
+// key). Precondition: mu held.
+func (t *idTable[T]) has(k uint32) bool { return k == 0 || t.lookup(k) != nil }
 
-// insert adds k → mr. Precondition: mu held, k not in the table.
-func (t *keyTable) insert(k uint32, mr *MR) {
+// insert adds k → v. Precondition: mu held, k not in the table.
+func (t *idTable[T]) insert(k uint32, v *T) {
 	sp := t.slots.Load()
 	if sp == nil || 2*(t.used+t.dead+1) > len(*sp) {
 		t.rehash(max(64, 4*(t.used+1)))
@@ -71,18 +74,18 @@ func (t *keyTable) insert(k uint32, mr *MR) {
 	s := *sp
 	mask := uint32(len(s) - 1)
 	i := keyHash(k) & mask
-	for e := s[i].Load(); e != nil && e != deleted; e = s[i].Load() {
+	for e := s[i].Load(); e != nil && !e.del; e = s[i].Load() {
 		i = (i + 1) & mask
 	}
-	if s[i].Load() == deleted {
+	if e := s[i].Load(); e != nil && e.del {
 		t.dead--
 	}
-	s[i].Store(&keyEntry{key: k, mr: mr})
+	s[i].Store(&idEntry[T]{key: k, val: v})
 	t.used++
 }
 
 // remove deletes k. Precondition: mu held.
-func (t *keyTable) remove(k uint32) {
+func (t *idTable[T]) remove(k uint32) {
 	sp := t.slots.Load()
 	if sp == nil {
 		return
@@ -94,8 +97,11 @@ func (t *keyTable) remove(k uint32) {
 		if e == nil {
 			return
 		}
-		if e != deleted && e.key == k {
-			s[i].Store(deleted)
+		if !e.del && e.key == k {
+			if t.deleted == nil {
+				t.deleted = &idEntry[T]{del: true}
+			}
+			s[i].Store(t.deleted)
 			t.used--
 			t.dead++
 			return
@@ -105,17 +111,17 @@ func (t *keyTable) remove(k uint32) {
 
 // rehash moves the live keys into a new array of at least n slots, which
 // readers then see at once. Precondition: mu held.
-func (t *keyTable) rehash(n int) {
+func (t *idTable[T]) rehash(n int) {
 	size := 64
 	for size < n {
 		size *= 2
 	}
-	ns := make(keySlots, size)
+	ns := make(idSlots[T], size)
 	mask := uint32(size - 1)
 	if sp := t.slots.Load(); sp != nil {
 		for i := range *sp {
 			e := (*sp)[i].Load()
-			if e == nil || e == deleted {
+			if e == nil || e.del {
 				continue
 			}
 			j := keyHash(e.key) & mask
@@ -129,77 +135,74 @@ func (t *keyTable) rehash(n int) {
 	t.dead = 0
 }
 
-// each calls f for every key until f returns false. It takes no lock: an
-// MR registered or deregistered meanwhile may or may not be seen.
-func (t *keyTable) each(f func(k uint32, mr *MR) bool) {
+// each calls f for every key until f returns false. It takes no lock: a
+// key added or removed meanwhile may or may not be seen.
+func (t *idTable[T]) each(f func(k uint32, v *T) bool) {
 	sp := t.slots.Load()
 	if sp == nil {
 		return
 	}
 	for i := range *sp {
-		if e := (*sp)[i].Load(); e != nil && e != deleted && !f(e.key, e.mr) {
+		if e := (*sp)[i].Load(); e != nil && !e.del && !f(e.key, e.val) {
 			return
 		}
 	}
 }
 
-// qpChunk is one second-level array of the QP table.
-type qpChunk [qpChunkLen]atomic.Pointer[QP]
-
-const qpChunkLen = 1024
-
-// qpTable maps QPNs to QPs.
+// qpTable maps QPNs to QPs. QPNs are random in [firstQPN, 2^24): a peer
+// cannot guess one QP's number from another's (24 bits, less the QPs in
+// use), and a freed QPN is not handed out again while it is among the
+// last recentQPNs freed, so a late packet for a destroyed QP does not
+// reach its successor.
 type qpTable struct {
-	chunks [(maxQP + qpChunkLen - 1) / qpChunkLen]atomic.Pointer[qpChunk]
-
-	mu   sync.Mutex // serialises add and remove
-	next uint32     // QPN indexes below next have been handed out
-	free []uint32   // indexes of destroyed QPs, reused last in first out
+	ids    idTable[QP]
+	recent [recentQPNs]uint32 // the QPNs freed last (under ids.mu)
+	next   int
 }
+
+const recentQPNs = 1024
 
 // get returns the QP numbered qpn, or nil. It takes no lock.
-func (t *qpTable) get(qpn uint32) *QP {
-	i := qpn - firstQPN
-	if i >= maxQP {
-		return nil
+func (t *qpTable) get(qpn uint32) *QP { return t.ids.lookup(qpn) }
+
+// add gives qp a random free QPN drawn with rnd. It returns false if the
+// table is full.
+func (t *qpTable) add(qp *QP, rnd func() uint32) bool {
+	t.ids.mu.Lock()
+	defer t.ids.mu.Unlock()
+	if t.ids.used >= maxQP {
+		return false
 	}
-	c := t.chunks[i/qpChunkLen].Load()
-	if c == nil {
-		return nil
+	for {
+		qpn := rnd() & 0xFFFFFF
+		if qpn < firstQPN || t.ids.has(qpn) || t.recentlyFreed(qpn) {
+			continue
+		}
+		qp.qpn = qpn
+		t.ids.insert(qpn, qp)
+		return true
 	}
-	return c[i%qpChunkLen].Load()
 }
 
-// add gives qp a QPN. It returns false if the table is full.
-func (t *qpTable) add(qp *QP) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var i uint32
-	if n := len(t.free); n > 0 {
-		i = t.free[n-1]
-		t.free = t.free[:n-1]
-	} else {
-		if t.next >= maxQP {
-			return false
+func (t *qpTable) recentlyFreed(qpn uint32) bool {
+	for _, q := range t.recent {
+		if q == qpn {
+			return true
 		}
-		i = t.next
-		t.next++
 	}
-	c := t.chunks[i/qpChunkLen].Load()
-	if c == nil {
-		c = new(qpChunk)
-		t.chunks[i/qpChunkLen].Store(c)
-	}
-	qp.qpn = firstQPN + i
-	c[i%qpChunkLen].Store(qp)
-	return true
+	return false
 }
 
 // remove frees qp's QPN.
 func (t *qpTable) remove(qp *QP) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	i := qp.qpn - firstQPN
-	t.chunks[i/qpChunkLen].Load()[i%qpChunkLen].Store(nil)
-	t.free = append(t.free, i)
+	t.ids.mu.Lock()
+	defer t.ids.mu.Unlock()
+	t.ids.remove(qp.qpn)
+	t.recent[t.next] = qp.qpn
+	t.next = (t.next + 1) % recentQPNs
+}
+
+// each calls f for every QP.
+func (t *qpTable) each(f func(qp *QP)) {
+	t.ids.each(func(_ uint32, qp *QP) bool { f(qp); return true })
 }

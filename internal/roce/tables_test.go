@@ -87,29 +87,41 @@ func TestKeyTable(t *testing.T) {
 	}
 }
 
-// TestQPTable: QPNs are handed out from firstQPN, found, freed and reused.
+// TestQPTable: QPNs are random 24-bit numbers from firstQPN up, unique,
+// found, and not handed out again soon after they are freed.
 func TestQPTable(t *testing.T) {
 	var qt qpTable
+	rng := rand.New(rand.NewPCG(3, 4))
 	qps := make([]*QP, 3000)
+	seen := map[uint32]bool{}
 	for i := range qps {
 		qps[i] = &QP{}
-		if !qt.add(qps[i]) || qps[i].qpn != firstQPN+uint32(i) {
-			t.Fatalf("QP %d got QPN %#x", i, qps[i].qpn)
+		if !qt.add(qps[i], rng.Uint32) {
+			t.Fatal("table full")
 		}
+		q := qps[i].qpn
+		if q < firstQPN || q > 0xFFFFFF || seen[q] {
+			t.Fatalf("QPN %#x: out of range or repeated", q)
+		}
+		seen[q] = true
 	}
 	for _, qp := range qps {
 		if qt.get(qp.qpn) != qp {
 			t.Fatalf("QPN %#x not found", qp.qpn)
 		}
 	}
+	freed := qps[1500].qpn
 	qt.remove(qps[1500])
-	if qt.get(qps[1500].qpn) != nil || qt.get(0) != nil || qt.get(firstQPN+maxQP) != nil {
+	if qt.get(freed) != nil || qt.get(0) != nil || qt.get(1) != nil {
 		t.Fatal("found a QP that is not there")
 	}
+	// A generator that offers the freed QPN first: it is refused while
+	// recent.
+	offers := []uint32{freed, freed, 0x123456}
 	again := &QP{}
-	qt.add(again)
-	if again.qpn != qps[1500].qpn {
-		t.Fatalf("freed QPN not reused: %#x", again.qpn)
+	qt.add(again, func() uint32 { x := offers[0]; offers = offers[1:]; return x })
+	if again.qpn != 0x123456 {
+		t.Fatalf("got QPN %#x; want the freed %#x skipped", again.qpn, freed)
 	}
 }
 
