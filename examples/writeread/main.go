@@ -12,6 +12,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -101,7 +103,13 @@ func run(listen, connect, addr string, port uint16) error {
 		seed = 0xc3
 	}
 	pattern(mr.Bytes()[:size], seed)
-	me := peerInfo{QPN: qp.QPNum(), PSN: uint32(time.Now().UnixNano()) & 0xFFFFFF, GID: gid, RKey: mr.RKey(), Addr: mr.Addr()}
+	// The initial PSN is random: a predictable one (the clock's) is half
+	// of what a blind attacker must guess (docs/security.md).
+	var psn [4]byte
+	if _, err := rand.Read(psn[:]); err != nil {
+		return err
+	}
+	me := peerInfo{QPN: qp.QPNum(), PSN: binary.BigEndian.Uint32(psn[:]) & 0xFFFFFF, GID: gid, RKey: mr.RKey(), Addr: mr.Addr()}
 
 	// The out-of-band exchange: one JSON line each way over TCP.
 	var conn net.Conn
