@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"time"
 
 	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/metrics"
@@ -176,6 +177,9 @@ func newResources(dev *soft.Device, typ verbs.QPType, size, rxDepth, sendDepth i
 
 func (r *resources) close() {
 	if r.qp != nil {
+		if r.qp.Type() == verbs.QPTypeRC && r.qp.State() == verbs.QPStateRTS {
+			r.linger(lingerQuiet, lingerMax)
+		}
 		r.qp.Destroy()
 	}
 	if r.cq != nil {
@@ -186,6 +190,35 @@ func (r *resources) close() {
 	}
 	if r.pd != nil {
 		r.pd.Dealloc()
+	}
+}
+
+// An RC QP stays up after the last iteration until the peer has been
+// quiet for lingerQuiet (at most lingerMax): if the ACK of the peer's last
+// message was lost, the peer retransmits it and needs this QP to answer —
+// rxe retries forever at retry_cnt 7, so without this a lost last ACK
+// hangs the peer (ibv_rc_pingpong has the same race; it rarely loses).
+const (
+	lingerQuiet = 200 * time.Millisecond
+	lingerMax   = 2 * time.Second
+)
+
+// linger waits until the device has received nothing for quiet, or max
+// has passed.
+func (r *resources) linger(quiet, max time.Duration) {
+	deadline := time.Now().Add(max)
+	last, _ := r.dev.Counter("rcvd_pkts")
+	since := time.Now()
+	for time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		n, _ := r.dev.Counter("rcvd_pkts")
+		if n != last {
+			last, since = n, time.Now()
+			continue
+		}
+		if time.Since(since) >= quiet {
+			return
+		}
 	}
 }
 
