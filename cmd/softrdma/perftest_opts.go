@@ -226,6 +226,7 @@ func ptOptionTable() []ptOption {
 		{0, "cpu_util", false, func(o *ptOptions, _ string) error { o.cpuUtil = true; return nil }},
 		{0, "pcap", true, func(o *ptOptions, a string) error { toolObs.pcap = a; return nil }},
 		{0, "metrics", true, func(o *ptOptions, a string) error { toolObs.metrics = a; return nil }},
+		{0, "log", false, func(o *ptOptions, a string) error { toolObs.log = true; return nil }},
 		{0, "out_csv", true, func(o *ptOptions, a string) error { o.csvFile = a; return nil }},
 		{0, "plot", true, func(o *ptOptions, a string) error { o.plotFile = a; return nil }},
 	}

@@ -56,6 +56,7 @@ func parsePPFlags(name string, args []string, defSize int) (*ppFlags, error) {
 	fs.BoolVar(&f.check, "c", false, "validate received buffer")
 	fs.StringVar(&toolObs.pcap, "pcap", "", "write the device's RoCEv2 packets to this pcapng file")
 	fs.StringVar(&toolObs.metrics, "metrics", "", "serve the device's counters for Prometheus on host:port/metrics")
+	fs.BoolVar(&toolObs.log, "log", false, "log the device's QP errors, retransmissions, RNR waits and drops on stderr (rate-limited)")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage:\n  %s            start a server and wait for connection\n  %s <host>     connect to server at <host>\n\nOptions:\n", name, name)
 		fs.PrintDefaults()
@@ -89,7 +90,7 @@ func parsePPFlags(name string, args []string, defSize int) (*ppFlags, error) {
 var ppLong = map[string]string{
 	"port": "p", "ib-dev": "d", "ib-port": "i", "size": "s", "mtu": "m",
 	"rx-depth": "r", "iters": "n", "sl": "l", "events": "e", "gid-idx": "g",
-	"chk": "c", "pcap": "pcap", "metrics": "metrics", "odp": "", "iodp": "", "prefetch": "", "ts": "", "dm": "",
+	"chk": "c", "pcap": "pcap", "metrics": "metrics", "log": "log", "odp": "", "iodp": "", "prefetch": "", "ts": "", "dm": "",
 	"new_send": "", "contiguous-mr": "",
 }
 

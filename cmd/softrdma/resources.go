@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -19,6 +20,7 @@ import (
 var toolObs struct {
 	pcap    string
 	metrics string
+	log     bool       // --log: the device's QP errors, retransmissions and drops on stderr
 	files   []*os.File // closed by closeToolFiles, after the devices
 }
 
@@ -117,6 +119,9 @@ func openObserved(cfg soft.Config) (*soft.Device, error) {
 		}
 		toolObs.files = append(toolObs.files, f)
 		cfg.Capture = f
+	}
+	if toolObs.log {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	d, err := soft.Open(cfg)
 	if err != nil {

@@ -347,6 +347,7 @@ func (qp *QP) applyCompLocked(r compResult, now time.Time) (sendMore bool) {
 	sendMore = r.progress
 	if r.next == compRetry {
 		if r = qp.comp.retry(qp, now, false); r.next == compRetry {
+			qp.dev.note(Note{Kind: NoteRetransmit, QPN: qp.qpn, Peer: qp.destAddr, PSN: qp.comp.psn, Reason: "sequence NAK or lost response"})
 			qp.req.onLoss()
 			qp.req.rewind(qp, qp.comp.psn)
 			return true
@@ -354,6 +355,7 @@ func (qp *QP) applyCompLocked(r compResult, now time.Time) (sendMore bool) {
 	}
 	switch r.next {
 	case compRNR:
+		qp.dev.note(Note{Kind: NoteRNRWait, QPN: qp.qpn, Peer: qp.destAddr, PSN: r.rnrPSN})
 		qp.req.rewind(qp, r.rnrPSN)
 		qp.req.pauseUntil(r.rnrUntil)
 		return false
@@ -369,6 +371,7 @@ func (qp *QP) applyCompLocked(r compResult, now time.Time) (sendMore bool) {
 func (qp *QP) onTimeoutLocked(now time.Time) {
 	sendMore := qp.req.resume(now)
 	if r := qp.comp.onTimeout(qp, now); r.next == compRetry {
+		qp.dev.note(Note{Kind: NoteRetransmit, QPN: qp.qpn, Peer: qp.destAddr, PSN: qp.comp.psn, Reason: "timeout"})
 		qp.req.onLoss()
 		qp.req.rewind(qp, qp.comp.psn)
 		sendMore = true

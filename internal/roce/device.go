@@ -81,6 +81,10 @@ type Config struct {
 	// Context, if set, is the verbs.Context that PD.Context returns: the
 	// provider's own device type that wraps this engine.
 	Context verbs.Context
+	// Notify, if set, receives a Note for each QP error, go-back-N
+	// retransmission, RNR wait and asynchronous event, for logging. It
+	// runs under the QP's lock: it must not block or call into the device.
+	Notify func(Note)
 	// Name is the device name ("softrdma0" if empty).
 	Name string
 	// Transport carries the packets. The device sends through it and

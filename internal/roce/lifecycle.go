@@ -65,6 +65,7 @@ func (d *Device) AsyncEvents() <-chan verbs.AsyncEvent { return d.events.ch }
 // engine raises the QP, SRQ and CQ events; the driver the port and device
 // ones.
 func (d *Device) Event(e verbs.AsyncEvent) {
+	d.note(Note{Kind: NoteEvent, Event: e})
 	d.events.mu.RLock()
 	defer d.events.mu.RUnlock()
 	if d.events.closed {

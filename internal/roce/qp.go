@@ -467,6 +467,13 @@ func (qp *QP) errorLocked() {
 	}
 	qp.setStateLocked(verbs.QPStateErr)
 	qp.stopTimerLocked()
+	if qp.dev.cfg.Notify != nil {
+		st := verbs.WCSuccess
+		if qp.sq.head != qp.sq.tail {
+			st = qp.sq.at(qp.sq.head).status
+		}
+		qp.dev.note(Note{Kind: NoteQPError, QPN: qp.qpn, Peer: qp.destAddr, Status: st})
+	}
 	// Queued requests must not leave once the QP is in error (their WQEs
 	// complete as flushed right below), but a queued NAK that explains the
 	// error to the peer must.

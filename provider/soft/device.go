@@ -44,6 +44,7 @@ type Device struct {
 	asideCheck  time.Duration // stepAsideCheck when the device was opened
 	aside       atomic.Bool   // the loop has stepped aside for a busy poller
 	serveKick   chan struct{} // wakes the loop from stepping aside
+	log         *logger       // nil: no Config.Logger
 }
 
 // --- verbs.Device ---
@@ -133,6 +134,9 @@ func (d *Device) Close() error {
 	d.rx.Drop(d.eng)
 	d.rxMu.Unlock()
 	d.eng.Release()
+	if d.log != nil {
+		d.log.close()
+	}
 	return err
 }
 

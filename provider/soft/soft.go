@@ -21,6 +21,7 @@ package soft
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -86,6 +87,11 @@ type Config struct {
 	// SOFTRDMA_NO_SPLIT_WRITES=1 sets it; SOFTRDMA_SPLIT_WRITES=always
 	// splits them to every peer (the interop suite uses it).
 	NoSplitWrites bool
+	// Logger, if set, receives the device's QP errors, retransmissions,
+	// RNR waits and asynchronous events, and once a second the counts of
+	// what it dropped and why, rate-limited (a burst of 10, then 1 a
+	// second per kind, with a count of what was left out).
+	Logger *slog.Logger
 	// Transport, if set, is used instead of a UDP socket (tests use
 	// internal/netsim).
 	Transport transport.Transport
@@ -148,6 +154,11 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d := newDevice(tr, cfg)
 	d.guid = guid
+	var notify func(roce.Note)
+	if cfg.Logger != nil {
+		d.log = newLogger(cfg.Logger, name)
+		notify = d.log.note
+	}
 	eng, err := roce.New(roce.Config{
 		Name: name, Transport: tr, NetDev: netdev, LinkLocal: ll,
 		AcceptUnverifiedICRC: cfg.AcceptUnverifiedICRC,
@@ -159,12 +170,16 @@ func Open(cfg Config) (*Device, error) {
 		Poll:                 d.inlinePoll,
 		BeforeWait:           d.kickServe,
 		Context:              d,
+		Notify:               notify,
 	})
 	if err != nil {
 		tr.Close()
 		return nil, err
 	}
 	d.eng = eng
+	if d.log != nil {
+		go d.log.watchDrops(d.Counters)
+	}
 	go d.serve()
 	opened.add(d)
 	return d, nil
