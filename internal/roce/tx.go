@@ -84,19 +84,15 @@ func (t *txq) drop(d *Device) {
 	t.n = 0
 }
 
-// filter keeps, in order, the packets whose req flag equals keepReq. Each
-// other packet goes to st if st is set (in order, with its buffer and pin),
-// else it is released.
-func (t *txq) filter(d *Device, keepReq bool, st *txStage) {
+// compact keeps, in order, the packets for which keep(i) is true; take(i)
+// disposes of each other one (moves or releases it) before its slot is
+// emptied.
+func (t *txq) compact(keep func(i int) bool, take func(i int)) {
 	k := 0
 	for i := 0; i < t.n; i++ {
-		if t.req[i] != keepReq {
-			if st != nil {
-				st.add(d, t.pkts[i], t.bufs[i], t.mrs[i])
-				t.pkts[i], t.bufs[i], t.mrs[i], t.req[i] = transport.Datagram{}, nil, nil, false
-			} else {
-				t.clear(d, i)
-			}
+		if !keep(i) {
+			take(i)
+			t.pkts[i], t.bufs[i], t.mrs[i], t.req[i] = transport.Datagram{}, nil, nil, false
 			continue
 		}
 		if k != i {
@@ -110,35 +106,34 @@ func (t *txq) filter(d *Device, keepReq bool, st *txStage) {
 
 // keepResponses drops the queued request packets and keeps the responses
 // (ACKs, NAKs, READ responses, atomic ACKs), in order.
-func (t *txq) keepResponses(d *Device) { t.filter(d, false, nil) }
+func (t *txq) keepResponses(d *Device) {
+	t.compact(func(i int) bool { return !t.req[i] }, func(i int) { t.clear(d, i) })
+}
 
 // stageResponses moves the queued responses to st, in order, and keeps the
 // requests.
-func (t *txq) stageResponses(d *Device, st *txStage) { t.filter(d, true, st) }
+func (t *txq) stageResponses(d *Device, st *txStage) {
+	t.compact(func(i int) bool { return t.req[i] }, func(i int) { st.add(d, t.pkts[i], t.bufs[i], t.mrs[i]) })
+}
 
 // trySend hands the transport what it takes now (transport.TrySender)
 // and keeps the rest, in order. It reports whether the queue is empty.
 func (t *txq) trySend(d *Device) bool {
 	_, err := d.trySender.TrySend(t.pkts[:t.n])
-	k := 0
-	for i := 0; i < t.n; i++ {
-		if t.pkts[i].Sent || err != nil {
-			if t.pkts[i].Sent {
-				d.Counters.SentPkts.Add(1)
-			} else {
-				d.Counters.SendErr.Add(1)
-			}
-			t.clear(d, i)
-			continue
-		}
-		if k != i {
-			t.pkts[k], t.bufs[k], t.mrs[k], t.req[k] = t.pkts[i], t.bufs[i], t.mrs[i], t.req[i]
-			t.pkts[i], t.bufs[i], t.mrs[i], t.req[i] = transport.Datagram{}, nil, nil, false
-		}
-		k++
+	t.compact(func(i int) bool { return !t.pkts[i].Sent && err == nil }, func(i int) {
+		d.countSent(t.pkts[i].Sent)
+		t.clear(d, i)
+	})
+	return t.n == 0
+}
+
+// countSent counts a packet the transport took (sent) or refused.
+func (d *Device) countSent(sent bool) {
+	if sent {
+		d.Counters.SentPkts.Add(1)
+	} else {
+		d.Counters.SendErr.Add(1)
 	}
-	t.n = k
-	return k == 0
 }
 
 // send hands the queued packets to the transport and releases them.
@@ -204,11 +199,7 @@ func (s *txStage) flush(d *Device) {
 		k := 0
 		for i := range s.pkts {
 			if s.pkts[i].Sent || err != nil {
-				if s.pkts[i].Sent {
-					d.Counters.SentPkts.Add(1)
-				} else {
-					d.Counters.SendErr.Add(1)
-				}
+				d.countSent(s.pkts[i].Sent)
 				release(d, &s.pkts[i], &s.bufs[i], &s.mrs[i])
 				continue
 			}
