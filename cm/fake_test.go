@@ -49,11 +49,11 @@ func (n *fakeNet) newDev(name, addr string) *fakeDev {
 	return d
 }
 
-func (d *fakeDev) Name() string                    { return d.name }
-func (d *fakeDev) GUID() uint64                    { return 0 }
-func (d *fakeDev) Open() (verbs.Context, error)    { return d, nil }
-func (d *fakeDev) Device() verbs.Device            { return d }
-func (d *fakeDev) Close() error                    { return nil }
+func (d *fakeDev) Name() string                 { return d.name }
+func (d *fakeDev) GUID() uint64                 { return 0 }
+func (d *fakeDev) Open() (verbs.Context, error) { return d, nil }
+func (d *fakeDev) Device() verbs.Device         { return d }
+func (d *fakeDev) Close() error                 { return nil }
 func (d *fakeDev) QueryDevice() (verbs.DeviceAttr, error) {
 	return verbs.DeviceAttr{NodeGUID: 0x0200_0000_0000_0000 | uint64(d.addr.As4()[3]), MaxQPRdAtom: 16, MaxQPInitRdAtom: 16}, nil
 }

@@ -71,6 +71,9 @@ func Listen(network, address string, opts *Options) (*Listener, error) {
 	return l, nil
 }
 
+// Context returns the device the listener is on.
+func (l *Listener) Context() verbs.Context { return l.opts.Context }
+
 // Addr returns the address the listener is bound to.
 func (l *Listener) Addr() netip.AddrPort { return l.addr }
 
