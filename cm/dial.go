@@ -134,10 +134,13 @@ func dialRC(ctx context.Context, a *agent, r *route, o *Options, c *Conn) error 
 	c.PeerPrivateData = rep.PrivateData[:]
 	p.PathMTU, p.MaxDestRdAtomic, p.MaxRdAtomic = r.mtu, c.ResponderResources, c.InitiatorDepth
 	p.Timeout, p.RetryCnt, p.RNRRetry = ackTO, req.RetryCount, rep.RNRRetryCount
-	remote := Endpoint{QPN: rep.LocalQPN, PSN: rep.StartingPSN, GID: r.dgid}
+	// Linux's cm reads a starting PSN as the one its sender expects to
+	// receive: the passive side sends from the REQ's, we send from the
+	// REP's (captures of rping between two rxe hosts show it).
+	remote := Endpoint{QPN: rep.LocalQPN, PSN: psn, GID: r.dgid}
 	err = ReadyToReceive(qp, remote, &p)
 	if err == nil {
-		err = ReadyToSend(qp, Endpoint{QPN: qp.QPNum(), PSN: psn}, &p)
+		err = ReadyToSend(qp, Endpoint{QPN: qp.QPNum(), PSN: rep.StartingPSN}, &p)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

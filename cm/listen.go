@@ -252,7 +252,9 @@ func (r *ConnRequest) Accept(ctx context.Context, opts *Options) (*Conn, error) 
 	psn := randomPSN()
 	// rdma_cm's passive side is in RTS before it sends the REP, so the
 	// active side may send at once after the RTU.
-	if err := Connect(c.QP, Endpoint{QPN: c.QP.QPNum(), PSN: psn}, Endpoint{QPN: req.LocalQPN, PSN: req.StartingPSN, GID: r.src.GID}, &p); err != nil {
+	// The REP's starting PSN is the one we expect; we send from the
+	// REQ's (see dialRC).
+	if err := Connect(c.QP, Endpoint{QPN: c.QP.QPNum(), PSN: req.StartingPSN}, Endpoint{QPN: req.LocalQPN, PSN: psn, GID: r.src.GID}, &p); err != nil {
 		return fail(err)
 	}
 	rep := wire.CMRep{LocalQPN: c.QP.QPNum(), StartingPSN: psn,

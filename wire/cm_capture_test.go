@@ -144,6 +144,24 @@ func TestRpingCapture(t *testing.T) {
 		netip.AddrFrom16(req.Primary.RemoteGID).Unmap() != netip.MustParseAddr("10.77.0.2") {
 		t.Errorf("REQ GIDs %x %x", req.Primary.LocalGID, req.Primary.RemoteGID)
 	}
+	// Whose PSN is whose: Linux's passive side sends from the REQ's
+	// starting PSN and the active side from the REP's (each side's
+	// starting PSN is the one it expects to receive).
+	firstPSN := map[netip.Addr]PSN{}
+	for _, cp := range readCapture(t, filepath.Join(cmCaptureDir, "rping.pcap")) {
+		var p Packet
+		if Parse(cp.pkt, &p) == nil && p.BTH.DestQP() != 1 && p.Info.AETHOff == 0 { // requests only
+			if _, seen := firstPSN[cp.ip.Src]; !seen {
+				firstPSN[cp.ip.Src] = p.BTH.PSN()
+			}
+		}
+	}
+	if got := firstPSN[netip.MustParseAddr("10.77.0.3")]; uint32(got) != rep.StartingPSN {
+		t.Errorf("the client's first PSN %#x, REP's starting PSN %#x", uint32(got), rep.StartingPSN)
+	}
+	if got := firstPSN[netip.MustParseAddr("10.77.0.2")]; uint32(got) != req.StartingPSN {
+		t.Errorf("the server's first PSN %#x, REQ's starting PSN %#x", uint32(got), req.StartingPSN)
+	}
 	h, ok := ParseCMAHeader(req.PrivateData[:])
 	if !ok || h.Src != netip.MustParseAddr("10.77.0.3") || h.Dst != netip.MustParseAddr("10.77.0.2") || h.Version != 0 {
 		t.Errorf("rdma_cm header %+v %v", h, ok)
