@@ -37,7 +37,7 @@ var rules = []struct {
 	{"internal/pcapfile", nil, []string{"github.com/gopacket/gopacket"}},
 	{"provider", []string{"wire", "verbs", "transport", "internal/roce", "internal/netsim", "internal/spin"}, []string{"golang.org/x/sys"}},
 	{"cm", []string{"verbs", "wire"}, nil}, // wire: the CM MAD layouts (DESIGN: MAD layouts live in wire)
-	{"cmd", []string{""}, []string{""}}, // the CLI may import anything
+	{"cmd", []string{""}, []string{""}},    // the CLI may import anything
 	{"internal/layering", nil, nil},
 	{"test", []string{""}, []string{""}},
 	{"bench", []string{""}, []string{""}},
