@@ -1,15 +1,23 @@
-// Package cm establishes connections between queue pairs over any provider.
+// Package cm establishes connections between queue pairs over any
+// provider, the way Linux's rdma_cm does and wire-compatible with it.
 //
-// Today it holds the one place softrdma steps a QP through
-// RESET → INIT → RTR → RTS with the attribute masks libibverbs requires:
-// the caller exchanges each side's [Endpoint] out of band (the pingpong
-// line, perftest's key lines, JSON over TCP, ...) and calls [Connect], or
-// the single steps [Init], [ReadyToReceive] and [ReadyToSend] when it must
-// post receives or exchange in between. Later it grows Listen/Dial and the
-// IB CM protocol (DESIGN.md, "Connection management").
+// [Listen], [Listener.Accept], [ConnRequest.Accept] and [Dial] speak the
+// IB CM protocol (REQ, MRA, REJ, REP, RTU, DREQ, DREP, SIDR_REQ, SIDR_REP;
+// IBTA vol 1 ch. 12) in MADs on QP1 through [verbs.GSI], with rdma_cm's
+// service IDs and private-data header, so librdmacm programs (rping,
+// ucmatose, udaddy, perftest -R) are peers. A CM agent per device port
+// keeps each connection in the kernel cm.c's states and resends at its
+// timeouts; [Detach] stops it before the device closes.
 //
-// cm imports only verbs and the standard library. Its functions keep no
-// state; they are as safe for concurrent use as the QP's Modify is.
+// [Connect] and the single steps [Init], [ReadyToReceive] and
+// [ReadyToSend] remain for programs that exchange each side's [Endpoint]
+// out of band (the pingpong line, perftest's key lines) and step a QP
+// through RESET → INIT → RTR → RTS with the masks libibverbs requires.
+//
+// cm imports verbs and wire (the MAD layouts) and the standard library.
+// Connect and the steps keep no state; they are as safe for concurrent
+// use as the QP's Modify is. Listeners, requests and connections are safe
+// for concurrent use.
 package cm
 
 import (

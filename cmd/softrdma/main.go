@@ -29,6 +29,9 @@ var commands = map[string]command{
 	"ibv_rc_pingpong": {"RC SEND ping-pong, compatible with rdma-core's ibv_rc_pingpong", runRCPingpong},
 	"ibv_uc_pingpong": {"UC SEND ping-pong, compatible with rdma-core's ibv_uc_pingpong", runUCPingpong},
 	"ibv_ud_pingpong": {"UD SEND ping-pong, compatible with rdma-core's ibv_ud_pingpong", runUDPingpong},
+	"rping":           {"RDMA READ/WRITE ping over rdma_cm, compatible with librdmacm's rping", runRping},
+	"ucmatose":        {"RC connections and SENDs over rdma_cm, compatible with librdmacm's ucmatose", runUcmatose},
+	"udaddy":          {"UD SENDs to a peer resolved with SIDR, compatible with librdmacm's udaddy", runUdaddy},
 }
 
 func usage() {

@@ -206,6 +206,9 @@ both loss_write_bw ib_write_bw "-x 1 -s 65536 -n 50 -F" "-x 1 -s 65536 -n 50 -F"
 $VM loss 0 >/dev/null
 counters "after the 2% loss cases"
 
+# --- rdma_cm: rping, ucmatose, udaddy (cm_cases.sh) ---------------------
+. "$ROOT/test/interop/cm_cases.sh"
+
 say ""
 [ $FAIL -gt 0 ] && say "failed: ${FAILED[*]}"
 say "$PASS passed, $FAIL failed"

@@ -65,7 +65,7 @@ xz:xz-utils nft:nftables tcpdump:tcpdump ping:iputils-ping"
 # dependencies (Depends closure restricted to library packages) are added too;
 # which files of them end up in the initramfs is decided by ELF NEEDED entries.
 GUEST_PKGS="rdma-core libibverbs1 ibverbs-providers ibverbs-utils perftest rdmacm-utils
-librdmacm1 iproute2 busybox-static bash libc6"
+librdmacm1 iproute2 busybox-static bash libc6 libgcc-s1"
 
 # Kernel modules to load in the guest (their dependencies are resolved with
 # modprobe --show-depends against the unpacked modules tree).
@@ -273,6 +273,11 @@ assemble_initramfs() {
 		cp "$STAGE/$p" "$R/usr/lib/$MULTIARCH/libibverbs/lib$n-rdmav34.so"
 		queue+=("$R/usr/lib/$MULTIARCH/libibverbs/lib$n-rdmav34.so")
 	done
+
+	# libgcc_s: glibc dlopen()s it to unwind threads in pthread_exit and
+	# pthread_cancel; without it rping aborts when its CM thread exits.
+	p=$(stage_find_lib libgcc_s.so.1) || die "no libgcc_s.so.1"
+	cp "$STAGE/$p" "$R/usr/lib/$MULTIARCH/libgcc_s.so.1"
 
 	# The dynamic loader (PT_INTERP /lib64/ld-linux-x86-64.so.2).
 	p=$(stage_find_lib ld-linux-x86-64.so.2) || die "no ld.so"

@@ -1,0 +1,680 @@
+package cm
+
+// The CM agent: one per device port, installed as the port's QP1 MAD
+// handler (verbs.GSI). It speaks the IB CM protocol (IBTA vol 1 ch. 12)
+// the way Linux's drivers/infiniband/core/cm.c does:
+//
+//	MAD handler ──copy──▶ agent.in ──▶ run loop ──▶ handle{REQ,MRA,REJ,REP,RTU,DREQ,DREP,SIDR_*}
+//	                                       │   ▲
+//	      Dial / Accept / Close ──call────▶│   │ one lock (mu): every cmID's state
+//	                                       ▼   │
+//	                     retransmit timer (the earliest deadline of all cmIDs)
+//
+// A cmID is one side of one connection attempt, in one of cm.c's states.
+// Messages that expect an answer (REQ, REP, DREQ, SIDR_REQ) are resent
+// with the same transaction ID until answered or their retries run out,
+// as the kernel's MAD layer does for cm. The API goroutines wait on a
+// cmID's event channel; the agent never blocks on them.
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/softrdma/softrdma/verbs"
+	"github.com/softrdma/softrdma/wire"
+)
+
+// state is a cmID's state, named as cm.c names them (enum ib_cm_state).
+type state uint8
+
+const (
+	stateIdle state = iota
+	stateListen
+	stateReqSent
+	stateReqRcvd
+	stateMRAReqSent
+	stateMRAReqRcvd
+	stateRepSent
+	stateRepRcvd
+	stateMRARepRcvd
+	stateEstablished
+	stateDReqSent
+	stateDReqRcvd
+	stateTimewait
+	stateSIDRReqSent
+	stateSIDRReqRcvd
+)
+
+var stateNames = [...]string{
+	stateIdle: "IDLE", stateListen: "LISTEN", stateReqSent: "REQ_SENT", stateReqRcvd: "REQ_RCVD",
+	stateMRAReqSent: "MRA_REQ_SENT", stateMRAReqRcvd: "MRA_REQ_RCVD", stateRepSent: "REP_SENT",
+	stateRepRcvd: "REP_RCVD", stateMRARepRcvd: "MRA_REP_RCVD", stateEstablished: "ESTABLISHED",
+	stateDReqSent: "DREQ_SENT", stateDReqRcvd: "DREQ_RCVD", stateTimewait: "TIMEWAIT",
+	stateSIDRReqSent: "SIDR_REQ_SENT", stateSIDRReqRcvd: "SIDR_REQ_RCVD",
+}
+
+func (s state) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "state?"
+}
+
+// Constants rdma_cm and cm.c use (cma.c, cm.c).
+const (
+	cmResponseTimeout = 20 // CMA_CM_RESPONSE_TIMEOUT: 4.096 µs × 2^20 ≈ 4 s
+	maxCMRetries      = 15 // CMA_MAX_CM_RETRIES
+	mraServiceTimeout = 24 // CMA_CM_MRA_SETTING without the delay flag
+	// iboePacketLifetime is rdma_cm's packet life time on RoCE
+	// (CMA_IBOE_PACKET_LIFETIME in Linux 6.1; its REQs carry a local ACK
+	// timeout of 19 = 18 + 1).
+	iboePacketLifetime = 18
+	// caACKDelay is the local CA ACK delay rxe reports (its
+	// local_ca_ack_delay device attribute, seen as the REP's target ACK
+	// delay in captures).
+	caACKDelay = 15
+	// RDMAUDPQKey is the Q_Key rdma_cm gives UD QPs of the UDP port space
+	// (RDMA_UDP_QKEY).
+	RDMAUDPQKey = 0x01234567
+)
+
+// convertToDuration turns an IBA time code (4.096 µs × 2^code) into the
+// rounded-up power-of-two milliseconds cm.c uses (cm_convert_to_ms).
+func convertToDuration(code uint8) time.Duration {
+	n := int(code) - 8
+	if n < 0 {
+		n = 0
+	}
+	return time.Duration(1<<n) * time.Millisecond
+}
+
+// ackTimeout is cm.c's cm_ack_timeout: the QP's local ACK timeout from the
+// CA's ACK delay and the path's packet life time.
+func ackTimeout(caDelay, packetLife uint8) uint8 {
+	t := int(packetLife) + 1
+	d := int(caDelay)
+	if t >= d {
+		if d >= t-1 {
+			t++
+		}
+	} else {
+		t = d
+		if int(packetLife)+1 >= d-1 {
+			t++
+		}
+	}
+	return uint8(min(31, t))
+}
+
+// event is what the agent tells the API goroutine waiting on a cmID.
+type event struct {
+	kind   wire.CMAttr // REP, REJ, RTU, SIDR_REP; 0 for a timeout
+	rep    wire.CMRep
+	rej    wire.CMRej
+	sidr   wire.CMSIDRRep
+	reqErr error // set for timeouts and local failures
+}
+
+// cmID is one end of one connection (struct cm_id_private).
+type cmID struct {
+	a        *agent
+	state    state
+	localID  uint32
+	remoteID uint32
+	tid      uint64
+	peer     verbs.GID // where its MADs go (QP1 of that GID)
+	peerPKey uint16
+	// remoteCAGUID with remoteID identifies the peer's side for duplicate
+	// detection of REQs.
+	remoteCAGUID uint64
+	localQPN     uint32 // our data QP, checked against a DREQ's remote QPN
+	remoteQPN    uint32
+	serviceID    uint64
+	ackTimeout   uint8 // the path's local ACK timeout code (TIMEWAIT length)
+
+	// The message being retransmitted, if any.
+	msg      []byte
+	retries  int // resends left
+	timeout  time.Duration
+	deadline time.Time
+
+	// events to the API goroutine (Dial or Accept); buffered, never blocks
+	// the agent: at most one answer per request is pending.
+	ev chan event
+	// conn, once established, gets the disconnect.
+	conn *Conn
+	// lastSent is the last REP or DREP, resent on duplicates.
+	lastSent []byte
+}
+
+// agent is the CM of one port of one device.
+type agent struct {
+	gsi   verbs.GSI
+	port  uint8
+	ctx   verbs.Context
+	guid  uint64 // local CA GUID (the device's node GUID)
+	hiTID uint32
+
+	in   chan madIn
+	kick chan struct{}
+	stop chan struct{}
+
+	mu        sync.Mutex
+	ids       map[uint32]*cmID     // by local comm ID
+	remote    map[remoteKey]*cmID  // passive ids by the peer's comm ID
+	listeners map[uint64]*Listener // by service ID
+	sidr      map[remoteKey]*cmID  // SIDR requests being answered
+	now       func() time.Time
+}
+
+type remoteKey struct {
+	id   uint32
+	guid uint64
+	gid  verbs.GID
+}
+
+type madIn struct {
+	src verbs.MADSource
+	mad [wire.MADLen]byte
+	n   int
+}
+
+// agentNumbers numbers agents as the kernel numbers MAD agents (hi_tid).
+var agentNumbers atomic.Uint32
+
+var agents struct {
+	mu sync.Mutex
+	m  map[verbs.Context]*agent
+}
+
+// agentFor returns the agent of ctx's port, installing it on first use.
+func agentFor(ctx verbs.Context, port uint8) (*agent, error) {
+	agents.mu.Lock()
+	defer agents.mu.Unlock()
+	if a := agents.m[ctx]; a != nil {
+		return a, nil
+	}
+	gsi, ok := ctx.(verbs.GSI)
+	if !ok {
+		return nil, verbs.Errorf("cm", verbs.ErrNotSupported, "device %s has no QP1 (verbs.GSI): it cannot carry CM MADs", ctx.Device().Name())
+	}
+	a := newAgent(ctx, gsi, port, time.Now)
+	if err := gsi.HandleMADs(port, a.receive); err != nil {
+		return nil, err
+	}
+	go a.run()
+	if agents.m == nil {
+		agents.m = map[verbs.Context]*agent{}
+	}
+	agents.m[ctx] = a
+	return a, nil
+}
+
+func newAgent(ctx verbs.Context, gsi verbs.GSI, port uint8, now func() time.Time) *agent {
+	a := &agent{
+		gsi: gsi, port: port, ctx: ctx, now: now,
+		in: make(chan madIn, 256), kick: make(chan struct{}, 1), stop: make(chan struct{}),
+		ids: map[uint32]*cmID{}, remote: map[remoteKey]*cmID{}, listeners: map[uint64]*Listener{},
+		sidr: map[remoteKey]*cmID{},
+	}
+	if ctx != nil {
+		if da, err := ctx.QueryDevice(); err == nil {
+			a.guid = da.NodeGUID
+		}
+	}
+	a.hiTID = agentNumbers.Add(1)
+	return a
+}
+
+func randUint32() uint32 {
+	var b [4]byte
+	rand.Read(b[:])
+	return binary.BigEndian.Uint32(b[:])
+}
+
+// randomPSN returns an unguessable 24-bit starting PSN.
+func randomPSN() uint32 { return randUint32() & 0xffffff }
+
+// receive is the GSI handler: it copies the MAD and returns at once.
+func (a *agent) receive(src verbs.MADSource, mad []byte) {
+	var m madIn
+	m.src = src
+	m.n = copy(m.mad[:], mad)
+	select {
+	case a.in <- m:
+	default: // full: dropped, as a lost MAD; the sender retransmits
+	}
+}
+
+// run is the agent's goroutine: MADs in, retransmissions out.
+func (a *agent) run() {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		a.mu.Lock()
+		next := a.timeoutsLocked(a.now())
+		a.mu.Unlock()
+		d := time.Hour
+		if !next.IsZero() {
+			d = max(next.Sub(a.now()), 0)
+		}
+		timer.Reset(d)
+		select {
+		case m := <-a.in:
+			a.mu.Lock()
+			a.handleLocked(m.src, m.mad[:m.n])
+			a.mu.Unlock()
+		case <-timer.C:
+		case <-a.kick:
+		case <-a.stop:
+			return
+		}
+	}
+}
+
+// wake makes run recompute its deadline (after a send from an API call).
+func (a *agent) wake() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// newIDLocked creates a cmID with a fresh random local comm ID.
+func (a *agent) newIDLocked() *cmID {
+	id := &cmID{a: a, ev: make(chan event, 4), peerPKey: 0xffff}
+	for {
+		id.localID = randUint32()
+		if id.localID != 0 && a.ids[id.localID] == nil {
+			break
+		}
+	}
+	// cm.c: the MAD agent's number, then the comm ID as it lies in
+	// memory (big-endian) read as a host (little-endian) word.
+	id.tid = uint64(a.hiTID)<<32 | uint64(bits.ReverseBytes32(id.localID))
+	a.ids[id.localID] = id
+	return id
+}
+
+func (a *agent) removeLocked(id *cmID) {
+	delete(a.ids, id.localID)
+	for k, v := range a.remote {
+		if v == id {
+			delete(a.remote, k)
+		}
+	}
+	for k, v := range a.sidr {
+		if v == id {
+			delete(a.sidr, k)
+		}
+	}
+	id.msg = nil
+	id.state = stateIdle
+}
+
+// newMAD returns a 256-byte CM MAD with its header written.
+func newMAD(attr wire.CMAttr, tid uint64) []byte {
+	b := make([]byte, wire.MADLen)
+	wire.EncodeCMHeader(b, attr, tid)
+	return b
+}
+
+// sendLocked sends mad to the peer's QP1. Errors are dropped like lost
+// MADs: the retransmission covers them.
+func (a *agent) sendLocked(dst verbs.GID, mad []byte) {
+	a.gsi.SendMAD(a.port, dst, 1, verbs.GSIQKey, mad)
+}
+
+// sendRetriedLocked sends mad and keeps resending it every timeout until
+// the answer cancels it or retries run out.
+func (a *agent) sendRetriedLocked(id *cmID, mad []byte, timeout time.Duration, retries int) {
+	id.msg, id.timeout, id.retries = mad, timeout, retries
+	id.deadline = a.now().Add(timeout)
+	a.sendLocked(id.peer, mad)
+	a.wake()
+}
+
+// timeoutsLocked resends what is due, fails what ran out of retries, ends
+// TIMEWAITs, and returns the next deadline (zero: none).
+func (a *agent) timeoutsLocked(now time.Time) time.Time {
+	var next time.Time
+	for _, id := range a.ids {
+		if id.deadline.IsZero() {
+			continue
+		}
+		if !now.Before(id.deadline) {
+			a.expireLocked(id, now)
+		}
+		if !id.deadline.IsZero() && (next.IsZero() || id.deadline.Before(next)) {
+			next = id.deadline
+		}
+	}
+	return next
+}
+
+func (a *agent) expireLocked(id *cmID, now time.Time) {
+	if id.state == stateTimewait {
+		a.removeLocked(id)
+		id.deadline = time.Time{}
+		return
+	}
+	if id.msg != nil && id.retries > 0 {
+		id.retries--
+		id.deadline = now.Add(id.timeout)
+		a.sendLocked(id.peer, id.msg)
+		return
+	}
+	// Out of retries (cm_process_send_error).
+	id.msg, id.deadline = nil, time.Time{}
+	switch id.state {
+	case stateReqSent, stateMRAReqRcvd, stateSIDRReqSent:
+		a.removeLocked(id)
+		id.ev <- event{reqErr: ErrTimeout}
+	case stateRepSent, stateMRARepRcvd:
+		a.removeLocked(id)
+		id.ev <- event{reqErr: ErrTimeout}
+	case stateDReqSent:
+		a.enterTimewaitLocked(id)
+	}
+}
+
+// enterTimewaitLocked is cm_enter_timewait: the comm ID stays reserved
+// (a late DREQ gets its DREP again) for the ACK timeout of the path.
+func (a *agent) enterTimewaitLocked(id *cmID) {
+	id.state = stateTimewait
+	id.msg = nil
+	id.deadline = a.now().Add(convertToDuration(id.ackTimeout))
+	if c := id.conn; c != nil {
+		c.closeWith(ErrDisconnected)
+	}
+	a.wake()
+}
+
+// handleLocked dispatches one received MAD.
+func (a *agent) handleLocked(src verbs.MADSource, b []byte) {
+	m, err := wire.ParseMAD(b)
+	if err != nil || len(b) < wire.MADLen {
+		return
+	}
+	if m.MgmtClass() != wire.MgmtClassCM || m.BaseVersion() != wire.MADBaseVersion {
+		return // not ours; the provider answers other classes
+	}
+	if m.ClassVersion() != wire.CMClassVersion || m.Method() != wire.MADMethodSend {
+		return
+	}
+	data := m.Data()
+	tid := m.TransactionID()
+	switch wire.CMAttr(m.AttrID()) {
+	case wire.CMReqAttr:
+		if r, err := wire.ParseCMReq(data); err == nil {
+			a.handleReqLocked(src, tid, &r)
+		}
+	case wire.CMMRAAttr:
+		if r, err := wire.ParseCMMRA(data); err == nil {
+			a.handleMRALocked(&r)
+		}
+	case wire.CMRejAttr:
+		if r, err := wire.ParseCMRej(data); err == nil {
+			a.handleRejLocked(&r)
+		}
+	case wire.CMRepAttr:
+		if r, err := wire.ParseCMRep(data); err == nil {
+			a.handleRepLocked(src, tid, &r)
+		}
+	case wire.CMRTUAttr:
+		if r, err := wire.ParseCMRTU(data); err == nil {
+			a.handleRTULocked(&r)
+		}
+	case wire.CMDReqAttr:
+		if r, err := wire.ParseCMDReq(data); err == nil {
+			a.handleDReqLocked(src, tid, &r)
+		}
+	case wire.CMDRepAttr:
+		if r, err := wire.ParseCMDRep(data); err == nil {
+			a.handleDRepLocked(&r)
+		}
+	case wire.CMSIDRReqAttr:
+		if r, err := wire.ParseCMSIDRReq(data); err == nil {
+			a.handleSIDRReqLocked(src, tid, &r)
+		}
+	case wire.CMSIDRRepAttr:
+		if r, err := wire.ParseCMSIDRRep(data); err == nil {
+			a.handleSIDRRepLocked(&r)
+		}
+	}
+}
+
+// rejectLocked sends a REJ answering a message of the peer (for a REQ
+// nobody owns, cm_issue_rej: the REJ echoes the REQ's comm ID and TID).
+func (a *agent) rejectLocked(dst verbs.GID, tid uint64, localID, remoteID uint32, kind wire.CMMsgKind, reason wire.CMRejReason, ari, private []byte) {
+	mad := newMAD(wire.CMRejAttr, tid)
+	rej := wire.CMRej{LocalCommID: localID, RemoteCommID: remoteID, MessageRejected: kind, Reason: reason}
+	rej.RejectedInfoLength = uint8(copy(rej.ARI[:], ari))
+	copy(rej.PrivateData[:], private)
+	rej.Encode(mad[wire.MADHeaderLen:])
+	a.sendLocked(dst, mad)
+}
+
+func (a *agent) handleReqLocked(src verbs.MADSource, tid uint64, r *wire.CMReq) {
+	key := remoteKey{id: r.LocalCommID, guid: r.LocalCAGUID, gid: src.GID}
+	if id := a.remote[key]; id != nil {
+		// A duplicate (cm_dup_req_handler): our answer was lost or slow.
+		switch id.state {
+		case stateMRAReqSent:
+			a.sendMRALocked(id, wire.CMMsgREQ)
+		case stateTimewait:
+			a.rejectLocked(id.peer, id.tid, id.localID, id.remoteID, wire.CMMsgREQ, wire.RejStaleConn, nil, nil)
+		}
+		return
+	}
+	l := a.listeners[r.ServiceID]
+	if l == nil {
+		a.rejectLocked(src.GID, tid, 0, r.LocalCommID, wire.CMMsgREQ, wire.RejInvalidServiceID, nil, nil)
+		return
+	}
+	if r.Transport != wire.CMTransportRC && r.Transport != wire.CMTransportUC {
+		a.rejectLocked(src.GID, tid, 0, r.LocalCommID, wire.CMMsgREQ, wire.RejInvalidTransportType, nil, nil)
+		return
+	}
+	id := a.newIDLocked()
+	id.tid = tid // answers carry the REQ's transaction ID
+	id.peer, id.remoteID, id.remoteCAGUID = src.GID, r.LocalCommID, r.LocalCAGUID
+	id.remoteQPN, id.serviceID = r.LocalQPN, r.ServiceID
+	id.ackTimeout = r.Primary.LocalACKTimeout
+	id.state = stateReqRcvd
+	a.remote[key] = id
+	req := newConnRequest(l, id, src, r)
+	select {
+	case l.reqs <- req:
+		// rdma_cm marks the REQ as "MRA pending" (IB_CM_MRA_FLAG_DELAY):
+		// the MRA goes out only if the peer repeats its REQ before we
+		// answer.
+		id.state = stateMRAReqSent
+	default:
+		a.removeLocked(id)
+		a.rejectLocked(src.GID, tid, id.localID, r.LocalCommID, wire.CMMsgREQ, wire.RejNoResources, nil, nil)
+	}
+}
+
+func (a *agent) sendMRALocked(id *cmID, kind wire.CMMsgKind) {
+	mad := newMAD(wire.CMMRAAttr, id.tid)
+	mra := wire.CMMRA{LocalCommID: id.localID, RemoteCommID: id.remoteID, MessageMRAed: kind, ServiceTimeout: mraServiceTimeout}
+	mra.Encode(mad[wire.MADHeaderLen:])
+	a.sendLocked(id.peer, mad)
+}
+
+func (a *agent) handleMRALocked(m *wire.CMMRA) {
+	id := a.ids[m.RemoteCommID]
+	if id == nil {
+		return
+	}
+	extend := convertToDuration(m.ServiceTimeout) + convertToDuration(id.ackTimeout)
+	switch {
+	case id.state == stateReqSent && m.MessageMRAed == wire.CMMsgREQ:
+		id.state = stateMRAReqRcvd
+		id.remoteID = m.LocalCommID
+	case id.state == stateRepSent && m.MessageMRAed == wire.CMMsgREP:
+		id.state = stateMRARepRcvd
+	default:
+		return
+	}
+	// The peer is alive but slow: wait longer before the next resend
+	// (cm_mra_handler's ib_modify_mad).
+	id.timeout = extend
+	id.deadline = a.now().Add(extend)
+	a.wake()
+}
+
+func (a *agent) handleRejLocked(r *wire.CMRej) {
+	id := a.ids[r.RemoteCommID]
+	if id == nil {
+		return
+	}
+	switch id.state {
+	case stateReqSent, stateMRAReqRcvd, stateRepSent, stateMRARepRcvd, stateRepRcvd:
+		a.removeLocked(id)
+		id.ev <- event{kind: wire.CMRejAttr, rej: *r}
+	case stateEstablished, stateDReqSent:
+		// The peer lost the connection (stale): treat as a disconnect.
+		a.enterTimewaitLocked(id)
+	}
+}
+
+func (a *agent) handleRepLocked(src verbs.MADSource, tid uint64, r *wire.CMRep) {
+	id := a.ids[r.RemoteCommID]
+	if id == nil {
+		// A stale REP for a comm ID we do not know: cm.c answers with a
+		// REJ "invalid comm ID" so the peer stops resending.
+		a.rejectLocked(src.GID, tid, 0, r.LocalCommID, wire.CMMsgREP, wire.RejInvalidCommID, nil, nil)
+		return
+	}
+	switch id.state {
+	case stateReqSent, stateMRAReqRcvd:
+	case stateEstablished:
+		// Our RTU was lost (cm_dup_rep_handler): send it again.
+		if id.lastSent != nil {
+			a.sendLocked(id.peer, id.lastSent)
+		}
+		return
+	default:
+		return
+	}
+	id.state = stateRepRcvd
+	id.remoteID, id.remoteQPN = r.LocalCommID, r.LocalQPN
+	id.msg, id.deadline = nil, time.Time{}
+	id.ev <- event{kind: wire.CMRepAttr, rep: *r}
+}
+
+func (a *agent) handleRTULocked(r *wire.CMRTU) {
+	id := a.ids[r.RemoteCommID]
+	if id == nil || (id.state != stateRepSent && id.state != stateMRARepRcvd) {
+		return
+	}
+	id.state = stateEstablished
+	id.msg, id.deadline = nil, time.Time{}
+	id.ev <- event{kind: wire.CMRTUAttr}
+}
+
+func (a *agent) sendDRepLocked(dst verbs.GID, tid uint64, localID, remoteID uint32) []byte {
+	mad := newMAD(wire.CMDRepAttr, tid)
+	d := wire.CMDRep{LocalCommID: localID, RemoteCommID: remoteID}
+	d.Encode(mad[wire.MADHeaderLen:])
+	a.sendLocked(dst, mad)
+	return mad
+}
+
+func (a *agent) handleDReqLocked(src verbs.MADSource, tid uint64, d *wire.CMDReq) {
+	id := a.ids[d.RemoteCommID]
+	if id == nil {
+		// cm_issue_drep: answer anyway, so the peer leaves DREQ_SENT.
+		a.sendDRepLocked(src.GID, tid, d.RemoteCommID, d.LocalCommID)
+		return
+	}
+	if d.RemoteQPN != id.localQPN {
+		return
+	}
+	switch id.state {
+	case stateEstablished, stateRepSent, stateMRARepRcvd, stateDReqSent:
+		// A DREQ in REP_SENT means the RTU was lost and the peer is done.
+		if id.state == stateRepSent || id.state == stateMRARepRcvd {
+			id.ev <- event{reqErr: ErrDisconnected}
+		}
+		id.lastSent = a.sendDRepLocked(id.peer, tid, id.localID, id.remoteID)
+		a.enterTimewaitLocked(id)
+	case stateTimewait:
+		a.sendDRepLocked(id.peer, tid, id.localID, id.remoteID)
+	}
+}
+
+func (a *agent) handleDRepLocked(d *wire.CMDRep) {
+	id := a.ids[d.RemoteCommID]
+	if id == nil || id.state != stateDReqSent {
+		return
+	}
+	a.enterTimewaitLocked(id)
+}
+
+func (a *agent) handleSIDRReqLocked(src verbs.MADSource, tid uint64, s *wire.CMSIDRReq) {
+	key := remoteKey{id: s.RequestID, gid: src.GID}
+	if a.sidr[key] != nil {
+		return // a duplicate while we work on it (cm.c drops it)
+	}
+	l := a.listeners[s.ServiceID]
+	if l == nil || l.qpType != verbs.QPTypeUD {
+		mad := newMAD(wire.CMSIDRRepAttr, tid)
+		rep := wire.CMSIDRRep{RequestID: s.RequestID, Status: wire.SIDRUnsupportedService, ServiceID: s.ServiceID}
+		rep.Encode(mad[wire.MADHeaderLen:])
+		a.sendLocked(src.GID, mad)
+		return
+	}
+	id := a.newIDLocked()
+	id.tid, id.peer, id.remoteID, id.serviceID = tid, src.GID, s.RequestID, s.ServiceID
+	id.state = stateSIDRReqRcvd
+	a.sidr[key] = id
+	req := newSIDRRequest(l, id, src, s)
+	select {
+	case l.reqs <- req:
+	default:
+		a.removeLocked(id)
+	}
+}
+
+// sendSIDRRepLocked answers a SIDR_REQ and forgets it (cm.c removes the
+// remote SIDR entry once it has answered).
+func (a *agent) sendSIDRRepLocked(id *cmID, status wire.SIDRStatus, qpn, qkey uint32, private []byte) {
+	mad := newMAD(wire.CMSIDRRepAttr, id.tid)
+	rep := wire.CMSIDRRep{RequestID: id.remoteID, Status: status, QPN: qpn, QKey: qkey, ServiceID: id.serviceID}
+	copy(rep.PrivateData[:], private)
+	rep.Encode(mad[wire.MADHeaderLen:])
+	a.sendLocked(id.peer, mad)
+	a.removeLocked(id)
+}
+
+func (a *agent) handleSIDRRepLocked(s *wire.CMSIDRRep) {
+	id := a.ids[s.RequestID]
+	if id == nil || id.state != stateSIDRReqSent {
+		return
+	}
+	a.removeLocked(id)
+	id.ev <- event{kind: wire.CMSIDRRepAttr, sidr: *s}
+}
+
+// Detach stops the CM agent of ctx, if one runs, and removes its MAD
+// handler: listeners stop receiving requests and connections no longer
+// see the peer's disconnect. Call it before closing a device that cm used
+// (cm starts an agent on a device the first time Dial or Listen uses it).
+func Detach(ctx verbs.Context) {
+	agents.mu.Lock()
+	a := agents.m[ctx]
+	delete(agents.m, ctx)
+	agents.mu.Unlock()
+	if a == nil {
+		return
+	}
+	a.gsi.HandleMADs(a.port, nil)
+	close(a.stop)
+}

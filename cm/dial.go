@@ -1,0 +1,217 @@
+package cm
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/softrdma/softrdma/verbs"
+	"github.com/softrdma/softrdma/wire"
+)
+
+// MaxReqPrivateData is how much private data a REQ carries after rdma_cm's
+// 36-byte header (IB_CM_REQ_PRIVATE_DATA_SIZE - sizeof(struct cma_hdr)).
+const MaxReqPrivateData = wire.ReqPrivateLen - wire.CMAHeaderLen
+
+// Dial connects to an rdma_cm listener at address ("IP:port", network
+// "rdma") the way rdma_resolve_addr, rdma_resolve_route and rdma_connect
+// do: it finds the local device and GID that reach the address, creates
+// (or takes) a QP, sends a REQ, moves the QP to RTR and RTS with the
+// REP's QPN and PSN, and answers with an RTU. For a UD QP (opts.QPType) it
+// resolves the peer's QPN and Q_Key with a SIDR_REQ instead.
+//
+// ctx bounds the whole exchange; when it ends first, Dial sends a REJ
+// (as the kernel does when a connecting cm_id is destroyed) and returns
+// ErrTimeout or ctx's error. A REJ from the peer is a *RejectError.
+func Dial(ctx context.Context, network, address string, opts *Options) (*Conn, error) {
+	raddr, err := splitAddr(network, address)
+	if err != nil {
+		return nil, err
+	}
+	o := opts.withDefaults()
+	if len(o.PrivateData) > MaxReqPrivateData {
+		return nil, fmt.Errorf("cm.Dial: %d bytes of private data; a REQ holds at most %d", len(o.PrivateData), MaxReqPrivateData)
+	}
+	r, err := resolveRoute(raddr.Addr(), &o)
+	if err != nil {
+		return nil, err
+	}
+	a, err := agentFor(r.ctx, r.port)
+	if err != nil {
+		return nil, err
+	}
+	c := newConn()
+	c.remote = raddr
+	c.local = netip.AddrPortFrom(r.src, uint16(32768+randUint32()%28000))
+	if err := resources(r.ctx, &o, c); err != nil {
+		c.release()
+		return nil, err
+	}
+	if o.QPType == verbs.QPTypeUD {
+		err = dialUD(ctx, a, r, &o, c)
+	} else {
+		err = dialRC(ctx, a, r, &o, c)
+	}
+	if err != nil {
+		c.release()
+		return nil, err
+	}
+	return c, nil
+}
+
+// cmaPrivate builds rdma_cm's header followed by the caller's data.
+func cmaPrivate(dst []byte, local, remote netip.AddrPort, user []byte) {
+	h := wire.CMAHeader{SrcPort: local.Port(), Src: local.Addr(), Dst: remote.Addr()}
+	h.Encode(dst)
+	copy(dst[wire.CMAHeaderLen:], user)
+}
+
+func dialRC(ctx context.Context, a *agent, r *route, o *Options, c *Conn) error {
+	qp := c.QP
+	p := DefaultParams()
+	p.Port, p.Access, p.SGIDIndex, p.HopLimit = r.port, o.Access, uint8(r.sgidIdx), r.hopLimit
+	if qp.State() == verbs.QPStateReset {
+		if err := Init(qp, &p); err != nil {
+			return err
+		}
+	}
+	da, _ := r.ctx.QueryDevice()
+	respRes, initDepth := depth(o.ResponderResources, da.MaxQPRdAtom), depth(o.InitiatorDepth, da.MaxQPInitRdAtom)
+	psn := randomPSN()
+	ackTO := ackTimeout(caACKDelay, iboePacketLifetime)
+	req := wire.CMReq{
+		ServiceID: ServiceID(PortSpaceTCP, c.remote.Port()), LocalCAGUID: a.guid,
+		LocalQPN: qp.QPNum(), ResponderResources: respRes, InitiatorDepth: initDepth,
+		RemoteCMTimeout: cmResponseTimeout, Transport: wire.CMTransportRC,
+		StartingPSN: psn, LocalCMTimeout: cmResponseTimeout, RetryCount: min(o.RetryCount, 7),
+		PKey: 0xffff, PathMTU: uint8(r.mtu), RNRRetryCount: min(o.RNRRetryCount, 7),
+		MaxCMRetries: maxCMRetries,
+		Primary: wire.CMPath{
+			LocalLID: 0xffff, RemoteLID: 0xffff, // IB_LID_PERMISSIVE: RoCE has no LIDs
+			LocalGID: r.sgid, RemoteGID: r.dgid, HopLimit: r.hopLimit,
+			PacketRate: 0, LocalACKTimeout: ackTO,
+		},
+	}
+	cmaPrivate(req.PrivateData[:], c.local, c.remote, o.PrivateData)
+
+	a.mu.Lock()
+	id := a.newIDLocked()
+	req.LocalCommID = id.localID
+	id.peer, id.serviceID, id.localQPN, id.ackTimeout = r.dgid, req.ServiceID, qp.QPNum(), ackTO
+	id.state = stateReqSent
+	mad := newMAD(wire.CMReqAttr, id.tid)
+	req.Encode(mad[wire.MADHeaderLen:])
+	// cm.c: 2 × packet life time + the peer's CM response time per try.
+	timeout := 2*convertToDuration(iboePacketLifetime) + convertToDuration(cmResponseTimeout)
+	a.sendRetriedLocked(id, mad, timeout, maxCMRetries)
+	a.mu.Unlock()
+
+	ev, err := wait(ctx, id)
+	if err != nil {
+		a.mu.Lock()
+		switch id.state {
+		case stateReqSent, stateMRAReqRcvd:
+			// ib_destroy_cm_id in REQ_SENT: REJ "timeout", ARI = our GUID.
+			var guid [8]byte
+			binary.BigEndian.PutUint64(guid[:], a.guid)
+			a.rejectLocked(id.peer, id.tid, id.localID, id.remoteID, wire.CMMsgREQ, wire.RejTimeout, guid[:], nil)
+		case stateRepRcvd:
+			a.rejectLocked(id.peer, id.tid, id.localID, id.remoteID, wire.CMMsgREP, wire.RejConsumerDefined, nil, nil)
+		}
+		a.removeLocked(id)
+		a.mu.Unlock()
+		return err
+	}
+	if ev.kind == wire.CMRejAttr {
+		return &RejectError{Reason: ev.rej.Reason, PrivateData: ev.rej.PrivateData[:]}
+	}
+	rep := ev.rep
+	// Each side's depth is bounded by what the other offers.
+	c.InitiatorDepth = min(initDepth, rep.ResponderResources)
+	c.ResponderResources = min(respRes, rep.InitiatorDepth)
+	c.PeerPrivateData = rep.PrivateData[:]
+	p.PathMTU, p.MaxDestRdAtomic, p.MaxRdAtomic = r.mtu, c.ResponderResources, c.InitiatorDepth
+	p.Timeout, p.RetryCnt, p.RNRRetry = ackTO, req.RetryCount, rep.RNRRetryCount
+	// Linux's cm reads a starting PSN as the one its sender expects to
+	// receive: the passive side sends from the REQ's, we send from the
+	// REP's (captures of rping between two rxe hosts show it).
+	remote := Endpoint{QPN: rep.LocalQPN, PSN: psn, GID: r.dgid}
+	err = ReadyToReceive(qp, remote, &p)
+	if err == nil {
+		err = ReadyToSend(qp, Endpoint{QPN: qp.QPNum(), PSN: rep.StartingPSN}, &p)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err != nil || id.state != stateRepRcvd {
+		if id.state == stateRepRcvd {
+			a.rejectLocked(id.peer, id.tid, id.localID, id.remoteID, wire.CMMsgREP, wire.RejConsumerDefined, nil, nil)
+		}
+		a.removeLocked(id)
+		if err == nil {
+			err = ErrDisconnected
+		}
+		return err
+	}
+	rtu := newMAD(wire.CMRTUAttr, id.tid)
+	(&wire.CMRTU{LocalCommID: id.localID, RemoteCommID: id.remoteID}).Encode(rtu[wire.MADHeaderLen:])
+	a.sendLocked(id.peer, rtu)
+	id.lastSent, id.state, id.timeout = rtu, stateEstablished, timeout
+	id.conn, c.id = c, id
+	go c.watch()
+	return nil
+}
+
+func dialUD(ctx context.Context, a *agent, r *route, o *Options, c *Conn) error {
+	qp := c.QP
+	p := DefaultParams()
+	p.Port, p.QKey = r.port, RDMAUDPQKey
+	if err := Connect(qp, Endpoint{QPN: qp.QPNum(), PSN: randomPSN()}, Endpoint{}, &p); err != nil {
+		return err
+	}
+	s := wire.CMSIDRReq{PKey: 0xffff, ServiceID: ServiceID(PortSpaceUDP, c.remote.Port())}
+	cmaPrivate(s.PrivateData[:], c.local, c.remote, o.PrivateData)
+	a.mu.Lock()
+	id := a.newIDLocked()
+	s.RequestID = id.localID
+	id.peer, id.serviceID, id.state = r.dgid, s.ServiceID, stateSIDRReqSent
+	mad := newMAD(wire.CMSIDRReqAttr, id.tid)
+	s.Encode(mad[wire.MADHeaderLen:])
+	a.sendRetriedLocked(id, mad, convertToDuration(cmResponseTimeout), maxCMRetries)
+	a.mu.Unlock()
+
+	ev, err := wait(ctx, id)
+	if err != nil {
+		a.mu.Lock()
+		a.removeLocked(id)
+		a.mu.Unlock()
+		return err
+	}
+	rep := ev.sidr
+	if rep.Status != wire.SIDRSuccess {
+		return &SIDRError{Status: rep.Status, PrivateData: rep.PrivateData[:]}
+	}
+	ah, err := c.PD.CreateAH(&verbs.AHAttr{IsGlobal: true, PortNum: r.port,
+		GRH: verbs.GlobalRoute{DGID: r.dgid, SGIDIndex: uint8(r.sgidIdx), HopLimit: r.hopLimit}})
+	if err != nil {
+		return err
+	}
+	c.owned = append(c.owned, ah.Destroy)
+	c.AH, c.RemoteQPN, c.RemoteQKey = ah, rep.QPN, rep.QKey
+	c.PeerPrivateData = rep.PrivateData[:]
+	return nil
+}
+
+// SIDRError is returned by a UD Dial whose SIDR_REP did not succeed:
+// status 1 means nobody listens on the port.
+type SIDRError struct {
+	Status      wire.SIDRStatus
+	PrivateData []byte
+}
+
+func (e *SIDRError) Error() string {
+	return fmt.Sprintf("cm: service ID resolution failed: SIDR_REP status %d", e.Status)
+}
+
+var _ = time.Second

@@ -1,0 +1,292 @@
+package cm
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"github.com/softrdma/softrdma/verbs"
+	"github.com/softrdma/softrdma/wire"
+)
+
+// Listener accepts rdma_cm connection requests for one port of one port
+// space (TCP for RC, UDP for UD) on one device. It is safe for concurrent
+// use.
+type Listener struct {
+	a         *agent
+	addr      netip.AddrPort
+	serviceID uint64
+	qpType    verbs.QPType
+	opts      Options
+	reqs      chan *ConnRequest
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+// Listen starts accepting connection requests at address ("IP:port" with
+// network "rdma"; port 0 picks a random one) like rdma_bind_addr and
+// rdma_listen. The device is opts.Context or the one that has the IP (an
+// unspecified IP takes the first opened device). opts.QPType UD listens
+// in the UDP port space (SIDR), else TCP (RC).
+func Listen(network, address string, opts *Options) (*Listener, error) {
+	laddr, err := splitAddr(network, address)
+	if err != nil {
+		return nil, err
+	}
+	o := opts.withDefaults()
+	vctx, local, err := resolveLocal(laddr.Addr(), &o)
+	if err != nil {
+		return nil, err
+	}
+	a, err := agentFor(vctx, o.Port)
+	if err != nil {
+		return nil, err
+	}
+	ps := PortSpaceTCP
+	if o.QPType == verbs.QPTypeUD {
+		ps = PortSpaceUDP
+	}
+	l := &Listener{a: a, qpType: o.QPType, opts: o, reqs: make(chan *ConnRequest, o.Backlog), closed: make(chan struct{})}
+	l.opts.Context = vctx
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	port := laddr.Port()
+	for tries := 0; ; tries++ {
+		if port == 0 {
+			port = uint16(1024 + randUint32()%64000)
+		}
+		if a.listeners[ServiceID(ps, port)] == nil {
+			break
+		}
+		if laddr.Port() != 0 || tries > 100 {
+			return nil, fmt.Errorf("cm.Listen: %v: port %d already has a listener on device %s", address, port, vctx.Device().Name())
+		}
+		port = 0
+	}
+	l.addr = netip.AddrPortFrom(local, port)
+	l.serviceID = ServiceID(ps, port)
+	a.listeners[l.serviceID] = l
+	return l, nil
+}
+
+// Context returns the device the listener is on.
+func (l *Listener) Context() verbs.Context { return l.opts.Context }
+
+// Addr returns the address the listener is bound to.
+func (l *Listener) Addr() netip.AddrPort { return l.addr }
+
+// Accept waits for the next connection request. The caller answers it
+// with ConnRequest.Accept or Reject.
+func (l *Listener) Accept(ctx context.Context) (*ConnRequest, error) {
+	select {
+	case r := <-l.reqs:
+		return r, nil
+	case <-l.closed:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Close stops listening; requests not yet accepted are rejected.
+func (l *Listener) Close() error {
+	l.closeOnce.Do(func() {
+		close(l.closed)
+		l.a.mu.Lock()
+		if l.a.listeners[l.serviceID] == l {
+			delete(l.a.listeners, l.serviceID)
+		}
+		l.a.mu.Unlock()
+		for {
+			select {
+			case r := <-l.reqs:
+				r.Reject(nil)
+			default:
+				return
+			}
+		}
+	})
+	return nil
+}
+
+// ConnRequest is a peer's connection request (a REQ, or a SIDR_REQ for
+// UD): who asks, with what private data and parameters. Answer it once,
+// with Accept or Reject.
+type ConnRequest struct {
+	// Local and Remote are the addresses and ports from rdma_cm's header
+	// (the zero AddrPort when the peer sent none).
+	Local, Remote netip.AddrPort
+	// PrivateData is the peer's private data after rdma_cm's header.
+	PrivateData []byte
+	// Req is the REQ as received (zero for UD): the peer's QPN, starting
+	// PSN, path MTU, depths, retry counts, path.
+	Req wire.CMReq
+	// QPType is RC for a REQ, UD for a SIDR_REQ.
+	QPType verbs.QPType
+
+	l   *Listener
+	id  *cmID
+	src verbs.MADSource
+}
+
+func newConnRequest(l *Listener, id *cmID, src verbs.MADSource, r *wire.CMReq) *ConnRequest {
+	cr := &ConnRequest{Req: *r, QPType: verbs.QPTypeRC, l: l, id: id, src: src}
+	cr.PrivateData = r.PrivateData[:]
+	if h, ok := wire.ParseCMAHeader(r.PrivateData[:]); ok {
+		cr.Local = netip.AddrPortFrom(h.Dst, uint16(l.serviceID))
+		cr.Remote = netip.AddrPortFrom(h.Src, h.SrcPort)
+		cr.PrivateData = r.PrivateData[wire.CMAHeaderLen:]
+	}
+	return cr
+}
+
+func newSIDRRequest(l *Listener, id *cmID, src verbs.MADSource, s *wire.CMSIDRReq) *ConnRequest {
+	cr := &ConnRequest{QPType: verbs.QPTypeUD, l: l, id: id, src: src}
+	cr.PrivateData = s.PrivateData[:]
+	if h, ok := wire.ParseCMAHeader(s.PrivateData[:]); ok {
+		cr.Local = netip.AddrPortFrom(h.Dst, uint16(l.serviceID))
+		cr.Remote = netip.AddrPortFrom(h.Src, h.SrcPort)
+		cr.PrivateData = s.PrivateData[wire.CMAHeaderLen:]
+	}
+	return cr
+}
+
+// Reject refuses the request: a REJ "consumer defined" (reason 28) with
+// private data (at most 148 bytes), or for UD a SIDR_REP "rejected".
+func (r *ConnRequest) Reject(private []byte) error {
+	a, id := r.l.a, r.id
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch id.state {
+	case stateReqRcvd, stateMRAReqSent:
+		a.rejectLocked(id.peer, id.tid, id.localID, id.remoteID, wire.CMMsgREQ, wire.RejConsumerDefined, nil, private)
+		a.removeLocked(id)
+	case stateSIDRReqRcvd:
+		a.sendSIDRRepLocked(id, wire.SIDRReject, 0, 0, private)
+	default:
+		return fmt.Errorf("cm: the request was already answered (%v)", id.state)
+	}
+	return nil
+}
+
+// Accept accepts the request: it creates a QP (or takes opts.QP), moves it
+// to RTR and RTS with the peer's QPN and PSN, sends the REP with opts'
+// private data, and waits for the RTU (or ctx). opts nil means the
+// listener's options. For UD it answers the SIDR_REQ with the QP's number
+// and rdma_cm's Q_Key and returns at once.
+func (r *ConnRequest) Accept(ctx context.Context, opts *Options) (*Conn, error) {
+	o := r.l.opts
+	if opts != nil {
+		o = opts.withDefaults()
+		if o.Context == nil {
+			o.Context = r.l.opts.Context
+		}
+	}
+	o.QPType = r.QPType
+	if len(o.PrivateData) > wire.RepPrivateLen {
+		return nil, fmt.Errorf("cm: %d bytes of private data; a REP holds at most %d", len(o.PrivateData), wire.RepPrivateLen)
+	}
+	a, id := r.l.a, r.id
+	c := newConn()
+	c.local, c.remote = r.Local, r.Remote
+	c.PeerPrivateData = r.PrivateData
+	fail := func(err error) (*Conn, error) {
+		a.mu.Lock()
+		if id.state == stateReqRcvd || id.state == stateMRAReqSent || id.state == stateRepSent || id.state == stateMRARepRcvd {
+			kind := wire.CMMsgREQ
+			if id.state == stateRepSent || id.state == stateMRARepRcvd {
+				kind = wire.CMMsgREP
+			}
+			a.rejectLocked(id.peer, id.tid, id.localID, id.remoteID, kind, wire.RejConsumerDefined, nil, nil)
+			a.removeLocked(id)
+		} else if id.state == stateSIDRReqRcvd {
+			a.sendSIDRRepLocked(id, wire.SIDRNoQP, 0, 0, nil)
+		}
+		a.mu.Unlock()
+		c.release()
+		return nil, err
+	}
+	if err := resources(o.Context, &o, c); err != nil {
+		return fail(err)
+	}
+	p := DefaultParams()
+	p.Port, p.Access = a.port, o.Access
+	sgidIdx, _, err := gidIndex(o.Context, a.port, verbs.GID(r.Req.Primary.RemoteGID).Addr())
+	if r.QPType == verbs.QPTypeUD {
+		p.QKey = RDMAUDPQKey
+		if err := Connect(c.QP, Endpoint{QPN: c.QP.QPNum(), PSN: randomPSN()}, Endpoint{}, &p); err != nil {
+			return fail(err)
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if id.state != stateSIDRReqRcvd {
+			c.release()
+			return nil, fmt.Errorf("cm: the request was already answered (%v)", id.state)
+		}
+		a.sendSIDRRepLocked(id, wire.SIDRSuccess, c.QP.QPNum(), RDMAUDPQKey, o.PrivateData)
+		return c, nil
+	}
+	if err != nil {
+		sgidIdx, err = 0, nil
+		if src, ok := localFor(o.Context, a.port, r.src.GID.Addr().Unmap()); ok {
+			sgidIdx, _, err = gidIndex(o.Context, a.port, src)
+		}
+		if err != nil {
+			return fail(err)
+		}
+	}
+	req := &r.Req
+	da, _ := o.Context.QueryDevice()
+	c.ResponderResources = min(depth(o.ResponderResources, da.MaxQPRdAtom), req.InitiatorDepth)
+	c.InitiatorDepth = min(depth(o.InitiatorDepth, da.MaxQPInitRdAtom), req.ResponderResources)
+	pa, _ := o.Context.QueryPort(a.port)
+	mtu := verbs.MTU(req.PathMTU)
+	if pa.ActiveMTU != 0 && pa.ActiveMTU < mtu {
+		mtu = pa.ActiveMTU
+	}
+	p.SGIDIndex, p.HopLimit, p.PathMTU = uint8(sgidIdx), max(req.Primary.HopLimit, 1), mtu
+	p.MaxDestRdAtomic, p.MaxRdAtomic = c.ResponderResources, c.InitiatorDepth
+	p.Timeout, p.RetryCnt, p.RNRRetry = req.Primary.LocalACKTimeout, req.RetryCount, req.RNRRetryCount
+	psn := randomPSN()
+	// rdma_cm's passive side is in RTS before it sends the REP, so the
+	// active side may send at once after the RTU.
+	// The REP's starting PSN is the one we expect; we send from the
+	// REQ's (see dialRC).
+	if err := Connect(c.QP, Endpoint{QPN: c.QP.QPNum(), PSN: req.StartingPSN}, Endpoint{QPN: req.LocalQPN, PSN: psn, GID: r.src.GID}, &p); err != nil {
+		return fail(err)
+	}
+	rep := wire.CMRep{LocalQPN: c.QP.QPNum(), StartingPSN: psn,
+		ResponderResources: c.ResponderResources, InitiatorDepth: c.InitiatorDepth,
+		TargetACKDelay: caACKDelay, RNRRetryCount: min(o.RNRRetryCount, 7), LocalCAGUID: a.guid}
+	copy(rep.PrivateData[:], o.PrivateData)
+	a.mu.Lock()
+	if id.state != stateReqRcvd && id.state != stateMRAReqSent {
+		a.mu.Unlock()
+		c.release()
+		return nil, fmt.Errorf("cm: the request was already answered or withdrawn (%v)", id.state)
+	}
+	rep.LocalCommID, rep.RemoteCommID = id.localID, id.remoteID
+	mad := newMAD(wire.CMRepAttr, id.tid)
+	rep.Encode(mad[wire.MADHeaderLen:])
+	id.state, id.localQPN = stateRepSent, c.QP.QPNum()
+	// cm.c: the REP waits the REQ's local CM response time per try.
+	a.sendRetriedLocked(id, mad, convertToDuration(req.LocalCMTimeout), int(req.MaxCMRetries))
+	id.lastSent = mad
+	a.mu.Unlock()
+
+	ev, err := wait(ctx, id)
+	if err == nil && ev.kind == wire.CMRejAttr {
+		err = &RejectError{Reason: ev.rej.Reason, PrivateData: ev.rej.PrivateData[:]}
+	}
+	if err != nil {
+		return fail(err)
+	}
+	a.mu.Lock()
+	id.timeout = convertToDuration(req.LocalCMTimeout)
+	id.conn, c.id = c, id
+	a.mu.Unlock()
+	go c.watch()
+	return c, nil
+}
