@@ -34,6 +34,7 @@ type Counters struct {
 	DropQKey           atomic.Uint64 // UD Q_Key mismatch
 	DropNoMADHandler   atomic.Uint64 // a MAD for QP1 with no handler installed
 	MADsRcvd           atomic.Uint64 // MADs handed to QP1's handler
+	MADsAnswered       atomic.Uint64 // MADs nobody handles, answered as the kernel does (REJ, SIDR_REP, bad class)
 	EventsDropped      atomic.Uint64 // asynchronous events the application's channel had no room for
 	DropNoRecvWQE      atomic.Uint64 // UD/UC message with no receive WQE posted
 	DropOutOfWindow    atomic.Uint64 // responses outside the PSNs in flight (duplicates or forgeries)
@@ -82,6 +83,7 @@ func (c *Counters) Snapshot() []Counter {
 		{"drop_qkey", c.DropQKey.Load()},
 		{"drop_no_mad_handler", c.DropNoMADHandler.Load()},
 		{"mads_rcvd", c.MADsRcvd.Load()},
+		{"mads_answered", c.MADsAnswered.Load()},
 		{"events_dropped", c.EventsDropped.Load()},
 		{"drop_no_recv_wqe", c.DropNoRecvWQE.Load()},
 		{"drop_out_of_window", c.DropOutOfWindow.Load()},

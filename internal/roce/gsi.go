@@ -37,6 +37,54 @@ func (d *Device) HandleMADs(port uint8, h func(src verbs.MADSource, mad []byte))
 	return nil
 }
 
+// answerUnhandledMAD answers a MAD that no handler takes, as the kernel's
+// MAD layer and CM do for a device with no listener: a CM REQ gets a REJ
+// "invalid service ID" (reason 8) and a SIDR_REQ a SIDR_REP "unsupported
+// service" (rdma_cm reports both as RDMA_CM_EVENT_REJECTED / UNREACHABLE
+// at once instead of retrying for a minute); a Get or Set of any class
+// gets its response with the status "unsupported class or version"
+// (IBTA 13.4.7). Everything else is dropped. It never waits for the
+// transport: the peer retries what is lost.
+func (d *Device) answerUnhandledMAD(src netip.Addr, srcQP uint32, in []byte) {
+	m, err := wire.ParseMAD(in)
+	if err != nil || len(in) < wire.MADLen || m.BaseVersion() != wire.MADBaseVersion {
+		return
+	}
+	var out [wire.MADLen]byte
+	resp := wire.MAD(out[:])
+	switch {
+	case m.MgmtClass() == wire.MgmtClassCM && m.ClassVersion() == wire.CMClassVersion && m.Method() == wire.MADMethodSend:
+		switch wire.CMAttr(m.AttrID()) {
+		case wire.CMReqAttr:
+			req, err := wire.ParseCMReq(m.Data())
+			if err != nil {
+				return
+			}
+			wire.EncodeCMHeader(resp, wire.CMRejAttr, m.TransactionID())
+			rej := wire.CMRej{RemoteCommID: req.LocalCommID, MessageRejected: wire.CMMsgREQ, Reason: wire.RejInvalidServiceID}
+			rej.Encode(resp.Data())
+		case wire.CMSIDRReqAttr:
+			sreq, err := wire.ParseCMSIDRReq(m.Data())
+			if err != nil {
+				return
+			}
+			wire.EncodeCMHeader(resp, wire.CMSIDRRepAttr, m.TransactionID())
+			rep := wire.CMSIDRRep{RequestID: sreq.RequestID, Status: wire.SIDRUnsupportedService, ServiceID: sreq.ServiceID}
+			rep.Encode(resp.Data())
+		default:
+			return
+		}
+	case m.Method() == wire.MADMethodGet || m.Method() == wire.MADMethodSet:
+		copy(out[:], in[:wire.MADLen])
+		resp.SetMethod(wire.MADMethodGetResp)
+		resp.SetStatus(wire.MADStatusBadVers)
+	default:
+		return
+	}
+	d.Counters.MADsAnswered.Add(1)
+	d.sendGSI(verbs.GIDFromAddr(src), srcQP, verbs.GSIQKey, out[:], false)
+}
+
 // SendMAD sends mad from QP1 (verbs.GSI).
 func (d *Device) SendMAD(port uint8, dst verbs.GID, dstQP uint32, qkey uint32, mad []byte) error {
 	const op = "SendMAD"
@@ -49,10 +97,17 @@ func (d *Device) SendMAD(port uint8, dst verbs.GID, dstQP uint32, qkey uint32, m
 	if len(mad) > d.pmtu.Bytes() {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "a MAD of %d bytes exceeds the path MTU %d", len(mad), d.pmtu.Bytes())
 	}
-	addr := dst.Addr().Unmap()
-	if addr.Is4() != d.local.Is4() {
+	if dst.Addr().Unmap().Is4() != d.local.Is4() {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "destination %v and this device's address %v are of different IP families", dst, d.local)
 	}
+	return d.sendGSI(dst, dstQP, qkey, mad, true)
+}
+
+// sendGSI sends a MAD from QP1; block says whether it may wait for the
+// transport (else, if the transport is full, the MAD is dropped).
+func (d *Device) sendGSI(dst verbs.GID, dstQP uint32, qkey uint32, mad []byte, block bool) error {
+	const op = "SendMAD"
+	addr := dst.Addr().Unmap()
 	info := wire.UDSendOnly.Info()
 	pad := wire.PadFor(len(mad))
 	pb := d.bufPool.Get().(*pktBuf)
@@ -64,7 +119,13 @@ func (d *Device) SendMAD(port uint8, dst verbs.GID, dstQP uint32, qkey uint32, m
 	copy(b[info.Length:], mad)
 	clear(b[info.Length+len(mad) : len(b)-wire.ICRCLen])
 	pkts := [1]transport.Datagram{{Buf: b, Peer: netip.AddrPortFrom(addr, d.port), Flow: gsiQPN}}
-	sent, err := d.tr.Send(pkts[:])
+	var sent int
+	var err error
+	if !block && d.trySender != nil {
+		sent, err = d.trySender.TrySend(pkts[:])
+	} else {
+		sent, err = d.tr.Send(pkts[:])
+	}
 	d.Counters.SentPkts.Add(uint64(sent))
 	if err != nil {
 		d.Counters.SendErr.Add(1)
@@ -87,6 +148,7 @@ func (d *Device) onGSI(p *wire.Packet, pk *transport.Datagram) {
 		h := d.gsi.handler.Load()
 		if h == nil {
 			c.DropNoMADHandler.Add(1)
+			d.answerUnhandledMAD(pk.Peer.Addr(), p.DETH.SrcQP(), p.Payload)
 			return
 		}
 		c.MADsRcvd.Add(1)

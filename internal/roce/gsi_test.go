@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/verbs"
+	"github.com/softrdma/softrdma/wire"
 )
 
 // TestGSI: a MAD sent from QP1 of one device reaches the handler of the
@@ -49,5 +50,65 @@ func TestGSI(t *testing.T) {
 	}
 	if len(ch) != 0 {
 		t.Fatal("a MAD that should have been dropped was delivered")
+	}
+}
+
+// TestGSIUnhandled: a device with no MAD handler answers as the kernel
+// does for one with no listener: a CM REQ gets REJ "invalid service ID"
+// (reason 8) with the REQ's comm ID and transaction ID, a SIDR_REQ gets
+// SIDR_REP "unsupported service", a Get of another class its response
+// with status "unsupported class or version".
+func TestGSIUnhandled(t *testing.T) {
+	ta, tb := udpPair(t)
+	a, b := newDevice(t, Config{Transport: ta}), newDevice(t, Config{Transport: tb})
+	go serve(a, ta)
+	go serve(b, tb)
+	defer a.Close()
+	defer b.Close()
+	ch := make(chan []byte, 4)
+	must(t, a.HandleMADs(1, func(_ verbs.MADSource, mad []byte) { ch <- bytes.Clone(mad) }))
+	bg, _ := b.QueryGID(1, 1)
+	next := func() wire.MAD {
+		t.Helper()
+		select {
+		case m := <-ch:
+			return wire.MAD(m)
+		case <-time.After(5 * time.Second):
+			t.Fatal("no answer")
+		}
+		return nil
+	}
+
+	req := make([]byte, wire.MADLen)
+	wire.EncodeCMHeader(req, wire.CMReqAttr, 0x1122334455667788)
+	r := wire.CMReq{LocalCommID: 0xCAFE, ServiceID: 0x0106000000004E20, Transport: wire.CMTransportRC}
+	r.Encode(req[wire.MADHeaderLen:])
+	must(t, a.SendMAD(1, bg, 1, verbs.GSIQKey, req))
+	m := next()
+	rej, err := wire.ParseCMRej(m.Data())
+	if err != nil || wire.CMAttr(m.AttrID()) != wire.CMRejAttr || m.TransactionID() != 0x1122334455667788 || rej.Reason != wire.RejInvalidServiceID || rej.RemoteCommID != 0xCAFE {
+		t.Fatalf("answer to a REQ: attr %#x tid %#x %+v", m.AttrID(), m.TransactionID(), rej)
+	}
+
+	sreq := make([]byte, wire.MADLen)
+	wire.EncodeCMHeader(sreq, wire.CMSIDRReqAttr, 7)
+	s := wire.CMSIDRReq{RequestID: 42, ServiceID: 0x0111000000004E20}
+	s.Encode(sreq[wire.MADHeaderLen:])
+	must(t, a.SendMAD(1, bg, 1, verbs.GSIQKey, sreq))
+	m = next()
+	rep, err := wire.ParseCMSIDRRep(m.Data())
+	if err != nil || wire.CMAttr(m.AttrID()) != wire.CMSIDRRepAttr || rep.RequestID != 42 || rep.Status != wire.SIDRUnsupportedService {
+		t.Fatalf("answer to a SIDR_REQ: attr %#x %+v", m.AttrID(), rep)
+	}
+
+	get := make([]byte, wire.MADLen)
+	wire.MAD(get).Encode(&wire.MADFields{BaseVersion: 1, MgmtClass: 0x03, ClassVersion: 2, Method: wire.MADMethodGet, TransactionID: 9, AttrID: 0x0011})
+	must(t, a.SendMAD(1, bg, 1, verbs.GSIQKey, get))
+	m = next()
+	if m.Method() != wire.MADMethodGetResp || m.Status() != wire.MADStatusBadVers || m.TransactionID() != 9 || m.MgmtClass() != 0x03 {
+		t.Fatalf("answer to a Get of class 3: %+v", m.Fields())
+	}
+	if b.Counters.MADsAnswered.Load() != 3 {
+		t.Fatalf("mads_answered %d, want 3", b.Counters.MADsAnswered.Load())
 	}
 }

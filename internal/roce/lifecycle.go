@@ -104,6 +104,7 @@ func (d *Device) Stop() error {
 // application left, then closes the event channel. Call it once the driver
 // has stopped receiving.
 func (d *Device) Release() {
+	d.gsi.handler.Store(nil)
 	var qps []*QP
 	d.qps.each(func(qp *QP) { qps = append(qps, qp) })
 	for _, qp := range qps {
