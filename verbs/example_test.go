@@ -76,11 +76,11 @@ func (e *endpoint) wait() verbs.WC {
 // devices of one process: post a receive, post a send, poll both
 // completion queues. Only opening the devices is provider-specific.
 func Example() {
-	a, err := soft.Open(soft.Config{Addr: netip.MustParseAddr("127.0.62.1")})
+	a, err := soft.Open(soft.Config{Addr: netip.MustParseAddr("127.0.64.1")})
 	if err != nil {
 		log.Fatal(err)
 	}
-	b, err := soft.Open(soft.Config{Addr: netip.MustParseAddr("127.0.62.2")})
+	b, err := soft.Open(soft.Config{Addr: netip.MustParseAddr("127.0.64.2")})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,7 +1,9 @@
 // Command quickstart is the README's API example as a program that runs:
-// it opens a softrdma device, RDMA WRITEs 4 KiB into a peer's memory and
-// waits for the completion. The peer is a second device in the same
-// process, so one command runs it all:
+// a server listens for RDMA connections and offers a buffer; a client
+// dials it (rdma_cm's protocol, so rping or ucmatose could be either
+// side), RDMA WRITEs into the buffer and waits for the completion. Both
+// run in this process, each with its own softrdma device, so one command
+// runs it all:
 //
 //	go run ./examples/quickstart
 //
@@ -15,130 +17,90 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"log"
 	"net/netip"
 	"time"
 
+	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/provider/soft"
 	"github.com/softrdma/softrdma/verbs"
 )
 
-// side is one end of the connection.
-type side struct {
-	dev *soft.Device
-	qp  verbs.QP
-	mr  verbs.MR
-	gid verbs.GID
-	psn uint32
-}
-
 func main() {
-	addr := flag.String("addr", "127.0.0.2", "IP address of the writing device")
-	peerIP := flag.String("peer", "127.0.0.3", "IP address of the peer device, in this process")
+	addr := flag.String("addr", "127.0.0.2", "IP address of the client's device")
+	peerIP := flag.String("peer", "127.0.0.3", "IP address of the server's device, in this process")
 	flag.Parse()
 	if err := run(*addr, *peerIP); err != nil {
 		log.Fatal(err)
 	}
 }
 
+// serve is the server: it listens on ip, accepts one connection, offers
+// 4 KiB of memory to WRITE into in its private data, and sends what was
+// written on got once the client has disconnected.
+func serve(ctx context.Context, ip string, listening chan<- struct{}, got chan<- []byte) {
+	// README begin
+	// The server (a process of its own, on this host or another):
+	dev, _ := soft.Open(soft.Config{Addr: netip.MustParseAddr(ip)})
+	defer dev.Close()
+	ln, _ := cm.Listen("rdma", ip+":7471", nil)
+	// README end
+	defer ln.Close()
+	close(listening)
+	// README begin
+	req, _ := ln.Accept(ctx)
+	pd, _ := dev.AllocPD()
+	buf, _ := pd.AllocMR(4096, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	offer := binary.BigEndian.AppendUint64(nil, buf.Addr())  // where to WRITE,
+	offer = binary.BigEndian.AppendUint32(offer, buf.RKey()) // with which key
+	conn, _ := req.Accept(ctx, &cm.Options{PD: pd, PrivateData: offer})
+	<-conn.Done() // the client disconnects when it is done
+	// README end
+	got <- bytes.Clone(buf.Bytes())
+}
+
 func run(addr, peerIP string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	peer, err := openPeer(netip.MustParseAddr(peerIP))
-	if err != nil {
-		return err
+	listening, got := make(chan struct{}), make(chan []byte, 1)
+	go serve(ctx, peerIP, listening, got)
+	select {
+	case <-listening:
+	case <-ctx.Done():
+		return fmt.Errorf("the server did not listen: %w", ctx.Err())
 	}
-	defer peer.dev.Close()
-	peerAddr, peerRKey := peer.mr.Addr(), peer.mr.RKey()
 
 	// README begin
+
+	// The client:
 	dev, _ := soft.Open(soft.Config{Addr: netip.MustParseAddr(addr)})
-	pd, _ := dev.AllocPD()
-	cq, _ := dev.CreateCQ(64, nil)
-	mr, _ := pd.AllocMR(1<<20, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
-	qp, _ := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTypeRC,
-		Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	// ... exchange QPN, PSN, GID, rkey and address with the peer, then
-	// RESET → INIT → RTR → RTS with qp.Modify ...
-	// README end
 	defer dev.Close()
-	gid, err := dev.QueryGID(1, 1)
-	if err != nil {
-		return err
-	}
-	me := &side{dev: dev, qp: qp, mr: mr, gid: gid, psn: 0x1234}
-	if err := connectQP(me, peer); err != nil {
-		return err
-	}
-	if err := connectQP(peer, me); err != nil {
-		return err
-	}
-	for i := range 4096 {
-		mr.Bytes()[i] = byte(i * 7)
-	}
-
-	// README begin
-	qp.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
-		SGList: []verbs.SGE{mr.SGE(0, 4096)}, RemoteAddr: peerAddr, RKey: peerRKey})
+	conn, _ := cm.Dial(ctx, "rdma", peerIP+":7471", nil) // finds the device that reaches it
+	mr, _ := conn.PD.AllocMR(4096, verbs.AccessLocalWrite)
+	copy(mr.Bytes(), "hello, RDMA")
+	raddr, rkey := binary.BigEndian.Uint64(conn.PeerPrivateData), binary.BigEndian.Uint32(conn.PeerPrivateData[8:])
+	conn.QP.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{mr.SGE(0, 4096)}, RemoteAddr: raddr, RKey: rkey})
 	wc := make([]verbs.WC, 1)
-	cq.Wait(ctx)
-	cq.Poll(wc) // wc[0].Status == verbs.WCSuccess
+	conn.SendCQ.Wait(ctx)
+	conn.SendCQ.Poll(wc) // wc[0].Status == verbs.WCSuccess
+	conn.Close()         // DREQ/DREP: the server sees conn.Done()
 	// README end
 
 	if wc[0].Status != verbs.WCSuccess {
 		return fmt.Errorf("RDMA WRITE completed with %v", wc[0].Status)
 	}
-	if !bytes.Equal(peer.mr.Bytes()[:4096], mr.Bytes()[:4096]) {
-		return fmt.Errorf("the peer's memory does not hold the bytes written")
-	}
-	fmt.Println("RDMA WRITE of 4096 bytes completed and landed in the peer's memory")
-	return nil
-}
-
-// openPeer opens the device the example writes to, with an RC QP and a
-// memory region it may write.
-func openPeer(ip netip.Addr) (*side, error) {
-	dev, err := soft.Open(soft.Config{Addr: ip})
-	if err != nil {
-		return nil, err
-	}
-	s := &side{dev: dev, psn: 0x5678}
-	pd, err := dev.AllocPD()
-	if err == nil {
-		var cq verbs.CQ
-		if cq, err = dev.CreateCQ(64, nil); err == nil {
-			if s.mr, err = pd.AllocMR(1<<20, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead); err == nil {
-				s.qp, err = pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTypeRC,
-					Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
-			}
+	select {
+	case b := <-got:
+		if !bytes.Equal(b, mr.Bytes()) {
+			return fmt.Errorf("the server's memory does not hold the bytes written")
 		}
+	case <-ctx.Done():
+		return fmt.Errorf("the server did not see the disconnect: %w", ctx.Err())
 	}
-	if err == nil {
-		s.gid, err = dev.QueryGID(1, 1)
-	}
-	if err != nil {
-		dev.Close()
-		return nil, err
-	}
-	return s, nil
-}
-
-// connectQP moves me's QP through INIT and RTR to RTS towards peer's, as
-// examples/writeread does after its exchange.
-func connectQP(me, peer *side) error {
-	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
-	if err := me.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QPAccessFlags: access},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
-		return err
-	}
-	if err := me.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: verbs.MTU4096, DestQPNum: peer.qp.QPNum(), RQPSN: peer.psn,
-		MaxDestRdAtomic: 1, MinRNRTimer: 12,
-		AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: peer.gid, SGIDIndex: 1, HopLimit: 64}}},
-		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
-		return err
-	}
-	return me.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: me.psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
-		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic)
+	fmt.Println("RDMA WRITE of 4096 bytes completed and landed in the server's memory")
+	return nil
 }
