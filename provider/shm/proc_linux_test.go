@@ -126,7 +126,7 @@ func runPeer() {
 				last = v
 				binary.LittleEndian.PutUint64(s.mr.Bytes()[8:], v)
 				n++
-				wr := verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: r.addr, RKey: r.rkey, SGList: []verbs.SGE{s.mr.SGE(8, 8)}}
+				wr := verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: r.addr + 8, RKey: r.rkey, SGList: []verbs.SGE{s.mr.SGE(8, 8)}}
 				if n%16 == 0 {
 					wr.SendFlags = verbs.SendSignaled
 				}
