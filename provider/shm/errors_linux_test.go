@@ -134,7 +134,7 @@ func TestSRQ(t *testing.T) {
 		postRecv(t, b.srq, uint64(i), b.mr.SGE(i*64, 64))
 	}
 	for i := range 4 {
-		postSend(t, a.qp, verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, SGList: []verbs.SGE{a.mr.SGE(0, 8 + i)}})
+		postSend(t, a.qp, verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, SGList: []verbs.SGE{a.mr.SGE(0, 8+i)}})
 	}
 	poll(t, a.cq, 4)
 	for i, wc := range poll(t, b.cq, 4) {
