@@ -105,7 +105,7 @@ func (r *ring) slot(seq uint64) []byte {
 // consumer's index is impossible (the peer broke the ring).
 func (r *ring) free() (n int, ok bool) {
 	c := atomic.LoadUint64(r.word64(offCons))
-	if c < r.seenCons || c > r.prod {
+	if c < r.seenCons || c > r.prod || r.prod-c > ringSlots {
 		return 0, false
 	}
 	r.seenCons = c
