@@ -168,3 +168,13 @@ func BenchmarkMemcpy64K(b *testing.B) {
 		copy(dst[65536:131072], src[65536:131072])
 	}
 }
+
+// BenchmarkPostWrite8 is the requester's cost of one unsignaled 8-byte
+// WRITE (post, execute, retire), in one process: the software overhead on
+// top of the memcpy.
+func BenchmarkPostWrite8(b *testing.B) {
+	a, p := pair(b, sideOpts{}, sideOpts{})
+	wr := verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: p.mr.Addr(), RKey: p.mr.RKey(), SGList: []verbs.SGE{a.mr.SGE(0, 8)}}
+	b.ReportAllocs()
+	streamSends(b, a, &wr)
+}

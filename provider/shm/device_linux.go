@@ -54,7 +54,7 @@ type Device struct {
 	mrMu sync.RWMutex
 	mrs  map[uint32]*MR // lkey == rkey
 
-	lastPoll  atomic.Int64 // nanotime of the last application poll
+	active    atomic.Bool  // an application goroutine polled or posted since the progress goroutine last looked
 	rnrWake   atomic.Int64 // earliest RNR deadline a QP waits for (unix nanos, 0 none)
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -264,8 +264,18 @@ func (d *Device) Close() error {
 // programs that busy-poll memory rather than a CQ. It never blocks and
 // makes no system call unless a peer sleeps (verbs.Progresser).
 func (d *Device) Progress() {
-	d.lastPoll.Store(nanotime())
+	d.markActive()
 	d.progress()
+}
+
+// markActive tells the progress goroutine that the application drives
+// the rings itself, so it need not be woken through the doorbell. It
+// writes the flag only when it changes: the hot path reads one shared
+// cache line that stays in its core's cache.
+func (d *Device) markActive() {
+	if !d.active.Load() {
+		d.active.Store(true)
+	}
 }
 
 func nanotime() int64 { return time.Now().UnixNano() }
@@ -312,8 +322,10 @@ func (d *Device) progressLoop() {
 			runtime.Gosched()
 			continue
 		}
-		if nanotime()-d.lastPoll.Load() < int64(time.Millisecond) {
-			time.Sleep(200 * time.Microsecond)
+		if d.active.Swap(false) {
+			// The application polls: peers need not ring, and this
+			// goroutine keeps out of the way of busy pollers.
+			time.Sleep(2 * time.Millisecond)
 			continue
 		}
 		seq := atomic.LoadUint32(seqw)

@@ -356,7 +356,7 @@ func (cq *CQ) Poll(wc []verbs.WC) (int, error) {
 	empty := cq.n == 0
 	cq.mu.Unlock()
 	if empty {
-		cq.dev.lastPoll.Store(nanotime())
+		cq.dev.markActive()
 		cq.dev.progress()
 	}
 	cq.mu.Lock()

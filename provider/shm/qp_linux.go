@@ -414,6 +414,7 @@ func (qp *QP) opcodeAllowed(op verbs.WROpcode) bool {
 
 // PostSend posts a chain of send requests and starts executing them.
 func (qp *QP) PostSend(wr *verbs.SendWR) error {
+	qp.dev.markActive()
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	i := 0
