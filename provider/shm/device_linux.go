@@ -303,8 +303,9 @@ func (d *Device) progress() bool {
 // costing no CPU.
 func (d *Device) progressLoop() {
 	defer d.wg.Done()
-	runtime.LockOSThread() // futex waits park the thread anyway
-	defer runtime.UnlockOSThread()
+	// Not LockOSThread: a locked goroutine's every Gosched is a handoff
+	// between OS threads, tens of microseconds each. The futex wait keeps
+	// its thread for its duration anyway, having released the P.
 	seqw, sleeping := d.bell.word(bellSeq), d.bell.word(bellSleeping)
 	idle := 0
 	for {
@@ -335,7 +336,7 @@ func (d *Device) progressLoop() {
 			idle = 0
 			continue
 		}
-		wait := time.Second // a safety net against a peer that clears our flag
+		wait := 5 * time.Second // a safety net against a peer that clears our flag
 		if dl := d.rnrWake.Load(); dl != 0 {
 			if w := time.Duration(dl - nanotime()); w < wait {
 				wait = max(w, time.Microsecond)
