@@ -75,6 +75,8 @@ type QP struct {
 	recvOff              uint64
 	udBuf                []byte
 	dead                 bool
+	lastGrant            *grant // the grant of the last one-sided op, checked for revocation on use
+	lastRKey             uint32
 }
 
 type sendWQE struct {
@@ -312,6 +314,7 @@ func (qp *QP) unmapLocked() {
 		qp.in, qp.inMem = nil, nil
 	}
 	qp.conn = nil
+	qp.lastGrant = nil
 	qp.peer.Store(0)
 	qp.destQPN.Store(0)
 }
@@ -484,6 +487,14 @@ func (qp *QP) postOneLocked(wr *verbs.SendWR) error {
 			w.status = verbs.WCLocProtErr
 		}
 		w.isInline, w.length = true, n
+	} else if qp.typ == verbs.QPTypeRC && !readInto {
+		// SEND and WRITE look their SGEs up when they copy; a bad lkey
+		// fails them then, before anything reaches the peer's memory
+		// for a single SGE.
+		w.length = 0
+		for _, e := range wr.SGList {
+			w.length += uint64(e.Length)
+		}
 	} else {
 		var ok bool
 		w.length, ok = w.sgl.check(qp.pd, readInto)
@@ -792,10 +803,24 @@ func (qp *QP) execSendLocked(w *sendWQE) (done, put bool) {
 // remoteLocked returns n bytes at raddr of the peer's region rkey, with
 // g.mu read-locked, or the completion status that fails the request.
 func (qp *QP) remoteLocked(rkey uint32, raddr, n uint64, want verbs.Access) (*grant, []byte, verbs.WCStatus) {
-	g, st := qp.conn.grant(qp.qpn, qp.destQPN.Load(), rkey, want)
-	if st != verbs.WCSuccess {
-		return nil, nil, st
+	var g *grant
+	if g = qp.lastGrant; g != nil && qp.lastRKey == rkey {
+		g.mu.RLock()
+		if g.mem == nil { // revoked since
+			g.mu.RUnlock()
+			g = nil
+		}
+	} else {
+		g = nil
 	}
+	if g == nil {
+		var st verbs.WCStatus
+		if g, st = qp.conn.grant(qp.qpn, qp.destQPN.Load(), rkey, want); st != verbs.WCSuccess {
+			return nil, nil, st
+		}
+		qp.lastGrant, qp.lastRKey = g, rkey
+	}
+	var st verbs.WCStatus
 	switch {
 	case g.qpAccess&want != want:
 		st = verbs.WCRemInvReqErr
@@ -826,6 +851,18 @@ func (qp *QP) writeLocked(w *sendWQE) {
 	// may then read the rest.
 	n := len(dst) - 1
 	var ok bool
+	if !w.isInline && len(w.sgl) == 1 {
+		e := w.sgl[0]
+		mr, src, good := qp.pd.local(e.LKey, e.Addr, uint64(len(dst)), false)
+		if !good {
+			w.status, w.localError = verbs.WCLocProtErr, true
+			return
+		}
+		copy(dst[:n], src)
+		atomicStoreByte(&dst[n], src[n])
+		mr.mu.RUnlock()
+		return
+	}
 	if w.isInline {
 		copy(dst[:n], w.inline)
 		atomicStoreByte(&dst[n], w.inline[n])
