@@ -3,6 +3,7 @@ package shm
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -261,5 +262,40 @@ func TestModifyChecks(t *testing.T) {
 	}
 	if err := s.qp.PostSend(&verbs.SendWR{Opcode: verbs.WRSend}); !errors.Is(err, verbs.ErrInvalidState) {
 		t.Errorf("PostSend in INIT: %v", err)
+	}
+}
+
+// TestConfigDir: devices that meet in a directory the user names connect
+// through socket files there, which Close removes.
+func TestConfigDir(t *testing.T) {
+	dir := t.TempDir()
+	var s [2]*side
+	for i := range s {
+		dev, err := Open(Config{Dir: dir, Name: "shm_dir"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s[i] = &side{dev: dev}
+		s[i].pd, _ = dev.AllocPD()
+		s[i].cq, _ = dev.CreateCQ(8, nil)
+		s[i].mr, _ = s[i].pd.AllocMR(4096, fullAccess)
+		s[i].qp, _ = s[i].pd.CreateQP(&verbs.QPInitAttr{SendCQ: s[i].cq, RecvCQ: s[i].cq, QPType: verbs.QPTypeRC, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4}})
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+		t.Errorf("%d entries in %s, want 2 sockets", len(ents), dir)
+	}
+	for i, j := range []int{1, 0} {
+		if err := cm.Connect(s[i].qp, s[i].endpoint(), s[j].endpoint(), params(sideOpts{rnrRetry: 7})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	postSend(t, s[0].qp, verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: s[1].mr.Addr(), RKey: s[1].mr.RKey(), SGList: []verbs.SGE{s[0].mr.SGE(0, 8)}})
+	if wc := poll(t, s[0].cq, 1)[0]; wc.Status != verbs.WCSuccess {
+		t.Errorf("%+v", wc)
+	}
+	s[0].close(t)
+	s[1].close(t)
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("%d entries left in %s after Close", len(ents), dir)
 	}
 }
