@@ -338,9 +338,15 @@ func (d *Device) progressLoop() {
 		}
 		wait := 5 * time.Second // a safety net against a peer that clears our flag
 		if dl := d.rnrWake.Load(); dl != 0 {
-			if w := time.Duration(dl - nanotime()); w < wait {
-				wait = max(w, time.Microsecond)
+			w := time.Duration(dl - nanotime())
+			if w <= 0 {
+				// Due: the next pass fails the SEND or finds it taken;
+				// a QP still waiting sets its deadline again.
+				d.rnrWake.CompareAndSwap(dl, 0)
+				atomic.StoreUint32(sleeping, 0)
+				continue
 			}
+			wait = min(wait, w)
 		}
 		futexWait(seqw, seq, wait)
 		atomic.StoreUint32(sleeping, 0)
