@@ -1,0 +1,566 @@
+package shm
+
+// A conn is the Unix socket between this device and one peer device: the
+// control path. It carries, as SOCK_SEQPACKET messages:
+//
+//	HELLO       device ids, and the doorbell memfd (SCM_RIGHTS)
+//	RING        "here is the ring my QP a produces requests for your QP b into"
+//	GRANT_REQ   "my QP a asks your QP b to map rkey c for access d"
+//	GRANT_RESP  yes (with the memfd, address, length, access) or the status
+//	REVOKE      "unmap rkey c now" (DeregMR, SEND_WITH_INV) → REVOKE_ACK
+//	UD          a datagram (UD QPs go over the socket, one system call each)
+//
+// Every message is checked: its length, its type, the fds it carries. The
+// socket closing (the peer exited or was killed: the kernel closes it at
+// once) moves every QP connected through it to ERR and unmaps the peer's
+// memory. A conn's reader goroutine never takes a QP's mu except a UD
+// QP's, whose holders never wait for a reader, so requesters may wait for
+// a GRANT_RESP while holding theirs.
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softrdma/softrdma/verbs"
+)
+
+const (
+	mHello = iota + 1
+	mRing
+	mGrantReq
+	mGrantResp
+	mRevoke
+	mRevokeAck
+	mUD
+)
+
+const (
+	ctrlHdr = 64
+	ctrlMax = ctrlHdr + maxInline + 64
+)
+
+// ctrl is a control message's header.
+type ctrl struct {
+	typ        uint8
+	reqID      uint32
+	a, b, c, d uint32
+	e          uint32
+	x, y       uint64
+}
+
+func (m *ctrl) encode(b []byte) {
+	b[0] = m.typ
+	binary.LittleEndian.PutUint32(b[4:], m.reqID)
+	binary.LittleEndian.PutUint32(b[8:], m.a)
+	binary.LittleEndian.PutUint32(b[12:], m.b)
+	binary.LittleEndian.PutUint32(b[16:], m.c)
+	binary.LittleEndian.PutUint32(b[20:], m.d)
+	binary.LittleEndian.PutUint32(b[24:], m.e)
+	binary.LittleEndian.PutUint64(b[32:], m.x)
+	binary.LittleEndian.PutUint64(b[40:], m.y)
+}
+
+func decodeCtrl(b []byte) (m ctrl, ok bool) {
+	if len(b) < ctrlHdr {
+		return m, false
+	}
+	m.typ = b[0]
+	m.reqID = binary.LittleEndian.Uint32(b[4:])
+	m.a = binary.LittleEndian.Uint32(b[8:])
+	m.b = binary.LittleEndian.Uint32(b[12:])
+	m.c = binary.LittleEndian.Uint32(b[16:])
+	m.d = binary.LittleEndian.Uint32(b[20:])
+	m.e = binary.LittleEndian.Uint32(b[24:])
+	m.x = binary.LittleEndian.Uint64(b[32:])
+	m.y = binary.LittleEndian.Uint64(b[40:])
+	return m, m.typ >= mHello && m.typ <= mUD
+}
+
+// Grant statuses in GRANT_RESP.
+const (
+	grantOK     = 0
+	grantInvReq = 1 // the responder QP does not allow the access
+	grantAccess = 2 // bad rkey, PD, region access, or memory not shareable
+)
+
+type conn struct {
+	dev     *Device
+	uc      *net.UnixConn
+	peerID  uint64
+	peerUID uint32
+	bell    doorbell // the peer's doorbell, mapped
+	dead    atomic.Bool
+	done    chan struct{}
+
+	wmu sync.Mutex // serialises writes
+
+	pmu     sync.Mutex
+	nextReq uint32
+	pending map[uint32]chan ctrlReply
+
+	gmu    sync.RWMutex
+	grants map[grantKey]*grant // what peers let our QPs map
+}
+
+type ctrlReply struct {
+	m  ctrl
+	fd int
+}
+
+type grantKey struct {
+	qpn  uint32 // our requester QP
+	rkey uint32
+}
+
+// grant is a peer MR our QP may access, mapped.
+type grant struct {
+	mu       sync.RWMutex // RLock around every access; Lock to unmap
+	mem      []byte       // nil once revoked
+	addr     uint64       // the owner's virtual address of mem[0]
+	mrAccess verbs.Access
+	qpAccess verbs.Access
+}
+
+// dial connects to the device peer names, or returns the live conn.
+func (d *Device) connTo(peer uint64) (*conn, error) {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, verbs.Errorf("ModifyQP", verbs.ErrDestroyed, "device %s is closed", d.name)
+	}
+	if c := d.conns[peer]; c != nil && !c.dead.Load() {
+		d.mu.Unlock()
+		return c, nil
+	}
+	d.mu.Unlock()
+	name := d.sockName(peer)
+	uc, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: name, Net: "unixpacket"})
+	if err != nil {
+		return nil, verbs.Errorf("ModifyQP", verbs.ErrNotFound, "no shm device at %s (is the peer process running, with the same Config.Dir?): %v", name, err)
+	}
+	c, err := d.handshake(uc, peer)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (d *Device) acceptLoop() {
+	defer d.wg.Done()
+	for {
+		uc, err := d.ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		d.connWG.Add(1)
+		go func() {
+			defer d.connWG.Done()
+			if _, err := d.handshake(uc, 0); err != nil {
+				uc.Close()
+			}
+		}()
+	}
+}
+
+// handshake checks the peer's credentials and exchanges HELLOs; want is
+// the peer id the dialer expects (0 when accepting).
+func (d *Device) handshake(uc *net.UnixConn, want uint64) (*conn, error) {
+	fail := func(format string, args ...any) (*conn, error) {
+		uc.Close()
+		return nil, verbs.Errorf("shm.connect", verbs.ErrInvalidArgument, format, args...)
+	}
+	var cred *unix.Ucred
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return fail("%v", err)
+	}
+	raw.Control(func(fd uintptr) { cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
+	if err != nil {
+		return fail("SO_PEERCRED: %v", err)
+	}
+	if !d.uidAllowed(cred.Uid) {
+		return fail("peer pid %d runs as uid %d; only uid %d (and Config.AllowUIDs) may connect", cred.Pid, cred.Uid, d.uid)
+	}
+	var b [ctrlHdr]byte
+	(&ctrl{typ: mHello, x: d.id}).encode(b[:])
+	uc.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, _, err := uc.WriteMsgUnix(b[:], unix.UnixRights(d.bellFD), nil); err != nil {
+		return fail("hello: %v", err)
+	}
+	buf := make([]byte, ctrlMax)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return fail("hello: %v", err)
+	}
+	fds := parseFds(oob[:oobn])
+	m, ok := decodeCtrl(buf[:n])
+	if !ok || m.typ != mHello || len(fds) != 1 || (want != 0 && m.x != want) {
+		closeFds(fds)
+		return fail("bad hello from peer pid %d", cred.Pid)
+	}
+	bell, err := mapPeerFd(fds[0], bellBytes, true)
+	if err != nil {
+		return fail("peer doorbell: %v", err)
+	}
+	uc.SetDeadline(time.Time{})
+	c := &conn{dev: d, uc: uc, peerID: m.x, peerUID: cred.Uid, bell: doorbell(bell), done: make(chan struct{}),
+		pending: map[uint32]chan ctrlReply{}, grants: map[grantKey]*grant{}}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		c.closeNow()
+		return nil, verbs.Errorf("shm.connect", verbs.ErrDestroyed, "device closed")
+	}
+	d.all[c] = true
+	d.bells = append(d.bells, c.bell)
+	if old := d.conns[c.peerID]; old == nil || old.dead.Load() {
+		d.conns[c.peerID] = c
+	}
+	d.mu.Unlock()
+	d.connWG.Add(1)
+	go c.readLoop(buf, oob)
+	return c, nil
+}
+
+func (d *Device) uidAllowed(uid uint32) bool {
+	if uid == d.uid {
+		return true
+	}
+	for _, u := range d.cfg.AllowUIDs {
+		if u == uid {
+			return true
+		}
+	}
+	return false
+}
+
+func parseFds(oob []byte) []int {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for i := range msgs {
+		if f, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+			fds = append(fds, f...)
+		}
+	}
+	return fds
+}
+
+func closeFds(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+var errConnDead = errors.New("peer gone")
+
+// send writes one message, with fd attached if fd ≥ 0.
+func (c *conn) send(m *ctrl, payload []byte, fd int, dontWait bool) error {
+	if c.dead.Load() {
+		return errConnDead
+	}
+	var b [ctrlMax]byte
+	m.encode(b[:])
+	n := ctrlHdr + copy(b[ctrlHdr:], payload)
+	var oob []byte
+	if fd >= 0 {
+		oob = unix.UnixRights(fd)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if dontWait {
+		// UD is unreliable: a full socket drops the datagram rather than
+		// block a poster.
+		raw, err := c.uc.SyscallConn()
+		if err != nil {
+			return err
+		}
+		var serr error
+		raw.Write(func(s uintptr) bool {
+			serr = unix.Sendmsg(int(s), b[:n], oob, nil, unix.MSG_DONTWAIT)
+			return true
+		})
+		return serr
+	}
+	_, _, err := c.uc.WriteMsgUnix(b[:n], oob, nil)
+	return err
+}
+
+// call sends a request and waits for its reply.
+func (c *conn) call(m *ctrl, timeout time.Duration) (ctrlReply, error) {
+	ch := make(chan ctrlReply, 1)
+	c.pmu.Lock()
+	c.nextReq++
+	m.reqID = c.nextReq
+	c.pending[m.reqID] = ch
+	c.pmu.Unlock()
+	defer func() {
+		c.pmu.Lock()
+		delete(c.pending, m.reqID)
+		c.pmu.Unlock()
+	}()
+	if err := c.send(m, nil, -1, false); err != nil {
+		return ctrlReply{}, err
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		return r, nil
+	case <-c.done:
+		return ctrlReply{}, errConnDead
+	case <-t.C:
+		return ctrlReply{}, errors.New("peer did not answer")
+	}
+}
+
+func (c *conn) readLoop(buf, oob []byte) {
+	defer c.dev.connWG.Done()
+	defer c.closeNow()
+	for {
+		n, oobn, _, _, err := c.uc.ReadMsgUnix(buf, oob)
+		if err != nil || n == 0 {
+			return
+		}
+		fds := parseFds(oob[:oobn])
+		m, ok := decodeCtrl(buf[:n])
+		if !ok {
+			closeFds(fds)
+			return // a peer that speaks nonsense loses its connection
+		}
+		if !c.handle(&m, buf[ctrlHdr:n], fds) {
+			return
+		}
+	}
+}
+
+// handle acts on one message. It returns false to drop the connection.
+func (c *conn) handle(m *ctrl, payload []byte, fds []int) bool {
+	d := c.dev
+	wantFds := 0
+	if m.typ == mRing || (m.typ == mGrantResp && m.d == grantOK) {
+		wantFds = 1
+	}
+	if len(fds) != wantFds {
+		closeFds(fds)
+		return false
+	}
+	switch m.typ {
+	case mRing:
+		mem, err := mapPeerFd(fds[0], ringBytes, true)
+		if err != nil {
+			return false
+		}
+		k := inboxKey{peer: c.peerID, local: m.b, remot: m.a}
+		d.mu.Lock()
+		if old := d.inboxes[k]; old != nil {
+			old.unmap()
+		}
+		d.inboxes[k] = &mapping{mem: mem}
+		d.mu.Unlock()
+		d.kick()
+	case mGrantReq:
+		c.answerGrant(m)
+	case mGrantResp, mRevokeAck:
+		c.pmu.Lock()
+		ch := c.pending[m.reqID]
+		c.pmu.Unlock()
+		fd := -1
+		if len(fds) == 1 {
+			fd = fds[0]
+		}
+		if ch == nil {
+			closeFds(fds)
+			return true
+		}
+		ch <- ctrlReply{m: *m, fd: fd}
+	case mRevoke:
+		c.revokeGrants(m.c)
+		c.send(&ctrl{typ: mRevokeAck, reqID: m.reqID}, nil, -1, false)
+	case mUD:
+		if len(payload) > maxInline {
+			return false
+		}
+		d.deliverUD(c, m, payload)
+	default:
+		return false
+	}
+	return true
+}
+
+// answerGrant checks a peer's request to map an rkey, as a responder
+// checks a RETH: the QP must exist, be connected to the asking QP and
+// allow the access; the rkey must name a live MR of the QP's PD that
+// allows it and lives in shareable memory.
+func (c *conn) answerGrant(m *ctrl) {
+	d := c.dev
+	resp := ctrl{typ: mGrantResp, reqID: m.reqID, d: grantAccess}
+	want := verbs.Access(m.d)
+	d.mu.Lock()
+	qp := d.qpByNum[m.b]
+	d.mu.Unlock()
+	fd := -1
+	switch {
+	case qp == nil || qp.typ != verbs.QPTypeRC || qp.peer.Load() != c.peerID || qp.destQPN.Load() != m.a:
+		resp.d = grantInvReq
+	case verbs.Access(qp.access.Load())&want != want:
+		resp.d = grantInvReq
+	default:
+		d.mrMu.RLock()
+		mr := d.mrs[m.c]
+		d.mrMu.RUnlock()
+		if mr == nil {
+			break
+		}
+		mr.mu.Lock()
+		if !mr.dead && !mr.rkeyRevoked && mr.pd == qp.pd && mr.access&want == want && mr.fd >= 0 {
+			resp.d = grantOK
+			resp.x, resp.y = mr.addr, uint64(len(mr.buf))
+			resp.a, resp.e = uint32(mr.access), uint32(qp.access.Load())
+			fd = mr.fd
+			mr.grantees[c] = true
+		}
+		mr.mu.Unlock()
+	}
+	c.send(&resp, nil, fd, false)
+}
+
+// revokeGrants unmaps every grant of rkey, waiting out accesses in flight.
+func (c *conn) revokeGrants(rkey uint32) {
+	var gs []*grant
+	c.gmu.Lock()
+	for k, g := range c.grants {
+		if k.rkey == rkey {
+			gs = append(gs, g)
+			delete(c.grants, k)
+		}
+	}
+	c.gmu.Unlock()
+	for _, g := range gs {
+		g.mu.Lock()
+		if g.mem != nil {
+			unix.Munmap(g.mem)
+			g.mem = nil
+		}
+		g.mu.Unlock()
+	}
+}
+
+// grant returns the mapping of rkey for QP qpn, asking the owner first if
+// there is none. It returns with g.mu read-locked on success.
+func (c *conn) grant(qpn, destQPN, rkey uint32, want verbs.Access) (*grant, verbs.WCStatus) {
+	k := grantKey{qpn, rkey}
+	c.gmu.RLock()
+	g := c.grants[k]
+	if g != nil {
+		g.mu.RLock()
+		c.gmu.RUnlock()
+		if g.mem != nil {
+			return g, verbs.WCSuccess
+		}
+		g.mu.RUnlock()
+	} else {
+		c.gmu.RUnlock()
+	}
+	r, err := c.call(&ctrl{typ: mGrantReq, a: qpn, b: destQPN, c: rkey, d: uint32(want)}, 10*time.Second)
+	if err != nil {
+		return nil, verbs.WCRetryExcErr // the peer is gone: as a transport timeout
+	}
+	switch r.m.d {
+	case grantOK:
+	case grantInvReq:
+		return nil, verbs.WCRemInvReqErr
+	default:
+		return nil, verbs.WCRemAccessErr
+	}
+	if r.m.y == 0 || r.m.y > 1<<40 {
+		unix.Close(r.fd)
+		return nil, verbs.WCRemAccessErr
+	}
+	mrAcc, qpAcc := verbs.Access(r.m.a), verbs.Access(r.m.e)
+	writable := mrAcc&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0
+	mem, err := mapPeerFd(r.fd, int(r.m.y), writable)
+	if err != nil {
+		return nil, verbs.WCRemAccessErr
+	}
+	g = &grant{mem: mem, addr: r.m.x, mrAccess: mrAcc, qpAccess: qpAcc}
+	c.gmu.Lock()
+	if old := c.grants[k]; old != nil {
+		c.gmu.Unlock()
+		unix.Munmap(mem)
+		return c.grant(qpn, destQPN, rkey, want)
+	}
+	c.grants[k] = g
+	g.mu.RLock()
+	c.gmu.Unlock()
+	return g, verbs.WCSuccess
+}
+
+// close shuts the connection down and waits for nothing.
+func (c *conn) close() {
+	c.uc.Close()
+}
+
+// closeNow runs once, when the reader ends: the peer is gone (or we
+// closed). QPs connected through the peer move to ERR, its memory is
+// unmapped.
+func (c *conn) closeNow() {
+	if c.dead.Swap(true) {
+		return
+	}
+	c.uc.Close()
+	close(c.done)
+	d := c.dev
+	c.gmu.Lock()
+	for k, g := range c.grants {
+		delete(c.grants, k)
+		g.mu.Lock()
+		if g.mem != nil {
+			unix.Munmap(g.mem)
+			g.mem = nil
+		}
+		g.mu.Unlock()
+	}
+	c.gmu.Unlock()
+	d.mu.Lock()
+	delete(d.all, c)
+	if d.conns[c.peerID] == c {
+		delete(d.conns, c.peerID)
+	}
+	var qps []*QP
+	for _, qp := range d.qpByNum {
+		if qp.peer.Load() == c.peerID {
+			qps = append(qps, qp)
+		}
+	}
+	for k, m := range d.inboxes {
+		if k.peer == c.peerID {
+			m.unmap()
+			delete(d.inboxes, k)
+		}
+	}
+	// Another live conn to the same peer (both dialed at once) keeps it.
+	alive := false
+	for o := range d.all {
+		if o.peerID == c.peerID && !o.dead.Load() {
+			alive = true
+		}
+	}
+	d.mu.Unlock()
+	// c.bell stays mapped until Device.Close: a QP may be ringing it.
+	if alive {
+		return
+	}
+	for _, qp := range qps {
+		qp.peerGone()
+	}
+}

@@ -1,0 +1,430 @@
+package shm
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softrdma/softrdma/verbs"
+)
+
+// Device is an open shared-memory device: a verbs.Device that is also its
+// own verbs.Context (Open returns the device itself), with one port whose
+// GID (index 0) names the device's Unix socket, so an endpoint carrying
+// the GID reaches this process.
+//
+// A Device runs an accept goroutine, one reader goroutine per connected
+// peer and a progress goroutine that services the shared rings while no
+// application goroutine polls (it sleeps on a futex when idle). Its
+// methods are safe for concurrent use. The zero value is not usable: call
+// Open.
+type Device struct {
+	name string
+	id   uint64
+	gid  verbs.GID
+	cfg  Config
+	uid  uint32
+
+	ln       *net.UnixListener
+	sockPath string // file to remove on Close (Config.Dir)
+
+	bellFD int
+	bell   doorbell
+
+	mu       sync.Mutex // guards the fields below
+	closed   bool
+	conns    map[uint64]*conn // peer device id → the connection used to reach it
+	all      map[*conn]bool
+	qpByNum  map[uint32]*QP
+	inboxes  map[inboxKey]*mapping // rings peers sent before our QP looked for them
+	pds, cqs int
+	bells    []doorbell // peers' doorbells, unmapped at Close
+
+	qps atomic.Pointer[[]*QP] // immutable snapshot, for progress
+
+	mrMu sync.RWMutex
+	mrs  map[uint32]*MR // lkey == rkey
+
+	active    atomic.Bool  // an application goroutine polled or posted since the progress goroutine last looked
+	rnrWake   atomic.Int64 // earliest RNR deadline a QP waits for (unix nanos, 0 none)
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	connWG    sync.WaitGroup
+	progressG atomic.Bool
+}
+
+type inboxKey struct {
+	peer         uint64
+	local, remot uint32
+}
+
+// mapping is memory mapped from a peer's memfd.
+type mapping struct{ mem []byte }
+
+func (m *mapping) unmap() {
+	if m != nil && m.mem != nil {
+		unix.Munmap(m.mem)
+		m.mem = nil
+	}
+}
+
+// gidPrefix marks softrdma shared-memory GIDs: fd73:686d ("shm") in the
+// unique-local range, then the uid, then the device id.
+var gidPrefix = [4]byte{0xfd, 's', 'h', 'm'}
+
+func gidOf(uid uint32, id uint64) verbs.GID {
+	var g verbs.GID
+	copy(g[:4], gidPrefix[:])
+	binary.BigEndian.PutUint32(g[4:], uid)
+	binary.BigEndian.PutUint64(g[8:], id)
+	return g
+}
+
+// peerOf returns the device id a GID names, or false if it is not a
+// shared-memory GID.
+func peerOf(g verbs.GID) (uint64, bool) {
+	if [4]byte(g[:4]) != gidPrefix {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(g[8:]), true
+}
+
+func (d *Device) sockName(id uint64) string {
+	if d.cfg.Dir != "" {
+		return filepath.Join(d.cfg.Dir, fmt.Sprintf("%016x.sock", id))
+	}
+	return fmt.Sprintf("@softrdma-shm-%016x", id)
+}
+
+// Open creates a device: a socket peers connect to, a doorbell page and
+// the progress goroutine.
+func Open(cfg Config) (*Device, error) {
+	if cfg.Name == "" {
+		cfg.Name = DefaultName
+	}
+	var idb [8]byte
+	rand.Read(idb[:])
+	d := &Device{
+		name: cfg.Name, id: binary.LittleEndian.Uint64(idb[:]) | 1, cfg: cfg, uid: uint32(os.Getuid()),
+		conns: map[uint64]*conn{}, all: map[*conn]bool{}, qpByNum: map[uint32]*QP{},
+		inboxes: map[inboxKey]*mapping{}, mrs: map[uint32]*MR{}, stop: make(chan struct{}),
+	}
+	d.gid = gidOf(d.uid, d.id)
+	d.qps.Store(&[]*QP{})
+	var err error
+	d.bellFD, d.bell, err = newMemfdBell()
+	if err != nil {
+		return nil, verbs.Errorf("shm.Open", verbs.ErrInvalidArgument, "doorbell memfd: %v", err)
+	}
+	name := d.sockName(d.id)
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: name, Net: "unixpacket"})
+	if err != nil {
+		unix.Munmap(d.bell)
+		unix.Close(d.bellFD)
+		return nil, verbs.Errorf("shm.Open", verbs.ErrInvalidArgument, "listen on %s: %v", name, err)
+	}
+	if cfg.Dir != "" {
+		d.sockPath = name
+		ln.SetUnlinkOnClose(true)
+	}
+	d.ln = ln
+	d.wg.Add(2)
+	go d.acceptLoop()
+	go d.progressLoop()
+	opened.add(d)
+	return d, nil
+}
+
+func newMemfdBell() (int, doorbell, error) {
+	fd, mem, err := newMemfd("softrdma-shm-bell", bellBytes)
+	return fd, doorbell(mem), err
+}
+
+// --- verbs.Device ---
+
+// Name returns the device name ("shm0" unless Config.Name says otherwise).
+func (d *Device) Name() string { return d.name }
+
+// GUID returns the node GUID: the device id.
+func (d *Device) GUID() uint64 { return d.id }
+
+// Open returns the device itself.
+func (d *Device) Open() (verbs.Context, error) {
+	if d.Closed() {
+		return nil, verbs.Errorf("Open", verbs.ErrDestroyed, "device %s is closed", d.name)
+	}
+	return d, nil
+}
+
+// --- verbs.Context ---
+
+// Device returns d.
+func (d *Device) Device() verbs.Device { return d }
+
+// Limits of the device.
+const (
+	maxQPWR     = 4096
+	maxSGE      = 32
+	maxInline   = 4096
+	maxCQE      = 1 << 20
+	maxRdAtomic = 16
+)
+
+// QueryDevice returns the device attributes.
+func (d *Device) QueryDevice() (verbs.DeviceAttr, error) {
+	return verbs.DeviceAttr{
+		FWVer: "softrdma-shm", NodeGUID: d.id, SysImageGUID: d.id, MaxMRSize: 1 << 40, PageSizeCap: uint64(os.Getpagesize()),
+		MaxQP: 1 << 16, MaxQPWR: maxQPWR, MaxSGE: maxSGE, MaxSGERd: maxSGE, MaxCQ: 1 << 16, MaxCQE: maxCQE,
+		MaxMR: 1 << 20, MaxPD: 1 << 16, MaxQPRdAtom: maxRdAtomic, MaxResRdAtom: maxRdAtomic, MaxQPInitRdAtom: maxRdAtomic,
+		AtomicCap: verbs.AtomicGlob, MaxAH: 1 << 16, MaxSRQ: 1 << 16, MaxSRQWR: maxQPWR, MaxSRQSGE: maxSGE,
+		MaxPKeys: 1, PhysPortCnt: 1, MaxInlineData: maxInline,
+	}, nil
+}
+
+// QueryPort returns the attributes of port 1: active, MTU 4096 (the UD
+// datagram limit; RC messages are not segmented by it).
+func (d *Device) QueryPort(port uint8) (verbs.PortAttr, error) {
+	if port != 1 {
+		return verbs.PortAttr{}, verbs.Errorf("QueryPort", verbs.ErrNotFound, "port %d: shm devices have one port, number 1", port)
+	}
+	return verbs.PortAttr{State: verbs.PortActive, MaxMTU: verbs.MTU4096, ActiveMTU: verbs.MTU4096, GIDTblLen: 1,
+		MaxMsgSz: 1 << 31, PKeyTblLen: 1, LinkLayer: verbs.LinkLayerEthernet, PhysState: 5, LinkMTU: 4096 + 80}, nil
+}
+
+// QueryGID returns the device's GID (index 0, the only one): fd73:686d,
+// the uid, then the device id. It names the device's socket.
+func (d *Device) QueryGID(port uint8, index int) (verbs.GID, error) {
+	if port != 1 || index != 0 {
+		return verbs.GID{}, verbs.Errorf("QueryGID", verbs.ErrNotFound, "port %d index %d: shm devices have one GID, port 1 index 0", port, index)
+	}
+	return d.gid, nil
+}
+
+// GID returns the device's GID, the address peers connect to.
+func (d *Device) GID() verbs.GID { return d.gid }
+
+// Closed reports whether Close has been called.
+func (d *Device) Closed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closed
+}
+
+// Close stops the device: it closes the socket and every connection and
+// stops its goroutines. Every PD and CQ must have been released first
+// (verbs.ErrInUse otherwise).
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	if d.pds != 0 || d.cqs != 0 {
+		d.mu.Unlock()
+		return verbs.Errorf("Close", verbs.ErrInUse, "%d PDs and %d CQs remain; destroy them first", d.pds, d.cqs)
+	}
+	d.closed = true
+	conns := make([]*conn, 0, len(d.all))
+	for c := range d.all {
+		conns = append(conns, c)
+	}
+	for k, m := range d.inboxes {
+		m.unmap()
+		delete(d.inboxes, k)
+	}
+	d.mu.Unlock()
+	d.ln.Close()
+	for _, c := range conns {
+		c.close()
+	}
+	close(d.stop)
+	atomic.AddUint32(d.bell.word(bellSeq), 1)
+	futexWake(d.bell.word(bellSeq))
+	d.wg.Wait()
+	d.connWG.Wait()
+	for _, b := range d.bells {
+		unix.Munmap(b)
+	}
+	d.bells = nil
+	unix.Munmap(d.bell)
+	unix.Close(d.bellFD)
+	return nil
+}
+
+// Progress services the device's rings on the calling goroutine: for
+// programs that busy-poll memory rather than a CQ. It never blocks and
+// makes no system call unless a peer sleeps (verbs.Progresser).
+func (d *Device) Progress() {
+	d.markActive()
+	d.progress()
+}
+
+// markActive tells the progress goroutine that the application drives
+// the rings itself, so it need not be woken through the doorbell. It
+// writes the flag only when it changes: the hot path reads one shared
+// cache line that stays in its core's cache.
+func (d *Device) markActive() {
+	if !d.active.Load() {
+		d.active.Store(true)
+	}
+}
+
+func nanotime() int64 { return time.Now().UnixNano() }
+
+// progress services every QP once. It reports whether anything moved.
+func (d *Device) progress() bool {
+	moved := false
+	for _, qp := range *d.qps.Load() {
+		if qp.busy.Load() == 0 {
+			continue
+		}
+		if qp.mu.TryLock() {
+			if qp.progressLocked() {
+				moved = true
+			}
+			qp.mu.Unlock()
+		}
+	}
+	return moved
+}
+
+// progressLoop services the rings while no application goroutine polls:
+// it spins briefly after activity, naps while an application busy-polls
+// (so peers need not ring), and sleeps on the doorbell futex when idle,
+// costing no CPU.
+func (d *Device) progressLoop() {
+	defer d.wg.Done()
+	// Not LockOSThread: a locked goroutine's every Gosched is a handoff
+	// between OS threads, tens of microseconds each. The futex wait keeps
+	// its thread for its duration anyway, having released the P.
+	seqw, sleeping := d.bell.word(bellSeq), d.bell.word(bellSleeping)
+	idle := 0
+	for {
+		select {
+		case <-d.stop:
+			return
+		default:
+		}
+		if d.progress() {
+			idle = 0
+			continue
+		}
+		idle++
+		if idle < 64 {
+			runtime.Gosched()
+			continue
+		}
+		if d.active.Swap(false) {
+			// The application polls: peers need not ring, and this
+			// goroutine keeps out of the way of busy pollers.
+			time.Sleep(2 * time.Millisecond)
+			continue
+		}
+		seq := atomic.LoadUint32(seqw)
+		atomic.StoreUint32(sleeping, 1)
+		if d.progress() {
+			atomic.StoreUint32(sleeping, 0)
+			idle = 0
+			continue
+		}
+		wait := 5 * time.Second // a safety net against a peer that clears our flag
+		if dl := d.rnrWake.Load(); dl != 0 {
+			w := time.Duration(dl - nanotime())
+			if w <= 0 {
+				// Due: the next pass fails the SEND or finds it taken;
+				// a QP still waiting sets its deadline again.
+				d.rnrWake.CompareAndSwap(dl, 0)
+				atomic.StoreUint32(sleeping, 0)
+				continue
+			}
+			wait = min(wait, w)
+		}
+		futexWait(seqw, seq, wait)
+		atomic.StoreUint32(sleeping, 0)
+		idle = 0
+	}
+}
+
+// kick makes the progress goroutine look at the rings soon.
+func (d *Device) kick() {
+	atomic.AddUint32(d.bell.word(bellSeq), 1)
+	if atomic.LoadUint32(d.bell.word(bellSleeping)) != 0 {
+		futexWake(d.bell.word(bellSeq))
+	}
+}
+
+func (d *Device) setQPsLocked() {
+	s := make([]*QP, 0, len(d.qpByNum))
+	for _, qp := range d.qpByNum {
+		s = append(s, qp)
+	}
+	d.qps.Store(&s)
+}
+
+// randKey returns an unguessable 24- or 32-bit value not used in taken.
+func randKey[V any](taken map[uint32]V, mask uint32) uint32 {
+	for {
+		var b [4]byte
+		rand.Read(b[:])
+		k := binary.LittleEndian.Uint32(b[:]) & mask
+		if _, ok := taken[k]; !ok && k > 1 {
+			return k
+		}
+	}
+}
+
+// openedDevices are the devices this process opened, for the provider.
+type openedDevices struct {
+	mu   sync.Mutex
+	devs []*Device
+}
+
+var opened openedDevices
+
+func (o *openedDevices) add(d *Device) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.devs = append(o.devs, d)
+}
+
+// Devices lists the devices opened in this process, then an unopened
+// "shm0" if no open device has that name: opening it is Open(Config{}).
+func (provider) Devices() ([]verbs.Device, error) {
+	var out []verbs.Device
+	seen := false
+	opened.mu.Lock()
+	live := opened.devs[:0]
+	for _, d := range opened.devs {
+		if d.Closed() {
+			continue
+		}
+		live = append(live, d)
+		out = append(out, d)
+		seen = seen || d.name == DefaultName
+	}
+	clear(opened.devs[len(live):])
+	opened.devs = live
+	opened.mu.Unlock()
+	if !seen {
+		out = append(out, defaultDevice{})
+	}
+	return out, nil
+}
+
+// defaultDevice is the listed, unopened device.
+type defaultDevice struct{}
+
+func (defaultDevice) Name() string { return DefaultName }
+func (defaultDevice) GUID() uint64 { return 0 }
+func (defaultDevice) Open() (verbs.Context, error) {
+	return Open(Config{})
+}

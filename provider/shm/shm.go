@@ -1,0 +1,56 @@
+// Package shm is softrdma's shared-memory provider: the verbs API between
+// processes on one host, with RDMA WRITE and READ as one memcpy into or
+// out of the peer's memory and atomics as the CPU's atomics on the shared
+// word.
+//
+// Open creates a device; each process opens its own:
+//
+//	dev, err := shm.Open(shm.Config{})
+//	pd, _ := dev.AllocPD()
+//	mr, _ := pd.AllocMR(1<<20, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+//
+// A device listens on a Unix socket (in the abstract namespace, or in
+// Config.Dir) whose name its GID encodes, so a cm.Endpoint (QPN, PSN, GID)
+// names a peer process's QP and cm.Connect brings an RC QP pair up exactly
+// as over RoCEv2: exchange endpoints by any channel, call Connect on both
+// sides. See docs/shm.md for the design and the figures.
+//
+// Memory a peer may access must come from AllocMR: it lives in a sealed
+// memfd that a peer maps only after presenting a valid rkey for a region
+// with the matching remote access. RegMR of Go memory works for local
+// access (SGEs of SEND, RECV and READ destinations); remote access to it
+// is refused with verbs.ErrNotSupported.
+//
+// The package registers a verbs.Provider named "shm" listing a device
+// "shm0" (opening it is shm.Open(Config{})) and the devices this process
+// opened. On systems other than Linux, Open returns verbs.ErrNotSupported
+// and the provider lists nothing.
+package shm
+
+import "github.com/softrdma/softrdma/verbs"
+
+// DefaultName is the name of the device the provider lists.
+const DefaultName = "shm0"
+
+// Config says how a device meets its peers. The zero value is the
+// default: abstract socket namespace, peers of the same user only.
+type Config struct {
+	// Name is the device name; default "shm0".
+	Name string
+	// Dir, if set, is a directory the device's socket lives in (one file
+	// per device, removed on Close); peers must use the same Dir. Empty
+	// means the Linux abstract socket namespace, which needs no directory
+	// but is shared by the whole network namespace (the uid check below
+	// still applies).
+	Dir string
+	// AllowUIDs lists other user IDs whose processes may connect. By
+	// default only processes of the same user can reach this device's
+	// regions (SO_PEERCRED checked on every connection, both ways).
+	AllowUIDs []uint32
+}
+
+type provider struct{}
+
+func (provider) Name() string { return "shm" }
+
+func init() { verbs.Register(provider{}) }

@@ -1,0 +1,100 @@
+package shm
+
+// Memory and wake-up primitives: sealed memfds that a peer can map
+// without being able to shrink them under us (a shrunk file would turn
+// our next access into SIGBUS), and futexes on shared words.
+
+import (
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// FUTEX_WAIT and FUTEX_WAKE, shared (not FUTEX_PRIVATE_FLAG).
+const (
+	futexWaitOp = 0
+	futexWakeOp = 1
+)
+
+const seals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
+
+// newMemfd creates a sealed memfd of size bytes and maps it read-write.
+func newMemfd(name string, size int) (fd int, mem []byte, err error) {
+	fd, err = unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return -1, nil, err
+	}
+	if err = unix.Ftruncate(fd, int64(size)); err == nil {
+		_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals)
+	}
+	if err == nil {
+		mem, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, nil, err
+	}
+	return fd, mem, nil
+}
+
+// mapPeerFd maps size bytes of a memfd a peer sent, after checking that
+// it is sealed against shrinking and at least size bytes long. It closes
+// fd either way.
+func mapPeerFd(fd int, size int, writable bool) ([]byte, error) {
+	defer unix.Close(fd)
+	if size <= 0 {
+		return nil, ringError("empty region")
+	}
+	s, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil || s&unix.F_SEAL_SHRINK == 0 {
+		return nil, ringError("peer memory is not sealed against shrinking")
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Size < int64(size) {
+		return nil, ringError("peer memory smaller than announced")
+	}
+	prot := unix.PROT_READ
+	if writable {
+		prot |= unix.PROT_WRITE
+	}
+	return unix.Mmap(fd, 0, size, prot, unix.MAP_SHARED)
+}
+
+// futexWait sleeps while *addr == val, at most d (d ≤ 0: no limit). The
+// word may be shared with other processes (no FUTEX_PRIVATE_FLAG).
+func futexWait(addr *uint32, val uint32, d time.Duration) {
+	var ts *unix.Timespec
+	if d > 0 {
+		t := unix.NsecToTimespec(int64(d))
+		ts = &t
+	}
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWaitOp, uintptr(val), uintptr(unsafe.Pointer(ts)), 0, 0)
+}
+
+func futexWake(addr *uint32) {
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWakeOp, 1<<30, 0, 0, 0)
+}
+
+// A doorbell is one page each device shares with its peers: a peer that
+// changed a ring this device reads rings the bell if the device's
+// progress goroutine sleeps. In busy-poll mode nobody sleeps and ringing
+// costs one atomic load.
+const (
+	bellSeq      = 0  // uint32 futex word
+	bellSleeping = 64 // uint32: 1 while the progress goroutine sleeps
+	bellBytes    = 4096
+)
+
+type doorbell []byte
+
+func (b doorbell) word(off int) *uint32 { return (*uint32)(unsafe.Pointer(&b[off])) }
+
+// ring wakes the owner if it sleeps. No system call otherwise.
+func (b doorbell) ring() {
+	if atomic.LoadUint32(b.word(bellSleeping)) != 0 {
+		atomic.AddUint32(b.word(bellSeq), 1)
+		futexWake(b.word(bellSeq))
+	}
+}
