@@ -50,7 +50,11 @@ func ExampleDial() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		<-conn.Done() // the client disconnects when it is done
+		select { // the client disconnects when it is done
+		case <-conn.Done():
+		case <-ctx.Done():
+			log.Fatal("the server never saw the client disconnect")
+		}
 		got <- mr.Bytes()[:12]
 		conn.Close()
 	}()
@@ -77,7 +81,12 @@ func ExampleDial() {
 	fmt.Println("client:", wc[0].Status)
 	mr.Dereg()
 	conn.Close()
-	fmt.Printf("server: %s\n", <-got)
+	select {
+	case b := <-got:
+		fmt.Printf("server: %s\n", b)
+	case <-ctx.Done():
+		log.Fatal("the server did not finish")
+	}
 	// Output:
 	// client: success
 	// server: hello, world
