@@ -256,6 +256,11 @@ func (d *Device) sendLateAcks() {
 	if d.eng.Closed() {
 		return
 	}
+	// Requests on the backlog need no receive lock: send them even while
+	// a busy poller holds it (it never waits for the transport itself).
+	if d.eng.Backlogged() {
+		d.eng.FlushBacklog(time.Now())
+	}
 	if !d.rxMu.TryLock() {
 		d.ackTimer.Reset(ackDelay)
 		return
@@ -263,9 +268,6 @@ func (d *Device) sendLateAcks() {
 	d.rx.MustNotBlock(false) // this goroutine may wait for the transport
 	d.rx.SendDeferredAcks(d.eng)
 	d.rxMu.Unlock()
-	if d.eng.Backlogged() {
-		d.eng.FlushBacklog(time.Now())
-	}
 }
 
 // inlinePoll lets a goroutine that busy-polls a CQ receive and process the
