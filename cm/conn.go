@@ -94,6 +94,15 @@ type Options struct {
 	Access verbs.Access
 	// Backlog is how many connection requests a listener queues (16).
 	Backlog int
+	// Security, for Dial, asks for protected packets (an ephemeral X25519
+	// exchange in the private data, then a MAC on every packet, and with
+	// SecurityEncrypt encrypted payloads; see secure.go): Dial fails with
+	// ErrNoSecurity if the peer does not agree. It takes 38 bytes of the
+	// REQ's private data, leaving 18 for PrivateData. For Listen and
+	// Accept it is the protection required: a request that offers less is
+	// upgraded to it, one that offers none is rejected. Zero: Dial asks
+	// for none; a listener takes what a dialer offers, or none.
+	Security verbs.SecurityMode
 }
 
 func (o *Options) withDefaults() Options {
@@ -155,6 +164,8 @@ type Conn struct {
 	AH                    verbs.AH
 	// ResponderResources and InitiatorDepth are the negotiated depths.
 	ResponderResources, InitiatorDepth uint8
+	// Security is the packet protection the two sides agreed (zero: none).
+	Security verbs.SecurityMode
 
 	local, remote netip.AddrPort
 	id            *cmID

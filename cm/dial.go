@@ -31,8 +31,12 @@ func Dial(ctx context.Context, network, address string, opts *Options) (*Conn, e
 		return nil, err
 	}
 	o := opts.withDefaults()
-	if len(o.PrivateData) > MaxReqPrivateData {
-		return nil, fmt.Errorf("cm.Dial: %d bytes of private data; a REQ holds at most %d", len(o.PrivateData), MaxReqPrivateData)
+	limit := MaxReqPrivateData
+	if o.Security != 0 {
+		limit -= secBlockLen
+	}
+	if len(o.PrivateData) > limit {
+		return nil, fmt.Errorf("cm.Dial: %d bytes of private data; a REQ holds at most %d (with Options.Security: the key exchange takes %d)", len(o.PrivateData), limit, secBlockLen)
 	}
 	r, err := resolveRoute(raddr.Addr(), &o)
 	if err != nil {
@@ -94,7 +98,16 @@ func dialRC(ctx context.Context, a *agent, r *route, o *Options, c *Conn) error 
 			PacketRate: 0, LocalACKTimeout: ackTO,
 		},
 	}
-	cmaPrivate(req.PrivateData[:], c.local, c.remote, o.PrivateData)
+	user := o.PrivateData
+	var offer *secOffer
+	if o.Security != 0 {
+		var err error
+		if offer, err = newSecOffer(o.Security); err != nil {
+			return err
+		}
+		user = append(offer.block(), user...)
+	}
+	cmaPrivate(req.PrivateData[:], c.local, c.remote, user)
 
 	a.mu.Lock()
 	id := a.newIDLocked()
@@ -132,6 +145,25 @@ func dialRC(ctx context.Context, a *agent, r *route, o *Options, c *Conn) error 
 	c.InitiatorDepth = min(initDepth, rep.ResponderResources)
 	c.ResponderResources = min(respRes, rep.InitiatorDepth)
 	c.PeerPrivateData = rep.PrivateData[:]
+	if offer != nil {
+		err := ErrNoSecurity
+		if mode, pub, rest, ok := parseSecBlock(rep.PrivateData[:]); ok && mode >= offer.mode {
+			var secret [32]byte
+			if secret, err = offer.secret(pub, offer.pub, pub); err == nil {
+				err = secure(qp, mode, secret, true)
+			}
+			c.PeerPrivateData, c.Security = rest, mode
+		}
+		if err != nil {
+			a.mu.Lock()
+			if id.state == stateRepRcvd {
+				a.rejectLocked(id.peer, id.tid, id.localID, id.remoteID, wire.CMMsgREP, wire.RejConsumerDefined, nil, nil)
+			}
+			a.removeLocked(id)
+			a.mu.Unlock()
+			return err
+		}
+	}
 	p.PathMTU, p.MaxDestRdAtomic, p.MaxRdAtomic = r.mtu, c.ResponderResources, c.InitiatorDepth
 	p.Timeout, p.RetryCnt, p.RNRRetry = ackTO, req.RetryCount, rep.RNRRetryCount
 	// Linux's cm reads a starting PSN as the one its sender expects to

@@ -125,6 +125,9 @@ type ConnRequest struct {
 	Req wire.CMReq
 	// QPType is RC for a REQ, UD for a SIDR_REQ.
 	QPType verbs.QPType
+	// Security is the packet protection the dialer asks for (zero: none).
+	Security verbs.SecurityMode
+	peerPub  []byte // the dialer's X25519 key (Security)
 
 	l   *Listener
 	id  *cmID
@@ -138,6 +141,9 @@ func newConnRequest(l *Listener, id *cmID, src verbs.MADSource, r *wire.CMReq) *
 		cr.Local = netip.AddrPortFrom(h.Dst, uint16(l.serviceID))
 		cr.Remote = netip.AddrPortFrom(h.Src, h.SrcPort)
 		cr.PrivateData = r.PrivateData[wire.CMAHeaderLen:]
+	}
+	if mode, pub, rest, ok := parseSecBlock(cr.PrivateData); ok {
+		cr.Security, cr.peerPub, cr.PrivateData = mode, pub, rest
 	}
 	return cr
 }
@@ -250,6 +256,31 @@ func (r *ConnRequest) Accept(ctx context.Context, opts *Options) (*Conn, error) 
 	p.MaxDestRdAtomic, p.MaxRdAtomic = c.ResponderResources, c.InitiatorDepth
 	p.Timeout, p.RetryCnt, p.RNRRetry = req.Primary.LocalACKTimeout, req.RetryCount, req.RNRRetryCount
 	psn := randomPSN()
+	private := o.PrivateData
+	if r.Security != 0 || o.Security != 0 {
+		if r.Security == 0 {
+			return fail(fmt.Errorf("cm: the request offers no packet protection and the listener requires %v", o.Security))
+		}
+		mode := max(r.Security, o.Security)
+		offer, err := newSecOffer(mode)
+		if err != nil {
+			return fail(err)
+		}
+		secret, err := offer.secret(r.peerPub, r.peerPub, offer.pub)
+		if err == nil {
+			if err = Init(c.QP, &p); err == nil {
+				err = secure(c.QP, mode, secret, false)
+			}
+		}
+		if err != nil {
+			return fail(err)
+		}
+		if len(private)+secBlockLen > wire.RepPrivateLen {
+			return fail(fmt.Errorf("cm: %d bytes of private data; with the key exchange a REP holds at most %d", len(private), wire.RepPrivateLen-secBlockLen))
+		}
+		private = append(offer.block(), private...)
+		c.Security = mode
+	}
 	// rdma_cm's passive side is in RTS before it sends the REP, so the
 	// active side may send at once after the RTU.
 	// The REP's starting PSN is the one we expect; we send from the
@@ -260,7 +291,7 @@ func (r *ConnRequest) Accept(ctx context.Context, opts *Options) (*Conn, error) 
 	rep := wire.CMRep{LocalQPN: c.QP.QPNum(), StartingPSN: psn,
 		ResponderResources: c.ResponderResources, InitiatorDepth: c.InitiatorDepth,
 		TargetACKDelay: caACKDelay, RNRRetryCount: min(o.RNRRetryCount, 7), LocalCAGUID: a.guid}
-	copy(rep.PrivateData[:], o.PrivateData)
+	copy(rep.PrivateData[:], private)
 	a.mu.Lock()
 	if id.state != stateReqRcvd && id.state != stateMRAReqSent {
 		a.mu.Unlock()

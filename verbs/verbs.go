@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"context"
+	"fmt"
 	"sync"
 )
 
@@ -290,4 +291,45 @@ type GSI interface {
 	// block (hand the MAD to a goroutine of its own to answer it) or keep
 	// mad after it returns.
 	HandleMADs(port uint8, h func(src MADSource, mad []byte)) error
+}
+
+// SecurityMode selects how a QP protects its packets (Securer).
+type SecurityMode uint8
+
+const (
+	// SecurityAuth: every packet carries a sequence number and a MAC
+	// (AES-GCM's tag over headers and payload); forged, modified and
+	// replayed packets are dropped and counted. Payloads travel in clear.
+	SecurityAuth SecurityMode = iota + 1
+	// SecurityEncrypt: SecurityAuth with the payload encrypted too
+	// (AES-GCM).
+	SecurityEncrypt
+)
+
+func (m SecurityMode) String() string {
+	switch m {
+	case SecurityAuth:
+		return "auth"
+	case SecurityEncrypt:
+		return "encrypt"
+	}
+	return fmt.Sprintf("SecurityMode(%d)", uint8(m))
+}
+
+// Security is what two connected QPs share to protect their packets: the
+// mode, a 32-byte secret both derived (the connection manager derives it
+// from an ephemeral X25519 exchange) and which side initiated, so each
+// direction gets its own key.
+type Security struct {
+	Mode      SecurityMode
+	Secret    [32]byte
+	Initiator bool
+}
+
+// Securer is implemented by QPs that can authenticate and encrypt their
+// packets (a softrdma extension of RoCEv2: both ends must be softrdma and
+// agree; plain RoCEv2 stays the default and what rxe and NICs speak). Call
+// Secure in INIT or RTR, on both ends, before any packet flows.
+type Securer interface {
+	Secure(s Security) error
 }

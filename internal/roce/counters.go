@@ -41,6 +41,8 @@ type Counters struct {
 	DropBadReplay      atomic.Uint64 // duplicate READs or atomics that do not match the request they repeat
 	DropBadInvalidate  atomic.Uint64 // SEND_WITH_INV naming a key it may not invalidate
 	DropTooLong        atomic.Uint64 // READs longer than allowed, UD payloads beyond the path MTU
+	DropAuth           atomic.Uint64 // protected QP: the packet's tag does not check (forged or modified)
+	DropReplay         atomic.Uint64 // protected QP: the packet's sequence number was seen before
 	DropUnexpected     atomic.Uint64 // responses that match no outstanding request
 	DropUC             atomic.Uint64 // UC packets dropped because of a PSN gap
 	NAKsSent           atomic.Uint64 // NAKs other than RNR and sequence
@@ -90,6 +92,8 @@ func (c *Counters) Snapshot() []Counter {
 		{"drop_bad_replay", c.DropBadReplay.Load()},
 		{"bad_invalidate", c.DropBadInvalidate.Load()},
 		{"drop_too_long", c.DropTooLong.Load()},
+		{"drop_auth", c.DropAuth.Load()},
+		{"drop_replay", c.DropReplay.Load()},
 		{"drop_unexpected", c.DropUnexpected.Load()},
 		{"drop_uc", c.DropUC.Load()},
 		{"naks_sent", c.NAKsSent.Load()},

@@ -56,7 +56,8 @@ type QP struct {
 	peerPort    uint16    // the UDP port the peer sends from, once a packet proved it (RC, UC)
 	sqdNotify   bool      // raise EventSQDrained once the send queue drains in SQD
 	destroyed   bool
-	inlineBufs  []byte // backing store of every send WQE's inline buffer
+	inlineBufs  []byte  // backing store of every send WQE's inline buffer
+	sec         *secCtx // packet protection (Secure); nil: plain RoCEv2
 }
 
 // sendWQE is a send work request as the requester and completer see it.
@@ -477,6 +478,7 @@ func (qp *QP) errorLocked() {
 	// Queued requests must not leave once the QP is in error (their WQEs
 	// complete as flushed right below), but a queued NAK that explains the
 	// error to the peer must.
+	qp.sealLocked()
 	qp.tx.keepResponses(qp.dev)
 	qp.flushLocked()
 	qp.flushSendLocked()

@@ -163,11 +163,16 @@ func (d *Device) HandleBatch(rx *RxBatch, pkts []transport.Datagram, now time.Ti
 			d.Counters.DropICRC.Add(1)
 			continue
 		}
-		if err := wire.Parse(pk.Buf, &rx.p); err != nil {
+		if len(pk.Buf) < wire.BTHLen+wire.ICRCLen {
 			d.Counters.DropMalformed.Add(1)
 			continue
 		}
-		if rx.p.BTH.DestQP() == gsiQPN {
+		qpn := wire.BTH(pk.Buf).DestQP()
+		if qpn == gsiQPN {
+			if err := wire.Parse(pk.Buf, &rx.p); err != nil {
+				d.Counters.DropMalformed.Add(1)
+				continue
+			}
 			// The MAD handler may call into the device: hold no QP.
 			if cur != nil {
 				cur.endRxLocked(rx, now, more)
@@ -178,7 +183,7 @@ func (d *Device) HandleBatch(rx *RxBatch, pkts []transport.Datagram, now time.Ti
 			d.onGSI(&rx.p, pk)
 			continue
 		}
-		qp := d.qpByNum(rx.p.BTH.DestQP())
+		qp := d.qpByNum(qpn)
 		if qp == nil {
 			d.Counters.DropUnknownQP.Add(1)
 			continue
@@ -192,6 +197,19 @@ func (d *Device) HandleBatch(rx *RxBatch, pkts []transport.Datagram, now time.Ti
 			qp.mu.Lock()
 			qp.tx.attach(rx.stage)
 			cur, more = qp, false
+		}
+		if qp.sec != nil {
+			// A protected QP checks and strips the trailer before it
+			// believes anything in the packet.
+			b, ok := qp.sec.open(pk.Buf, &d.Counters)
+			if !ok {
+				continue
+			}
+			pk.Buf = b
+		}
+		if err := wire.Parse(pk.Buf, &rx.p); err != nil {
+			d.Counters.DropMalformed.Add(1)
+			continue
 		}
 		if qp.receiveLocked(&rx.p, pk, now) {
 			more = true

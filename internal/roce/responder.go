@@ -421,7 +421,7 @@ func (qp *QP) sendReadResponsesLocked(va uint64, rkey uint32, dlen uint64, psn w
 		bth := wire.BTHFields{PSN: psn.Add(i), DestQP: qp.attr.DestQPNum}
 		info := op.Info()
 		var b []byte
-		if mr != nil && qp.dev.gather && n >= gatherMin {
+		if mr != nil && qp.dev.gather && qp.sec == nil && n >= gatherMin {
 			// The transport gathers the payload from the MR (see
 			// newGatherPacketLocked); the packet pins the MR till then.
 			mr.pins.Add(1)

@@ -17,6 +17,7 @@ type sendLog struct {
 	*udp.Transport
 	mu         sync.Mutex
 	calls      [][]wire.Opcode
+	raw        [][]byte // every packet as sent (without its ICRC filled in)
 	gathered   int
 	misgathers int
 }
@@ -40,6 +41,13 @@ func (s *sendLog) Send(pkts []transport.Datagram) (int, error) {
 		}
 	}
 	s.mu.Lock()
+	for i := range pkts {
+		if len(s.raw) < 4096 {
+			b := make([]byte, pkts[i].Len())
+			pkts[i].CopyTo(b)
+			s.raw = append(s.raw, b)
+		}
+	}
 	s.calls = append(s.calls, ops)
 	s.gathered += g
 	s.misgathers += bad

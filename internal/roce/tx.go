@@ -37,6 +37,10 @@ type txq struct {
 	req   [txBatch]bool
 	n     int
 	stage *txStage // set between attach and detach
+	// sealed: the packets below it carry their trailer (a protected QP
+	// seals the packets it built when it flushes: only then are they
+	// complete).
+	sealed int
 }
 
 // attach routes the queue's responses to st until detach.
@@ -68,6 +72,7 @@ func (t *txq) pinsMemory() bool {
 func (t *txq) unqueueLast(d *Device) {
 	t.n--
 	t.clear(d, t.n)
+	t.sealed = min(t.sealed, t.n)
 }
 
 // clear releases slot i's buffer and pin and empties the slot.
@@ -81,7 +86,19 @@ func (t *txq) drop(d *Device) {
 	for i := 0; i < t.n; i++ {
 		t.clear(d, i)
 	}
-	t.n = 0
+	t.n, t.sealed = 0, 0
+}
+
+// sealLocked fills the trailer of the queued packets not yet sealed, if
+// the QP protects its packets.
+func (qp *QP) sealLocked() {
+	t := &qp.tx
+	if qp.sec == nil {
+		return
+	}
+	for ; t.sealed < t.n; t.sealed++ {
+		qp.sec.seal(t.pkts[t.sealed].Buf)
+	}
 }
 
 // compact keeps, in order, the packets for which keep(i) is true; take(i)
@@ -102,6 +119,7 @@ func (t *txq) compact(keep func(i int) bool, take func(i int)) {
 		k++
 	}
 	t.n = k
+	t.sealed = k // callers seal before they compact
 }
 
 // keepResponses drops the queued request packets and keeps the responses
@@ -271,13 +289,16 @@ func (qp *QP) appendPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.B
 		inBuf = 0
 	}
 	total := info.Length + inBuf + pad + wire.ICRCLen
+	if qp.sec != nil {
+		total += secTrailerLen
+	}
 	pb := qp.dev.bufPool.Get().(*pktBuf)
 	b := pb.b[:total]
 	bth.Opcode = op
 	bth.PadCount = pad
 	bth.PKey = defaultPKey
 	wire.BTH(b).Encode(bth)
-	clear(b[info.Length+inBuf : total-wire.ICRCLen])
+	clear(b[info.Length+inBuf : info.Length+inBuf+pad])
 	qp.tx.push(transport.Datagram{Buf: b, Payload: gathered, Split: info.Length, Peer: dst, Flow: qp.qpn}, pb, mr, info.Has(wire.FlagRequest))
 	return b
 }
@@ -293,6 +314,7 @@ func (qp *QP) flushLocked() {
 		return
 	}
 	d := qp.dev
+	qp.sealLocked()
 	if t.stage != nil {
 		t.stageResponses(d, t.stage)
 		if t.stage.noBlock && d.trySender != nil {
