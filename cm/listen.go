@@ -317,7 +317,14 @@ func (r *ConnRequest) Accept(ctx context.Context, opts *Options) (*Conn, error) 
 	a.mu.Lock()
 	id.timeout = convertToDuration(req.LocalCMTimeout)
 	id.conn, c.id = c, id
+	// The peer may have disconnected between the RTU that woke us and
+	// now (a fast client sends its DREQ right after): the agent had no
+	// connection to tell then.
+	gone := id.state == stateTimewait || a.ids[id.localID] != id
 	a.mu.Unlock()
+	if gone {
+		c.closeWith(ErrDisconnected)
+	}
 	go c.watch()
 	return c, nil
 }
