@@ -39,7 +39,6 @@ var rules = []struct {
 	{"provider", []string{"wire", "verbs", "transport", "internal/roce", "internal/netsim", "internal/spin"}, []string{"golang.org/x/sys"}},
 	{"cm", []string{"verbs", "wire"}, nil}, // wire: the CM MAD layouts (DESIGN: MAD layouts live in wire)
 	{"rdmanet", []string{"verbs", "cm", "wire"}, nil}, // sockets over RDMA (rsocket)
-	{"rdmanet", []string{"verbs", "cm", "wire"}, nil}, // sockets over RDMA (rsocket)
 	{"metrics", []string{"provider/soft", "verbs"}, []string{"github.com/prometheus"}},
 	{"cmd", []string{""}, []string{""}}, // the CLI may import anything
 	{"internal/layering", nil, nil},
