@@ -220,6 +220,9 @@ func (c *Conn) start(cmc *cm.Conn, peer connData) {
 	c.tsgl[0] = peer.DataBuf
 	c.sseqComp = peer.Credits
 	c.ctx, c.stop = context.WithCancel(context.Background())
+	c.mu.Lock()
+	c.updateCreditsLocked() // the second half of the ring, at once
+	c.mu.Unlock()
 	go c.poll()
 	go c.watch()
 }
@@ -663,16 +666,25 @@ func (c *Conn) close() {
 	<-c.pollerDone
 	<-c.watchDone
 	c.closeErr = c.cmc.Close()
-	c.release()
+	if err := c.release(); err != nil && c.closeErr == nil {
+		c.closeErr = err
+	}
 	c.rdl.set(time.Time{})
 	c.wdl.set(time.Time{})
 }
 
-func (c *Conn) release() {
+// release destroys what newConn created, in reverse order. The PD goes
+// last and the provider refuses it (ErrInUse) while an MR or QP remains,
+// so a leak shows up as Close's error.
+func (c *Conn) release() error {
+	var first error
 	for i := len(c.owned) - 1; i >= 0; i-- {
-		c.owned[i]()
+		if err := c.owned[i](); err != nil && first == nil {
+			first = err
+		}
 	}
 	c.owned = nil
+	return first
 }
 
 // LocalAddr and RemoteAddr are the rdma_cm addresses (IP and port).
