@@ -63,6 +63,7 @@ type Conn struct {
 	tsge               int
 	remoteSGL          sge // the peer's target SGL
 	remoteSGE          int
+	tgtNext            int // the target SGL entry the peer fills next
 	sseqNo, sseqComp   uint16
 	sqeAvail           int
 	sbufAvail          uint32
@@ -105,7 +106,8 @@ type Config struct {
 	// QueueDepth is the send and receive queue size (at least 16); the
 	// receive depth is also the credits the peer gets.
 	QueueDepth int
-	// Inline is the largest write sent inline.
+	// Inline is the largest write sent inline (RDMA_INLINE); 0 means 64,
+	// a negative value none.
 	Inline int
 }
 
@@ -126,9 +128,10 @@ func (c *Config) withDefaults() Config {
 		d.QueueDepth = defaultQueueDepth
 	}
 	d.QueueDepth = min(max(d.QueueDepth, minQueueDepth), 0xFFFE)
-	if d.Inline <= 0 {
+	if d.Inline == 0 {
 		d.Inline = defaultInline
 	}
+	d.Inline = max(d.Inline, 0)
 	return d
 }
 
@@ -213,6 +216,7 @@ func (c *Conn) start(cmc *cm.Conn, peer connData) {
 	c.remoteSGL = peer.TargetSGL
 	c.remoteSGL.Length = min(c.remoteSGL.Length, 1<<16)
 	c.remoteSGE = 1
+	c.tgtNext = 1
 	c.peerOrder = binary.ByteOrder(binary.LittleEndian)
 	if peer.Flags&connFlagNet != 0 {
 		c.peerOrder = binary.BigEndian
@@ -335,7 +339,13 @@ func (c *Conn) onMessageLocked(imm, byteLen uint32) error {
 		return c.rx.onData(data)
 	case opSGL:
 		c.sseqComp = uint16(data)
-		c.loadTargetLocked()
+		switch byteLen {
+		case 0: // credits only
+		case sgeLen:
+			return c.loadTargetLocked()
+		default:
+			return fmt.Errorf("%w: RS_OP_SGL with %d bytes", errProtocol, byteLen)
+		}
 	case opIOMapSGL:
 		// riomap entries: this side never writes to the peer's iomap.
 	case opCtrl:
@@ -354,23 +364,24 @@ func (c *Conn) onMessageLocked(imm, byteLen uint32) error {
 	return nil
 }
 
-// loadTargetLocked takes the ring areas the peer wrote into the target SGL
-// for entries this side has used up (rsocket reads them in place).
-func (c *Conn) loadTargetLocked() {
-	mem := c.tgt.Bytes()
-	for i := range c.tsgl {
-		if c.tsgl[i].Length != 0 {
-			continue
-		}
-		b := mem[i*sgeLen : (i+1)*sgeLen]
-		s := decodeSGE(b, binary.LittleEndian)
-		if s.Length == 0 {
-			continue
-		}
-		s.Length = min(s.Length, maxMsgData)
-		c.tsgl[i] = s
-		clear(b)
+// loadTargetLocked takes the ring area the peer wrote into the next
+// entry of the target SGL with the RS_OP_SGL just completed. rsocket
+// reads the entries in place whenever it looks; this side reads an entry
+// only after the completion of the WRITE that filled it (the peer fills
+// entries 1, 0, 1, 0, ...), so it never sees one half written.
+func (c *Conn) loadTargetLocked() error {
+	i := c.tgtNext
+	c.tgtNext = (c.tgtNext + 1) % sglSize
+	if c.tsgl[i].Length != 0 {
+		return fmt.Errorf("%w: a ring area for target SGL entry %d, which is still in use", errProtocol, i)
 	}
+	b := c.tgt.Bytes()[i*sgeLen : (i+1)*sgeLen]
+	s := decodeSGE(b, binary.LittleEndian)
+	if s.Length == 0 || s.Length > maxMsgData {
+		return fmt.Errorf("%w: a ring area of %d bytes", errProtocol, s.Length)
+	}
+	c.tsgl[i] = s
+	return nil
 }
 
 // updateCreditsLocked is rs_update_credits.

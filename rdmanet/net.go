@@ -40,6 +40,7 @@ type Listener struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	once   sync.Once
+	mu     sync.Mutex // guards cfg
 }
 
 // Listen listens at address ("IP:port"; port 0 picks one) on network
@@ -82,7 +83,10 @@ func (l *Listener) Accept() (net.Conn, error) {
 			req.Reject(nil)
 			continue
 		}
-		c, cd, err := newConn(l.l.Context(), l.cfg)
+		l.mu.Lock()
+		cfg := l.cfg
+		l.mu.Unlock()
+		c, cd, err := newConn(l.l.Context(), cfg)
 		if err != nil {
 			req.Reject(nil)
 			return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.addr, Err: err}
@@ -186,4 +190,15 @@ func (d *Dialer) dial(ctx context.Context, network, address string) (*Conn, erro
 	}
 	c.start(cmc, peer)
 	return c, nil
+}
+
+// SetConfig changes the buffer sizes of connections accepted from now on
+// (as rsetsockopt on a listening rsocket sets those of the sockets it
+// accepts). The device stays the listener's.
+func (l *Listener) SetConfig(cfg *Config) {
+	c := cfg.withDefaults()
+	c.Context = l.l.Context()
+	l.mu.Lock()
+	l.cfg = c
+	l.mu.Unlock()
 }
