@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -55,6 +56,7 @@ type Conn struct {
 	watchDone  chan struct{}
 
 	rmu, wmu sync.Mutex // one Read, one Write at a time
+	pollMu   sync.Mutex // one goroutine polls the CQ; guards wcs
 
 	mu sync.Mutex // guards what follows
 	rx rx
@@ -83,7 +85,7 @@ type Conn struct {
 	swr        verbs.SendWR
 	ssge       [2]verbs.SGE
 	rwr        verbs.RecvWR
-	wcs        [64]verbs.WC // the poller's
+	wcs        [64]verbs.WC // guarded by pollMu
 	rdl, wdl   deadline
 	owned      []func() error
 	closeErr   error
@@ -247,33 +249,18 @@ func (c *Conn) watch() {
 	}
 }
 
-// poll owns the CQ: it processes completions until the connection ends,
-// then drains what is left.
+// poll is the connection's background progress: it processes
+// completions whenever the CQ has some and nobody else is polling, until
+// the connection ends, then drains what is left.
 func (c *Conn) poll() {
 	defer close(c.pollerDone)
 	for {
-		n, err := c.cq.Poll(c.wcs[:])
+		n, err := c.progress(true)
 		if err != nil {
 			c.fail(fmt.Errorf("rdmanet: polling the CQ: %w", err))
 			return
 		}
 		if n > 0 {
-			c.mu.Lock()
-			reposts := 0
-			for i := range c.wcs[:n] {
-				reposts += c.completeLocked(&c.wcs[i])
-			}
-			if !c.closed && c.err == nil {
-				for ; reposts > 0; reposts-- {
-					if err := c.postRecv(); err != nil {
-						c.failLocked(err)
-						break
-					}
-				}
-				c.updateCreditsLocked()
-			}
-			c.mu.Unlock()
-			c.wake()
 			continue
 		}
 		if c.ctx.Err() != nil {
@@ -291,6 +278,59 @@ func (c *Conn) poll() {
 			return
 		}
 		c.cq.Wait(c.ctx)
+	}
+}
+
+// progress polls the CQ once and handles what it finds; only one
+// goroutine polls at a time (others return 0 at once unless wait). Read
+// and Write call it for a short while before they sleep, as rsocket
+// polls before it blocks: on a software provider polling also runs the
+// receive path, so the data is there without a goroutine hand-off.
+func (c *Conn) progress(wait bool) (int, error) {
+	if wait {
+		c.pollMu.Lock()
+	} else if !c.pollMu.TryLock() {
+		return 0, nil
+	}
+	n, err := c.cq.Poll(c.wcs[:])
+	if n > 0 {
+		c.mu.Lock()
+		reposts := 0
+		for i := range c.wcs[:n] {
+			reposts += c.completeLocked(&c.wcs[i])
+		}
+		if !c.closed && c.err == nil {
+			for ; reposts > 0; reposts-- {
+				if err := c.postRecv(); err != nil {
+					c.failLocked(err)
+					break
+				}
+			}
+			c.updateCreditsLocked()
+		}
+		c.mu.Unlock()
+	}
+	c.pollMu.Unlock()
+	if n > 0 {
+		c.wake()
+	}
+	return n, err
+}
+
+// spinTime is how long Read and Write poll before they sleep.
+const spinTime = 30 * time.Microsecond
+
+// spin polls for up to spinTime; it reports whether anything completed.
+func (c *Conn) spin() bool {
+	start := time.Now()
+	for {
+		if n, _ := c.progress(false); n > 0 {
+			return true
+		}
+		runtime.Gosched()
+		if time.Since(start) > spinTime {
+			return false
+		}
 	}
 }
 
@@ -495,6 +535,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 			return 0, io.EOF
 		}
 		c.mu.Unlock()
+		if c.spin() {
+			continue
+		}
 		select {
 		case <-c.readWake:
 		case <-c.closedCh:
@@ -536,6 +579,9 @@ func (c *Conn) Write(p []byte) (int, error) {
 		}
 		if !c.canSendLocked() {
 			c.mu.Unlock()
+			if c.spin() {
+				continue
+			}
 			select {
 			case <-c.writeWake:
 			case <-c.closedCh:
