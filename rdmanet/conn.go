@@ -318,7 +318,7 @@ func (c *Conn) progress(wait bool) (int, error) {
 }
 
 // spinTime is how long Read and Write poll before they sleep.
-const spinTime = 30 * time.Microsecond
+const spinTime = 100 * time.Microsecond
 
 // spin polls for up to spinTime; it reports whether anything completed.
 func (c *Conn) spin() bool {
