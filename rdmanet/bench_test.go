@@ -98,6 +98,9 @@ func BenchmarkPingPong64(b *testing.B) {
 
 // Read and Write allocate nothing in steady state.
 func TestZeroAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
 	devices(t)
 	c, s := pair(t, nil)
 	defer c.Close()

@@ -66,6 +66,10 @@ type Conn struct {
 	remoteSGL          sge // the peer's target SGL
 	remoteSGE          int
 	tgtNext            int // the target SGL entry the peer fills next
+	iomaps             []iomap // what the peer mapped for IOWrite
+	remoteIOMap        sge     // where this side's mappings go at the peer
+	remoteMaps         []bool  // which of those entries are in use
+	mappings           []*Mapping
 	sseqNo, sseqComp   uint16
 	sqeAvail           int
 	sbufAvail          uint32
@@ -111,6 +115,9 @@ type Config struct {
 	// Inline is the largest write sent inline (RDMA_INLINE); 0 means 64,
 	// a negative value none.
 	Inline int
+	// IOMapSize is how many buffers the peer may map for direct writes
+	// (RDMA_IOMAPSIZE, riomap); 0 means none.
+	IOMapSize int
 }
 
 func (c *Config) withDefaults() Config {
@@ -181,7 +188,8 @@ func newConn(vctx verbs.Context, cfg Config) (c *Conn, cd connData, err error) {
 		return nil, cd, err
 	}
 	c.owned = append(c.owned, c.ring.Dereg)
-	if c.tgt, err = c.pd.AllocMR(sglSize*sgeLen, remote); err != nil {
+	iomaps := scaleToValue(valueToScale(max(cfg.IOMapSize, 0), 8), 8)
+	if c.tgt, err = c.pd.AllocMR(sglSize*sgeLen+iomaps*iomapLen, remote); err != nil {
 		return nil, cd, err
 	}
 	c.owned = append(c.owned, c.tgt.Dereg)
@@ -203,7 +211,8 @@ func newConn(vctx verbs.Context, cfg Config) (c *Conn, cd connData, err error) {
 	c.sbufAvail = c.sendSize
 	c.ctrlMax = qpCtrlSize
 	c.sqeAvail = depth - qpCtrlSize
-	cd = connData{Version: 1, Flags: connFlagIOMap, Credits: uint16(depth),
+	c.iomaps = make([]iomap, iomaps)
+	cd = connData{Version: 1, Flags: connFlagIOMap, Credits: uint16(depth), TargetIOMapExp: uint8(valueToScale(iomaps, 8)),
 		TargetSGL: sge{Addr: c.tgt.Addr(), Key: c.tgt.RKey(), Length: sglSize},
 		DataBuf:   sge{Addr: c.ring.Addr(), Key: c.ring.RKey(), Length: uint32(cfg.RecvBuffer / 2)}}
 	return c, cd, nil
@@ -224,6 +233,11 @@ func (c *Conn) start(cmc *cm.Conn, peer connData) {
 		c.peerOrder = binary.BigEndian
 	}
 	c.tsgl[0] = peer.DataBuf
+	if peer.Flags&connFlagIOMap != 0 {
+		c.remoteIOMap = sge{Addr: peer.TargetSGL.Addr + sgeLen*uint64(peer.TargetSGL.Length), Key: peer.TargetSGL.Key,
+			Length: uint32(scaleToValue(int(peer.TargetIOMapExp), 8))}
+		c.remoteMaps = make([]bool, c.remoteIOMap.Length)
+	}
 	c.sseqComp = peer.Credits
 	c.ctx, c.stop = context.WithCancel(context.Background())
 	c.mu.Lock()
@@ -357,6 +371,9 @@ func (c *Conn) completeLocked(wc *verbs.WC) int {
 	switch msgOp(msg) {
 	case opSGL, opCtrl:
 		c.ctrlMax++
+	case opIOMapSGL:
+		c.sqeAvail++
+		c.sbufAvail += iomapLen
 	default:
 		c.sqeAvail++
 		c.sbufAvail += msgData(msg)
@@ -387,7 +404,12 @@ func (c *Conn) onMessageLocked(imm, byteLen uint32) error {
 			return fmt.Errorf("%w: RS_OP_SGL with %d bytes", errProtocol, byteLen)
 		}
 	case opIOMapSGL:
-		// riomap entries: this side never writes to the peer's iomap.
+		// riomap: the peer mapped a buffer at entry data of the iomap.
+		if byteLen != iomapLen || int(data) >= len(c.iomaps) {
+			return fmt.Errorf("%w: RS_OP_IOMAP_SGL for entry %d of %d with %d bytes", errProtocol, data, len(c.iomaps), byteLen)
+		}
+		off := sglSize*sgeLen + int(data)*iomapLen
+		c.iomaps[data] = decodeIOMap(c.tgt.Bytes()[off:off+iomapLen], binary.LittleEndian)
 	case opCtrl:
 		switch data {
 		case ctrlDisconnect:
@@ -599,22 +621,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 			}
 		}
 		xfer = min(xfer, c.sbufAvail, c.tsgl[c.tsge].Length)
-		nsge := 1
-		if end := c.sendSize - c.sbufHead; xfer <= end {
-			copy(c.sbuf.Bytes()[c.sbufHead:], p[n:n+int(xfer)])
-			c.ssge[0] = c.sbuf.SGE(int(c.sbufHead), int(xfer))
-			c.sbufHead += xfer
-		} else {
-			copy(c.sbuf.Bytes()[c.sbufHead:c.sendSize], p[n:])
-			copy(c.sbuf.Bytes(), p[n+int(end):n+int(xfer)])
-			c.ssge[0] = c.sbuf.SGE(int(c.sbufHead), int(end))
-			c.ssge[1] = c.sbuf.SGE(0, int(xfer-end))
-			c.sbufHead = xfer - end
-			nsge = 2
-		}
-		if c.sbufHead == c.sendSize {
-			c.sbufHead = 0
-		}
+		nsge := c.stageLocked(p[n : n+int(xfer)])
 		// rs_write_data
 		c.sseqNo++
 		c.sqeAvail--
@@ -723,6 +730,13 @@ func (c *Conn) close() {
 	<-c.pollerDone
 	<-c.watchDone
 	c.closeErr = c.cmc.Close()
+	c.mu.Lock()
+	maps := c.mappings
+	c.mappings = nil
+	c.mu.Unlock()
+	for _, m := range maps {
+		m.mr.Dereg()
+	}
 	if err := c.release(); err != nil && c.closeErr == nil {
 		c.closeErr = err
 	}

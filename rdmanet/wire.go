@@ -39,6 +39,7 @@ const (
 	connDataLen = 40 // sizeof(struct rs_conn_data)
 	sgeLen      = 16 // sizeof(struct rs_sge): addr u64, key u32, length u32
 	sglSize     = 2  // RS_SGL_SIZE: entries in the target SGL
+	iomapLen    = 24 // sizeof(struct rs_iomap): offset u64, then an rs_sge
 
 	connFlagNet   = 1 << 0 // RS_CONN_FLAG_NET: the sender is big-endian
 	connFlagIOMap = 1 << 1 // RS_CONN_FLAG_IOMAP
@@ -119,4 +120,35 @@ func decodeConnData(b []byte) (connData, error) {
 		return c, fmt.Errorf("%w: data buffer of %d bytes", errConnData, c.DataBuf.Length)
 	}
 	return c, nil
+}
+
+// valueToScale and scaleToValue are rsocket's compact encoding of the
+// iomap size in rs_conn_data (rs_value_to_scale, rs_scale_to_value).
+func valueToScale(v, bits int) int {
+	if v <= 1<<(bits-1) {
+		return v
+	}
+	return 1<<(bits-1) | v>>bits
+}
+
+func scaleToValue(v, bits int) int {
+	if v <= 1<<(bits-1) {
+		return v
+	}
+	return (v &^ (1 << (bits - 1))) << bits
+}
+
+// iomap is struct rs_iomap: a peer's buffer mapped at an offset.
+type iomap struct {
+	Offset uint64
+	SGE    sge
+}
+
+func (m iomap) encode(b []byte, order binary.ByteOrder) {
+	order.PutUint64(b, m.Offset)
+	m.SGE.encode(b[8:], order)
+}
+
+func decodeIOMap(b []byte, order binary.ByteOrder) iomap {
+	return iomap{Offset: order.Uint64(b), SGE: decodeSGE(b[8:], order)}
 }
