@@ -65,7 +65,7 @@ type Conn struct {
 	tsge               int
 	remoteSGL          sge // the peer's target SGL
 	remoteSGE          int
-	tgtNext            int // the target SGL entry the peer fills next
+	tgtNext            int     // the target SGL entry the peer fills next
 	iomaps             []iomap // what the peer mapped for IOWrite
 	remoteIOMap        sge     // where this side's mappings go at the peer
 	remoteMaps         []bool  // which of those entries are in use
