@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -34,6 +36,7 @@ type rstreamOpts struct {
 	start, end              time.Time
 	dev                     *soft.Device
 	ln                      net.Listener
+	riostream               bool // riostream: data by riowrite into the peer's riomap
 }
 
 var rstreamSizes = []struct{ size, option int }{
@@ -48,9 +51,16 @@ var rstreamSizes = []struct{ size, option int }{
 	{1 << 21, 1}, {1<<21 + 1<<20, 1}, {1 << 22, 1}, {1<<22 + 1<<21, 1},
 }
 
-func runRstream(args []string) error {
-	o := &rstreamOpts{port: "7471", iterations: 1, count: 1000, size: 1000, inline: 64, name: "custom"}
-	fs := flag.NewFlagSet("rstream", flag.ContinueOnError)
+func runRstream(args []string) error { return rstreamMain("rstream", args) }
+
+// runRiostream is librdmacm's riostream: rstream's tests with the data
+// moved by riowrite into a buffer the peer mapped with riomap, the
+// receiver watching the buffer's last byte.
+func runRiostream(args []string) error { return rstreamMain("riostream", args) }
+
+func rstreamMain(name string, args []string) error {
+	o := &rstreamOpts{port: "7471", iterations: 1, count: 1000, size: 1000, inline: 64, name: "custom", riostream: name == "riostream"}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.StringVar(&o.dst, "s", "", "server_address (client mode)")
 	fs.StringVar(&o.src, "b", "", "bind_address")
 	format := fs.String("f", "", "address_format: name, ip, ipv6, or gid")
@@ -67,7 +77,9 @@ func runRstream(args []string) error {
 		return atoiTo(v, &o.size)
 	})
 	fs.StringVar(&o.port, "p", "7471", "port_number")
-	fs.Int("k", 0, "keepalive_time (not supported: ignored)")
+	if !o.riostream {
+		fs.Int("k", 0, "keepalive_time (not supported: ignored)")
+	}
 	fs.Func("T", "test_option: s|sockets a|async b|blocking n|nonblocking r|resolve v|verify", func(v string) error {
 		switch l := strings.ToLower(v); {
 		case l == "s" || strings.HasPrefix(l, "socket"):
@@ -107,6 +119,9 @@ func (o *rstreamOpts) config(latency bool) *rdmanet.Config {
 	}
 	if o.dev != nil {
 		c.Context = o.dev
+	}
+	if o.riostream {
+		c.IOMapSize = 1 // RDMA_IOMAPSIZE 1, as riostream sets
 	}
 	return c
 }
@@ -243,6 +258,9 @@ func (o *rstreamOpts) recv(c net.Conn, size int) error {
 }
 
 func (o *rstreamOpts) runTest(c net.Conn) error {
+	if o.riostream {
+		return o.runIOTest(c)
+	}
 	client := o.dst != ""
 	xfer := func(first bool, size int) error {
 		if first == client {
@@ -327,4 +345,109 @@ func sizeToCount(size int) int {
 		return 10000
 	}
 	return 100000
+}
+
+// runIOTest is riostream's run_test.
+func (o *rstreamOpts) runIOTest(nc net.Conn) error {
+	c, ok := nc.(*rdmanet.Conn)
+	if !ok {
+		return fmt.Errorf("riostream needs rsockets (no -T s)")
+	}
+	client := o.dst != ""
+	m, err := c.IOMap(o.size, 0)
+	if err != nil {
+		return fmt.Errorf("riomap: %w", err)
+	}
+	defer m.Unmap()
+	buf := m.Bytes()
+	poll := &buf[o.size-1]
+	*poll = 0xff
+	msg := make([]byte, 16)
+	sync := func(send bool) error {
+		if send {
+			_, err := c.Write(msg)
+			return err
+		}
+		_, err := io.ReadFull(c, msg)
+		return err
+	}
+	if err := sync(client); err != nil {
+		return err
+	}
+	if err := sync(!client); err != nil {
+		return err
+	}
+	write := func() error {
+		if _, err := c.IOWrite(buf, 0); err != nil {
+			return fmt.Errorf("riowrite: %w", err)
+		}
+		return nil
+	}
+	var marker uint8
+	sendAll := func() error {
+		for t := 0; t < o.count-1; t++ {
+			if err := write(); err != nil {
+				return err
+			}
+		}
+		*poll = marker
+		marker++
+		if o.verify {
+			for i := range buf[:o.size-1] {
+				buf[i] = o.fmtData
+				o.fmtData++
+			}
+		}
+		return write()
+	}
+	recvAll := func() error {
+		want := marker
+		marker++
+		for spins := 0; *poll != want; spins++ {
+			m.Progress()
+			if spins%64 == 63 {
+				runtime.Gosched()
+			}
+			if spins%(1<<16) == 0 {
+				if err := c.SetReadDeadline(time.Now()); err == nil {
+					// A zero-length read reports a failed connection.
+					if _, err := c.Read(nil); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && err != io.EOF {
+						return fmt.Errorf("riostream: waiting for data: %w", err)
+					}
+					c.SetReadDeadline(time.Time{})
+				}
+			}
+		}
+		if o.verify {
+			for i, b := range buf[:o.size-1] {
+				if b != o.verData {
+					return fmt.Errorf("data verification failed byte %d", o.verTotal+int64(i))
+				}
+				o.verData++
+			}
+			o.verTotal += int64(o.size - 1)
+		}
+		return nil
+	}
+	o.start = time.Now()
+	for i := 0; i < o.iterations; i++ {
+		if client {
+			if err := sendAll(); err != nil {
+				return err
+			}
+			if err := recvAll(); err != nil {
+				return err
+			}
+		} else {
+			if err := recvAll(); err != nil {
+				return err
+			}
+			if err := sendAll(); err != nil {
+				return err
+			}
+		}
+	}
+	o.end = time.Now()
+	o.showPerf()
+	return nil
 }
