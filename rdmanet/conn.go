@@ -46,6 +46,7 @@ type Conn struct {
 	raddr *Addr
 
 	sendSize  uint32
+	keepAlive time.Duration
 	sqSize    int
 	inline    uint32
 	peerOrder binary.ByteOrder // how the peer reads the SGEs we write
@@ -118,6 +119,11 @@ type Config struct {
 	// IOMapSize is how many buffers the peer may map for direct writes
 	// (RDMA_IOMAPSIZE, riomap); 0 means none.
 	IOMapSize int
+	// KeepAlive, if positive, sends an RS_CTRL_KEEPALIVE that often
+	// (rsocket's SO_KEEPALIVE), so that a peer that died while this side
+	// only reads is found within KeepAlive plus the transport's retry
+	// time. Zero means none, as for rsocket.
+	KeepAlive time.Duration
 }
 
 func (c *Config) withDefaults() Config {
@@ -207,6 +213,7 @@ func newConn(vctx verbs.Context, cfg Config) (c *Conn, cd connData, err error) {
 		}
 	}
 	c.sendSize, c.sqSize, c.inline = uint32(cfg.SendBuffer), depth, uint32(inline)
+	c.keepAlive = cfg.KeepAlive
 	c.rx = newRx(uint32(cfg.RecvBuffer), uint16(depth))
 	c.sbufAvail = c.sendSize
 	c.ctrlMax = qpCtrlSize
@@ -256,10 +263,27 @@ func (c *Conn) postRecv() error {
 // the QP failed).
 func (c *Conn) watch() {
 	defer close(c.watchDone)
-	select {
-	case <-c.cmc.Done():
-		c.stop()
-	case <-c.ctx.Done():
+	var tick <-chan time.Time
+	if c.keepAlive > 0 {
+		t := time.NewTicker(c.keepAlive)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-c.cmc.Done():
+			c.stop()
+			return
+		case <-c.ctx.Done():
+			return
+		case <-tick:
+			c.mu.Lock()
+			if !c.closed && c.err == nil && !c.peerGone && c.ctrlSeqno != c.ctrlMax {
+				c.ctrlSeqno++
+				c.postLocked(msgSet(opCtrl, ctrlKeepalive), 0, 0, 0, 0)
+			}
+			c.mu.Unlock()
+		}
 	}
 }
 

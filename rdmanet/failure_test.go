@@ -16,6 +16,9 @@ import (
 // A peer whose QP breaks (it stops answering: retries run out) makes a
 // blocked Read and a Write fail within the transport's retry time.
 func TestBrokenPeer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for the transport's retries (about 17 s)")
+	}
 	devices(t)
 	checkGoroutines(t)
 	c, s := pair(t, nil)
@@ -46,6 +49,60 @@ func TestBrokenPeer(t *testing.T) {
 		t.Fatal("blocked Read did not fail")
 	}
 	t.Logf("failed after %v: %v", time.Since(start), werr)
+}
+
+// With KeepAlive, a peer that dies while this side only reads is found.
+func TestKeepAliveFindsDeadPeer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for the transport's retries (about 17 s)")
+	}
+	devices(t)
+	checkGoroutines(t)
+	c, s := pair(t, &Config{KeepAlive: 100 * time.Millisecond})
+	defer c.Close()
+	defer s.Close()
+	rerr := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 10))
+		rerr <- err
+	}()
+	s.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.QPAttrState)
+	select {
+	case err := <-rerr:
+		if err == nil || err == io.EOF {
+			t.Errorf("blocked Read: %v, want an error", err)
+		}
+		t.Logf("Read: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("a reader of a dead peer with KeepAlive never learned of it")
+	}
+}
+
+// Close wakes a Write blocked on a full ring at once.
+func TestCloseWakesWrite(t *testing.T) {
+	devices(t)
+	checkGoroutines(t)
+	c, s := pair(t, nil)
+	defer s.Close()
+	werr := make(chan error, 1)
+	go func() {
+		_, err := c.Write(make([]byte, 8<<20)) // the peer reads nothing
+		werr <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	go c.Close()
+	select {
+	case err := <-werr:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Errorf("Write after Close: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("Close did not wake the blocked Write")
+	}
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Errorf("Write took %v to return after Close", d)
+	}
 }
 
 // hostileWrite posts an RDMA WRITE WITH IMM from s's QP outside the
