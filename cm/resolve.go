@@ -215,3 +215,21 @@ func resolveRoute(dst netip.Addr, o *Options) (*route, error) {
 	}
 	return r, nil
 }
+
+// Resolve returns the device that Dial would use to reach address
+// ("IP:port", network "rdma"), and the local address it would connect
+// from, without connecting. Callers that must register memory before
+// dialing (to offer it in the REQ's private data, as rsocket does) create
+// their PD, QP and MRs on it and pass them in Options.
+func Resolve(network, address string, opts *Options) (verbs.Context, netip.Addr, error) {
+	raddr, err := splitAddr(network, address)
+	if err != nil {
+		return nil, netip.Addr{}, err
+	}
+	o := opts.withDefaults()
+	r, err := resolveRoute(raddr.Addr(), &o)
+	if err != nil {
+		return nil, netip.Addr{}, err
+	}
+	return r.ctx, r.src, nil
+}

@@ -31,6 +31,8 @@ var commands = map[string]command{
 	"ibv_ud_pingpong": {"UD SEND ping-pong, compatible with rdma-core's ibv_ud_pingpong", runUDPingpong},
 	"rping":           {"RDMA READ/WRITE ping over rdma_cm, compatible with librdmacm's rping", runRping},
 	"ucmatose":        {"RC connections and SENDs over rdma_cm, compatible with librdmacm's ucmatose", runUcmatose},
+	"rstream":         {"stream bandwidth and latency over rsockets, compatible with librdmacm's rstream", runRstream},
+	"riostream":       {"stream tests by riowrite into riomap'd buffers, compatible with librdmacm's riostream", runRiostream},
 	"udaddy":          {"UD SENDs to a peer resolved with SIDR, compatible with librdmacm's udaddy", runUdaddy},
 }
 

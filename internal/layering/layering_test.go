@@ -37,7 +37,8 @@ var rules = []struct {
 	{"internal/replay", []string{"internal/pcapfile"}, nil},
 	{"internal/pcapfile", nil, []string{"github.com/gopacket/gopacket"}},
 	{"provider", []string{"wire", "verbs", "transport", "internal/roce", "internal/netsim", "internal/spin"}, []string{"golang.org/x/sys"}},
-	{"cm", []string{"verbs", "wire"}, nil}, // wire: the CM MAD layouts (DESIGN: MAD layouts live in wire)
+	{"cm", []string{"verbs", "wire"}, nil},    // wire: the CM MAD layouts (DESIGN: MAD layouts live in wire)
+	{"rdmanet", []string{"verbs", "cm"}, nil}, // sockets over RDMA (rsocket)
 	{"metrics", []string{"provider/soft", "verbs"}, []string{"github.com/prometheus"}},
 	{"cmd", []string{""}, []string{""}}, // the CLI may import anything
 	{"internal/layering", nil, nil},

@@ -208,6 +208,8 @@ counters "after the 2% loss cases"
 
 # --- rdma_cm: rping, ucmatose, udaddy (cm_cases.sh) ---------------------
 . "$ROOT/test/interop/cm_cases.sh"
+# --- rsocket: rstream (rsocket_cases.sh), full run only --------------------
+[ $QUICK = 0 ] && . "$ROOT/test/interop/rsocket_cases.sh"
 
 say ""
 [ $FAIL -gt 0 ] && say "failed: ${FAILED[*]}"

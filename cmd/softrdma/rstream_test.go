@@ -1,0 +1,45 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+// rstream and riostream, both roles in this process (each role opens its
+// own device), data verified; -T s runs rstream over TCP.
+func TestRstream(t *testing.T) {
+	for i, tc := range []struct {
+		cmd  func([]string) error
+		args []string
+	}{
+		{runRstream, []string{"-S", "3000", "-C", "50", "-T", "v", "-B", "4096"}},
+		{runRstream, []string{"-S", "64", "-C", "1", "-I", "100", "-T", "v"}},
+		{runRstream, []string{"-S", "1000", "-C", "10", "-T", "s", "-T", "v"}},
+		{runRiostream, []string{"-S", "5000", "-C", "10", "-T", "v"}},
+	} {
+		srv, cli := "127.0.76.2", "127.0.76.1"
+		port := []string{"-p", "17471"}
+		errc := make(chan error, 1)
+		go func() { errc <- tc.cmd(append(append([]string{"-b", srv}, port...), tc.args...)) }()
+		time.Sleep(300 * time.Millisecond)
+		if err := tc.cmd(append(append([]string{"-b", cli, "-s", srv}, port...), tc.args...)); err != nil {
+			t.Errorf("case %d client: %v", i, err)
+		}
+		if err := <-errc; err != nil {
+			t.Errorf("case %d server: %v", i, err)
+		}
+	}
+}
+
+func TestSizeStr(t *testing.T) {
+	for n, want := range map[int64]string{64: "64", 1000: "1000", 1024: "1k", 1536: "1.5k", 12800000: "12m", 218103808: "208m", 6 << 20: "6m", 100000: "97k", 9000: "8.7k"} {
+		if got := sizeStr(n); got != want {
+			t.Errorf("sizeStr(%d) = %q, want %q", n, got, want)
+		}
+	}
+	for n, want := range map[int64]string{1: "1", 1000: "1k", 100000: "100k", 2500000: "2m"} {
+		if got := cntStr(n); got != want {
+			t.Errorf("cntStr(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -1,0 +1,798 @@
+package rdmanet
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/softrdma/softrdma/cm"
+	"github.com/softrdma/softrdma/verbs"
+)
+
+// Conn is a stream connection carried by RDMA in rsocket's protocol. It
+// implements net.Conn; Read and Write may run concurrently with each other
+// (one reader and one writer at a time; more are serialized), and with
+// Close, SetDeadline and CloseWrite.
+//
+// The data path, sending side:
+//
+//	Write(p) ─► copy a chunk into the send buffer (registered) ─► RDMA WRITE
+//	WITH IMM(RS_OP_DATA, n) into the peer's ring at the target SGL entry
+//	─► the send completion frees the send buffer bytes
+//
+// receiving side (the poller goroutine owns the CQ):
+//
+//	CQ ─► poll ─► RS_OP_DATA: rx.onData (checked) ─► wake Read
+//	          ─► RS_OP_SGL: new credits; new target SGL entry ─► wake Write
+//	          ─► RS_OP_CTRL: shutdown / disconnect ─► EOF
+//	Read(p) ─► rx.read from the ring ─► credits back (RS_OP_SGL) when due
+type Conn struct {
+	cmc   *cm.Conn
+	pd    verbs.PD
+	cq    verbs.CQ // sends and receives, as rsocket
+	qp    verbs.QP
+	ring  verbs.MR // the receive ring the peer writes into
+	tgt   verbs.MR // the target SGL the peer writes ring areas into
+	sbuf  verbs.MR // the send buffer, then qpCtrlSize control slots
+	laddr *Addr
+	raddr *Addr
+
+	sendSize  uint32
+	keepAlive time.Duration
+	sqSize    int
+	inline    uint32
+	peerOrder binary.ByteOrder // how the peer reads the SGEs we write
+
+	ctx        context.Context // the poller's lifetime
+	stop       context.CancelFunc
+	pollerDone chan struct{}
+	watchDone  chan struct{}
+
+	rmu, wmu sync.Mutex // one Read, one Write at a time
+	pollMu   sync.Mutex // one goroutine polls the CQ; guards wcs
+
+	mu sync.Mutex // guards what follows
+	rx rx
+	// Send half (rsocket's names).
+	tsgl               [sglSize]sge // where to write next in the peer's ring
+	tsge               int
+	remoteSGL          sge // the peer's target SGL
+	remoteSGE          int
+	tgtNext            int     // the target SGL entry the peer fills next
+	iomaps             []iomap // what the peer mapped for IOWrite
+	remoteIOMap        sge     // where this side's mappings go at the peer
+	remoteMaps         []bool  // which of those entries are in use
+	mappings           []*Mapping
+	sseqNo, sseqComp   uint16
+	sqeAvail           int
+	sbufAvail          uint32
+	sbufHead           uint32 // next free byte in the send buffer
+	ctrlSeqno, ctrlMax uint32
+	ctrlSlot           int
+	sending            int // sends posted and not completed
+	// State.
+	err        error // the connection failed; both directions return it
+	closed     bool
+	rdShut     bool // the peer will send no more (SHUTDOWN, DISCONNECT, DREQ)
+	wrShut     bool // CloseWrite was called
+	peerGone   bool // the peer disconnected: writes fail
+	readWake   chan struct{}
+	writeWake  chan struct{}
+	closedCh   chan struct{}
+	swr        verbs.SendWR
+	ssge       [2]verbs.SGE
+	rwr        verbs.RecvWR
+	wcs        [64]verbs.WC // guarded by pollMu
+	rdl, wdl   deadline
+	owned      []func() error
+	closeErr   error
+	closeDone  chan struct{}
+	closeStart sync.Once
+}
+
+// Config tunes the buffers of a connection. The zero value (or nil) is
+// rsocket's defaults: 128 KiB send and receive buffers, 384 work requests
+// each way, 64 bytes inline.
+type Config struct {
+	// Context is the device to use; nil finds it from the address (an
+	// opened device that has the local address or reaches the remote one).
+	Context verbs.Context
+	// RecvBuffer is the ring the peer writes into (rsocket's SO_RCVBUF);
+	// it is rounded up to an even number of bytes.
+	RecvBuffer int
+	// SendBuffer is the registered buffer writes are copied into.
+	SendBuffer int
+	// QueueDepth is the send and receive queue size (at least 16); the
+	// receive depth is also the credits the peer gets.
+	QueueDepth int
+	// Inline is the largest write sent inline (RDMA_INLINE); 0 means 64,
+	// a negative value none.
+	Inline int
+	// IOMapSize is how many buffers the peer may map for direct writes
+	// (RDMA_IOMAPSIZE, riomap); 0 means none.
+	IOMapSize int
+	// KeepAlive, if positive, sends an RS_CTRL_KEEPALIVE that often
+	// (rsocket's SO_KEEPALIVE), so that a peer that died while this side
+	// only reads is found within KeepAlive plus the transport's retry
+	// time. Zero means none, as for rsocket.
+	KeepAlive time.Duration
+}
+
+func (c *Config) withDefaults() Config {
+	var d Config
+	if c != nil {
+		d = *c
+	}
+	if d.RecvBuffer <= 0 {
+		d.RecvBuffer = defaultRecvBuffer
+	}
+	d.RecvBuffer = (d.RecvBuffer + 1) &^ 1
+	if d.SendBuffer <= 0 {
+		d.SendBuffer = defaultSendBuffer
+	}
+	d.SendBuffer = max(d.SendBuffer, sndLowat)
+	if d.QueueDepth <= 0 {
+		d.QueueDepth = defaultQueueDepth
+	}
+	d.QueueDepth = min(max(d.QueueDepth, minQueueDepth), 0xFFFE)
+	if d.Inline == 0 {
+		d.Inline = defaultInline
+	}
+	d.Inline = max(d.Inline, 0)
+	return d
+}
+
+// newConn creates the verbs objects of one endpoint on vctx, the QP in
+// INIT with its receives posted (as rs_create_ep does before connecting),
+// and the connection data to offer the peer.
+func newConn(vctx verbs.Context, cfg Config) (c *Conn, cd connData, err error) {
+	c = &Conn{readWake: make(chan struct{}, 1), writeWake: make(chan struct{}, 1),
+		closedCh: make(chan struct{}), closeDone: make(chan struct{}),
+		pollerDone: make(chan struct{}), watchDone: make(chan struct{}),
+		rdl: newDeadline(), wdl: newDeadline()}
+	defer func() {
+		if err != nil {
+			c.release()
+		}
+	}()
+	da, err := vctx.QueryDevice()
+	if err != nil {
+		return nil, cd, err
+	}
+	depth := cfg.QueueDepth
+	if da.MaxQPWR > 0 {
+		depth = min(depth, da.MaxQPWR)
+	}
+	inline := cfg.Inline
+	if da.MaxInlineData > 0 {
+		inline = min(inline, da.MaxInlineData)
+	}
+	if c.pd, err = vctx.AllocPD(); err != nil {
+		return nil, cd, err
+	}
+	c.owned = append(c.owned, c.pd.Dealloc)
+	if c.cq, err = vctx.CreateCQ(2*depth, nil); err != nil {
+		return nil, cd, err
+	}
+	c.owned = append(c.owned, c.cq.Destroy)
+	c.qp, err = c.pd.CreateQP(&verbs.QPInitAttr{SendCQ: c.cq, RecvCQ: c.cq, QPType: verbs.QPTypeRC, SigAll: true,
+		Cap: verbs.QPCap{MaxSendWR: uint32(depth), MaxRecvWR: uint32(depth), MaxSendSGE: 2, MaxRecvSGE: 1, MaxInlineData: uint32(inline)}})
+	if err != nil {
+		return nil, cd, err
+	}
+	c.owned = append(c.owned, c.qp.Destroy)
+	remote := verbs.AccessLocalWrite | verbs.AccessRemoteWrite
+	if c.ring, err = c.pd.AllocMR(cfg.RecvBuffer, remote); err != nil {
+		return nil, cd, err
+	}
+	c.owned = append(c.owned, c.ring.Dereg)
+	iomaps := scaleToValue(valueToScale(max(cfg.IOMapSize, 0), 8), 8)
+	if c.tgt, err = c.pd.AllocMR(sglSize*sgeLen+iomaps*iomapLen, remote); err != nil {
+		return nil, cd, err
+	}
+	c.owned = append(c.owned, c.tgt.Dereg)
+	if c.sbuf, err = c.pd.AllocMR(cfg.SendBuffer+qpCtrlSize*sgeLen, verbs.AccessLocalWrite); err != nil {
+		return nil, cd, err
+	}
+	c.owned = append(c.owned, c.sbuf.Dereg)
+	p := cm.DefaultParams()
+	if err = cm.Init(c.qp, &p); err != nil {
+		return nil, cd, err
+	}
+	for i := 0; i < depth; i++ {
+		if err = c.postRecv(); err != nil {
+			return nil, cd, err
+		}
+	}
+	c.sendSize, c.sqSize, c.inline = uint32(cfg.SendBuffer), depth, uint32(inline)
+	c.keepAlive = cfg.KeepAlive
+	c.rx = newRx(uint32(cfg.RecvBuffer), uint16(depth))
+	c.sbufAvail = c.sendSize
+	c.ctrlMax = qpCtrlSize
+	c.sqeAvail = depth - qpCtrlSize
+	c.iomaps = make([]iomap, iomaps)
+	cd = connData{Version: 1, Flags: connFlagIOMap, Credits: uint16(depth), TargetIOMapExp: uint8(valueToScale(iomaps, 8)),
+		TargetSGL: sge{Addr: c.tgt.Addr(), Key: c.tgt.RKey(), Length: sglSize},
+		DataBuf:   sge{Addr: c.ring.Addr(), Key: c.ring.RKey(), Length: uint32(cfg.RecvBuffer / 2)}}
+	return c, cd, nil
+}
+
+// start takes the peer's connection data and the established cm
+// connection, and starts the poller.
+func (c *Conn) start(cmc *cm.Conn, peer connData) {
+	c.cmc = cmc
+	lp, rp := cmc.LocalAddr(), cmc.RemoteAddr()
+	c.laddr, c.raddr = &Addr{lp}, &Addr{rp}
+	c.remoteSGL = peer.TargetSGL
+	c.remoteSGL.Length = min(c.remoteSGL.Length, 1<<16)
+	c.remoteSGE = 1
+	c.tgtNext = 1
+	c.peerOrder = binary.ByteOrder(binary.LittleEndian)
+	if peer.Flags&connFlagNet != 0 {
+		c.peerOrder = binary.BigEndian
+	}
+	c.tsgl[0] = peer.DataBuf
+	if peer.Flags&connFlagIOMap != 0 {
+		c.remoteIOMap = sge{Addr: peer.TargetSGL.Addr + sgeLen*uint64(peer.TargetSGL.Length), Key: peer.TargetSGL.Key,
+			Length: uint32(scaleToValue(int(peer.TargetIOMapExp), 8))}
+		c.remoteMaps = make([]bool, c.remoteIOMap.Length)
+	}
+	c.sseqComp = peer.Credits
+	c.ctx, c.stop = context.WithCancel(context.Background())
+	c.mu.Lock()
+	c.updateCreditsLocked() // the second half of the ring, at once
+	c.mu.Unlock()
+	go c.poll()
+	go c.watch()
+}
+
+func (c *Conn) postRecv() error {
+	c.rwr = verbs.RecvWR{WRID: 1 << 63}
+	return c.qp.PostRecv(&c.rwr)
+}
+
+// watch ends the poller when the cm connection ends (the peer's DREQ, or
+// the QP failed).
+func (c *Conn) watch() {
+	defer close(c.watchDone)
+	var tick <-chan time.Time
+	if c.keepAlive > 0 {
+		t := time.NewTicker(c.keepAlive)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-c.cmc.Done():
+			c.stop()
+			return
+		case <-c.ctx.Done():
+			return
+		case <-tick:
+			c.mu.Lock()
+			if !c.closed && c.err == nil && !c.peerGone && c.ctrlSeqno != c.ctrlMax {
+				c.ctrlSeqno++
+				c.postLocked(msgSet(opCtrl, ctrlKeepalive), 0, 0, 0, 0)
+			}
+			c.mu.Unlock()
+		}
+	}
+}
+
+// poll is the connection's background progress: it processes
+// completions whenever the CQ has some and nobody else is polling, until
+// the connection ends, then drains what is left.
+func (c *Conn) poll() {
+	defer close(c.pollerDone)
+	for {
+		n, err := c.progress(true)
+		if err != nil {
+			c.fail(fmt.Errorf("rdmanet: polling the CQ: %w", err))
+			return
+		}
+		if n > 0 {
+			continue
+		}
+		if c.ctx.Err() != nil {
+			c.mu.Lock()
+			if !c.closed && c.err == nil {
+				// The peer disconnected without (or after) its RS_CTRL
+				// message: what is queued can still be read.
+				c.rdShut, c.peerGone = true, true
+				if e := c.cmc.Err(); errors.Is(e, cm.ErrQPError) {
+					c.failLocked(e)
+				}
+			}
+			c.mu.Unlock()
+			c.wake()
+			return
+		}
+		c.cq.Wait(c.ctx)
+	}
+}
+
+// progress polls the CQ once and handles what it finds; only one
+// goroutine polls at a time (others return 0 at once unless wait). Read
+// and Write call it for a short while before they sleep, as rsocket
+// polls before it blocks: on a software provider polling also runs the
+// receive path, so the data is there without a goroutine hand-off.
+func (c *Conn) progress(wait bool) (int, error) {
+	if wait {
+		c.pollMu.Lock()
+	} else if !c.pollMu.TryLock() {
+		return 0, nil
+	}
+	n, err := c.cq.Poll(c.wcs[:])
+	if n > 0 {
+		c.mu.Lock()
+		reposts := 0
+		for i := range c.wcs[:n] {
+			reposts += c.completeLocked(&c.wcs[i])
+		}
+		if !c.closed && c.err == nil {
+			for ; reposts > 0; reposts-- {
+				if err := c.postRecv(); err != nil {
+					c.failLocked(err)
+					break
+				}
+			}
+			c.updateCreditsLocked()
+		}
+		c.mu.Unlock()
+	}
+	c.pollMu.Unlock()
+	if n > 0 {
+		c.wake()
+	}
+	return n, err
+}
+
+// spinTime is how long Read and Write poll before they sleep.
+const spinTime = 100 * time.Microsecond
+
+// spin polls for up to spinTime; it reports whether anything completed.
+func (c *Conn) spin() bool {
+	start := time.Now()
+	for {
+		if n, _ := c.progress(false); n > 0 {
+			return true
+		}
+		runtime.Gosched()
+		if time.Since(start) > spinTime {
+			return false
+		}
+	}
+}
+
+// completeLocked handles one completion; it returns 1 when a receive was
+// consumed (to be posted again).
+func (c *Conn) completeLocked(wc *verbs.WC) int {
+	if wc.WRID&(1<<63) != 0 { // a receive
+		if wc.Status != verbs.WCSuccess {
+			if !c.closed && wc.Status != verbs.WCWRFlushErr {
+				c.failLocked(fmt.Errorf("rdmanet: receive completed with %v", wc.Status))
+			}
+			return 0
+		}
+		if wc.WCFlags&verbs.WCWithImm == 0 {
+			c.failLocked(fmt.Errorf("%w: a message without immediate data (%v)", errProtocol, wc.Opcode))
+			return 1
+		}
+		if err := c.onMessageLocked(wc.ImmData, wc.ByteLen); err != nil {
+			c.failLocked(err)
+		}
+		return 1
+	}
+	msg := uint32(wc.WRID)
+	switch msgOp(msg) {
+	case opSGL, opCtrl:
+		c.ctrlMax++
+	case opIOMapSGL:
+		c.sqeAvail++
+		c.sbufAvail += iomapLen
+	default:
+		c.sqeAvail++
+		c.sbufAvail += msgData(msg)
+	}
+	c.sending--
+	if wc.Status != verbs.WCSuccess && !c.closed {
+		c.failLocked(fmt.Errorf("rdmanet: the peer did not take a write: %v", wc.Status))
+	}
+	return 0
+}
+
+// onMessageLocked is rs_poll_cq's receive case, with the checks rsocket
+// leaves out.
+func (c *Conn) onMessageLocked(imm, byteLen uint32) error {
+	switch op, data := msgOp(imm), msgData(imm); op {
+	case opData:
+		if byteLen != data {
+			return fmt.Errorf("%w: RS_OP_DATA announces %d bytes but %d were written", errProtocol, data, byteLen)
+		}
+		return c.rx.onData(data)
+	case opSGL:
+		c.sseqComp = uint16(data)
+		switch byteLen {
+		case 0: // credits only
+		case sgeLen:
+			return c.loadTargetLocked()
+		default:
+			return fmt.Errorf("%w: RS_OP_SGL with %d bytes", errProtocol, byteLen)
+		}
+	case opIOMapSGL:
+		// riomap: the peer mapped a buffer at entry data of the iomap.
+		if byteLen != iomapLen || int(data) >= len(c.iomaps) {
+			return fmt.Errorf("%w: RS_OP_IOMAP_SGL for entry %d of %d with %d bytes", errProtocol, data, len(c.iomaps), byteLen)
+		}
+		off := sglSize*sgeLen + int(data)*iomapLen
+		c.iomaps[data] = decodeIOMap(c.tgt.Bytes()[off:off+iomapLen], binary.LittleEndian)
+	case opCtrl:
+		switch data {
+		case ctrlDisconnect:
+			c.rdShut, c.peerGone = true, true
+		case ctrlShutdown:
+			c.rdShut = true
+			if c.wrShut {
+				c.peerGone = true
+			}
+		}
+	default:
+		return fmt.Errorf("%w: reserved operation %d in immediate %#08x", errProtocol, op, imm)
+	}
+	return nil
+}
+
+// loadTargetLocked takes the ring area the peer wrote into the next
+// entry of the target SGL with the RS_OP_SGL just completed. rsocket
+// reads the entries in place whenever it looks; this side reads an entry
+// only after the completion of the WRITE that filled it (the peer fills
+// entries 1, 0, 1, 0, ...), so it never sees one half written.
+func (c *Conn) loadTargetLocked() error {
+	i := c.tgtNext
+	c.tgtNext = (c.tgtNext + 1) % sglSize
+	if c.tsgl[i].Length != 0 {
+		return fmt.Errorf("%w: a ring area for target SGL entry %d, which is still in use", errProtocol, i)
+	}
+	b := c.tgt.Bytes()[i*sgeLen : (i+1)*sgeLen]
+	s := decodeSGE(b, binary.LittleEndian)
+	if s.Length == 0 || s.Length > maxMsgData {
+		return fmt.Errorf("%w: a ring area of %d bytes", errProtocol, s.Length)
+	}
+	c.tsgl[i] = s
+	return nil
+}
+
+// updateCreditsLocked is rs_update_credits.
+func (c *Conn) updateCreditsLocked() {
+	if c.err != nil || c.closed || c.peerGone || c.ctrlSeqno == c.ctrlMax || !c.rx.needCredits() {
+		return
+	}
+	c.ctrlSeqno++
+	credit, off, area := c.rx.grant()
+	imm := msgSet(opSGL, credit)
+	if !area {
+		c.postLocked(imm, 0, 0, 0, 0)
+		return
+	}
+	slot := c.sendSize + uint32(c.ctrlSlot)*sgeLen
+	c.ctrlSlot = (c.ctrlSlot + 1) % qpCtrlSize
+	b := c.sbuf.Bytes()[slot : slot+sgeLen]
+	sge{Addr: c.ring.Addr() + uint64(off), Key: c.ring.RKey(), Length: c.rx.half}.encode(b, c.peerOrder)
+	c.ssge[0] = c.sbuf.SGE(int(slot), sgeLen)
+	c.postLocked(imm, 1, c.remoteSGL.Addr+uint64(c.remoteSGE)*sgeLen, c.remoteSGL.Key, verbs.SendInline)
+	c.remoteSGE++
+	if c.remoteSGE == int(c.remoteSGL.Length) {
+		c.remoteSGE = 0
+	}
+}
+
+// postLocked posts one RDMA WRITE WITH IMM of the first nsge of c.ssge.
+func (c *Conn) postLocked(imm uint32, nsge int, addr uint64, rkey uint32, flags verbs.SendFlags) {
+	if nsge > 0 {
+		n := uint32(0)
+		for _, s := range c.ssge[:nsge] {
+			n += s.Length
+		}
+		if n > c.inline {
+			flags &^= verbs.SendInline
+		}
+	}
+	c.swr = verbs.SendWR{WRID: uint64(imm), Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled | flags,
+		ImmData: imm, RemoteAddr: addr, RKey: rkey, SGList: c.ssge[:nsge]}
+	if err := c.qp.PostSend(&c.swr); err != nil {
+		c.failLocked(fmt.Errorf("rdmanet: posting a write: %w", err))
+		return
+	}
+	c.sending++
+}
+
+func (c *Conn) canSendLocked() bool {
+	return c.sqeAvail > 0 && c.sbufAvail >= sndLowat && c.sseqNo != c.sseqComp && c.tsgl[c.tsge].Length != 0
+}
+
+func (c *Conn) fail(err error) {
+	c.mu.Lock()
+	c.failLocked(err)
+	c.mu.Unlock()
+	c.wake()
+}
+
+func (c *Conn) failLocked(err error) {
+	if c.err == nil {
+		c.err = err
+		if c.stop != nil {
+			c.stop()
+		}
+	}
+}
+
+func (c *Conn) wake() {
+	select {
+	case c.readWake <- struct{}{}:
+	default:
+	}
+	select {
+	case c.writeWake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Conn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: "rdma", Source: c.laddr, Addr: c.raddr, Err: err}
+}
+
+// Read reads what the peer wrote; io.EOF after the peer's CloseWrite or
+// Close once everything before it was read.
+func (c *Conn) Read(p []byte) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	for {
+		dl := c.rdl.wait()
+		if isClosed(dl) {
+			return 0, c.opError("read", os.ErrDeadlineExceeded)
+		}
+		c.mu.Lock()
+		switch {
+		case c.closed:
+			c.mu.Unlock()
+			return 0, c.opError("read", net.ErrClosed)
+		case c.rx.count > 0 && c.err == nil:
+			n := c.rx.read(p, c.ring.Bytes())
+			c.updateCreditsLocked()
+			c.mu.Unlock()
+			return n, nil
+		case c.err != nil:
+			err := c.err
+			c.mu.Unlock()
+			return 0, c.opError("read", err)
+		case len(p) == 0:
+			c.mu.Unlock()
+			return 0, nil
+		case c.rdShut:
+			c.mu.Unlock()
+			return 0, io.EOF
+		}
+		c.mu.Unlock()
+		if c.spin() {
+			continue
+		}
+		select {
+		case <-c.readWake:
+		case <-c.closedCh:
+		case <-dl:
+		}
+	}
+}
+
+// Write writes p to the peer; it returns when all of p is in the send
+// buffer or on the way, or with an error.
+func (c *Conn) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	n, olen := 0, uint32(olapStartSize)
+	for n < len(p) || len(p) == 0 {
+		dl := c.wdl.wait()
+		if isClosed(dl) {
+			return n, c.opError("write", os.ErrDeadlineExceeded)
+		}
+		c.mu.Lock()
+		var err error
+		switch {
+		case c.closed:
+			err = net.ErrClosed
+		case c.err != nil:
+			err = c.err
+		case c.wrShut:
+			err = syscall.EPIPE
+		case c.peerGone:
+			err = syscall.ECONNRESET
+		}
+		if err != nil {
+			c.mu.Unlock()
+			return n, c.opError("write", err)
+		}
+		if len(p) == 0 {
+			c.mu.Unlock()
+			return 0, nil
+		}
+		if !c.canSendLocked() {
+			c.mu.Unlock()
+			if c.spin() {
+				continue
+			}
+			select {
+			case <-c.writeWake:
+			case <-c.closedCh:
+			case <-dl:
+			}
+			continue
+		}
+		// rsend: start small (RS_OLAP_START_SIZE) and double up to
+		// RS_MAX_TRANSFER, so that the first bytes leave early.
+		xfer := uint32(len(p) - n)
+		if olen < xfer {
+			xfer = olen
+			if olen < maxTransfer {
+				olen <<= 1
+			}
+		}
+		xfer = min(xfer, c.sbufAvail, c.tsgl[c.tsge].Length)
+		nsge := c.stageLocked(p[n : n+int(xfer)])
+		// rs_write_data
+		c.sseqNo++
+		c.sqeAvail--
+		c.sbufAvail -= xfer
+		t := &c.tsgl[c.tsge]
+		addr, rkey := t.Addr, t.Key
+		t.Addr += uint64(xfer)
+		t.Length -= xfer
+		if t.Length == 0 {
+			c.tsge = (c.tsge + 1) % sglSize
+		}
+		c.postLocked(msgSet(opData, xfer), nsge, addr, rkey, verbs.SendInline)
+		c.mu.Unlock()
+		n += int(xfer)
+	}
+	return n, nil
+}
+
+// CloseWrite shuts down the sending side (rshutdown SHUT_WR): the peer's
+// Read returns io.EOF after what was written. Reading goes on.
+func (c *Conn) CloseWrite() error {
+	c.wmu.Lock() // after a Write in progress
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return c.opError("close", net.ErrClosed)
+	}
+	if c.wrShut || c.err != nil || c.peerGone {
+		c.wrShut = true
+		return nil
+	}
+	c.wrShut = true
+	ctrl := uint32(ctrlShutdown)
+	if c.rdShut {
+		ctrl = ctrlDisconnect
+	}
+	return c.sendCtrlLocked(ctrl)
+}
+
+// sendCtrlLocked posts an RS_OP_CTRL message if a control slot is free
+// (rsocket waits for one; a slot frees within a round trip).
+func (c *Conn) sendCtrlLocked(ctrl uint32) error {
+	deadline := time.Now().Add(time.Second)
+	for c.ctrlSeqno == c.ctrlMax && c.err == nil && time.Now().Before(deadline) {
+		c.mu.Unlock()
+		time.Sleep(100 * time.Microsecond)
+		c.mu.Lock()
+	}
+	if c.err != nil {
+		return c.opError("close", c.err)
+	}
+	if c.ctrlSeqno == c.ctrlMax {
+		return c.opError("close", errors.New("rdmanet: no control slot: the peer acknowledges nothing"))
+	}
+	c.ctrlSeqno++
+	c.postLocked(msgSet(opCtrl, ctrl), 0, 0, 0, 0)
+	return nil
+}
+
+// lingerTime bounds how long Close waits for written data to be
+// acknowledged before it tears the connection down.
+const lingerTime = 3 * time.Second
+
+// Close closes the connection: blocked Reads and Writes return at once
+// with net.ErrClosed; data already written is delivered (Close waits for
+// the peer's acknowledgements, at most a few seconds) followed by
+// RS_CTRL_DISCONNECT and the CM's DREQ; then the QP and memory are freed.
+func (c *Conn) Close() error {
+	c.closeStart.Do(func() { go c.close() })
+	<-c.closeDone
+	return c.closeErr
+}
+
+func (c *Conn) close() {
+	defer close(c.closeDone)
+	c.mu.Lock()
+	alive := c.err == nil && !c.peerGone
+	c.closed = true
+	close(c.closedCh) // wakes blocked Reads and Writes now
+	if alive {
+		c.wrShut = true
+		c.sendCtrlLocked(ctrlDisconnect)
+	}
+	c.mu.Unlock()
+	if alive {
+		t := time.NewTimer(lingerTime)
+		for {
+			c.mu.Lock()
+			done := c.sending == 0 || c.err != nil
+			c.mu.Unlock()
+			if done {
+				break
+			}
+			select {
+			case <-c.writeWake:
+				continue
+			case <-c.pollerDone:
+			case <-t.C:
+			}
+			break
+		}
+		t.Stop()
+	}
+	c.stop()
+	<-c.pollerDone
+	<-c.watchDone
+	c.closeErr = c.cmc.Close()
+	c.mu.Lock()
+	maps := c.mappings
+	c.mappings = nil
+	c.mu.Unlock()
+	for _, m := range maps {
+		m.mr.Dereg()
+	}
+	if err := c.release(); err != nil && c.closeErr == nil {
+		c.closeErr = err
+	}
+	c.rdl.set(time.Time{})
+	c.wdl.set(time.Time{})
+}
+
+// release destroys what newConn created, in reverse order. The PD goes
+// last and the provider refuses it (ErrInUse) while an MR or QP remains,
+// so a leak shows up as Close's error.
+func (c *Conn) release() error {
+	var first error
+	for i := len(c.owned) - 1; i >= 0; i-- {
+		if err := c.owned[i](); err != nil && first == nil {
+			first = err
+		}
+	}
+	c.owned = nil
+	return first
+}
+
+// LocalAddr and RemoteAddr are the rdma_cm addresses (IP and port).
+func (c *Conn) LocalAddr() net.Addr  { return c.laddr }
+func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
+
+// SetDeadline, SetReadDeadline and SetWriteDeadline behave as net.Conn
+// says: a Read or Write past its deadline fails with an error that wraps
+// os.ErrDeadlineExceeded and whose Timeout() is true.
+func (c *Conn) SetDeadline(t time.Time) error {
+	c.rdl.set(t)
+	c.wdl.set(t)
+	return nil
+}
+func (c *Conn) SetReadDeadline(t time.Time) error  { c.rdl.set(t); return nil }
+func (c *Conn) SetWriteDeadline(t time.Time) error { c.wdl.set(t); return nil }
