@@ -61,6 +61,10 @@ type BWRun struct {
 	ph     *Phases
 	sample uint64 // messages counted in the sampled interval (-D)
 
+	// --run_infinitely: the next report is due at nextReport (ticks);
+	// lastSample and lastReport are the count and clock of the previous.
+	nextReport, lastSample, lastReport uint64
+
 	tposted, tcompleted []uint64
 	wcs                 []verbs.WC
 	rwcs                []verbs.WC
@@ -319,7 +323,11 @@ func (b *BWRun) Run() error {
 	}
 	w := newWatch(b.t)
 	var totscnt, totccnt uint64
+	b.startReports()
 	for totscnt < totIters || totccnt < totIters || (b.dur && b.ph.At(Ticks()) != PhaseEnd) {
+		if err := b.reportInterval(); err != nil {
+			return err
+		}
 		if err := b.postWindow(&totscnt, txDepth, stride, n); err != nil {
 			return err
 		}
@@ -424,7 +432,16 @@ func (b *BWRun) RunServer() error {
 	w := newWatch(b.t)
 	first := true
 	var totrcnt uint64
+	if b.t.infinite() {
+		// run_iter_bw_infinitely_server: the clock starts at once.
+		first = false
+		b.ph = newPhases(b.t, Ticks())
+		b.startReports()
+	}
 	for totrcnt < totIters || (b.dur && b.ph.At(Ticks()) != PhaseEnd) {
+		if err := b.reportInterval(); err != nil {
+			return err
+		}
 		got, err := b.ep.RecvCQ.Poll(b.rwcs[:min(PollBatch, len(b.rwcs))])
 		if err != nil {
 			return fmt.Errorf("Poll Receive CQ failed: %w", err)
@@ -510,6 +527,46 @@ func (b *BWRun) RunBi() error {
 		b.tcompleted[0] = Ticks()
 	}
 	return b.drain()
+}
+
+// startReports starts the clock of --run_infinitely's reports.
+func (b *BWRun) startReports() {
+	if !b.t.infinite() {
+		return
+	}
+	now := Ticks()
+	b.lastReport, b.nextReport = now, now+uint64(b.t.Interval)
+}
+
+// reportInterval passes Test.Report the result of the last interval once
+// it is over (print_bw_infinite_mode): the messages completed since the
+// previous report over the time since then. Like perftest, a
+// bidirectional WRITE or READ counts both directions.
+func (b *BWRun) reportInterval() error {
+	if !b.t.infinite() {
+		return nil
+	}
+	now := Ticks()
+	if now < b.nextReport {
+		return nil
+	}
+	rep := perftest.BWReport{Size: b.size} // an interval without completions: a row of zeros
+	if n := b.sample - b.lastSample; n > 0 {
+		p := perftest.BWParams{Size: b.size, Iters: n, NumQPs: 1, CQMod: int(b.cqMod),
+			NoPeak: true, TicksPerUsec: TicksPerUsec, Gbits: b.t.Gbits}
+		var err error
+		if rep, err = perftest.ComputeBW([]uint64{b.lastReport}, []uint64{now}, p); err != nil {
+			return err
+		}
+	}
+	if b.t.Duplex && b.t.Verb != perftest.Send {
+		rep.BWAvg, rep.MsgRate = 2*rep.BWAvg, 2*rep.MsgRate
+	}
+	b.lastSample, b.lastReport, b.nextReport = b.sample, now, now+uint64(b.t.Interval)
+	if b.t.Report != nil {
+		return b.t.Report(rep)
+	}
+	return nil
 }
 
 // Report computes this end's result (print_report_bw).

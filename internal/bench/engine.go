@@ -16,6 +16,7 @@ package bench
 //	Phases    the warm-up / sample / cool-down phases of a duration run
 
 import (
+	"math"
 	"context"
 	"errors"
 	"fmt"
@@ -64,6 +65,13 @@ type Test struct {
 	// Duration and Margin (seconds) select duration mode (-D, --margin)
 	// when Duration > 0.
 	Duration, Margin int
+	// Interval, when > 0, runs a bandwidth test until an error or Ctx
+	// ends it (perftest's --run_infinitely): every Interval, Report gets
+	// the result of the messages completed since the previous report
+	// (run_iter_bw_infinitely's print thread). Duration and Margin are
+	// then unused.
+	Interval time.Duration
+	Report   func(perftest.BWReport) error
 	// StartCPU, if set, starts measuring CPU utilisation over the
 	// sampled interval of a duration run (--cpu_util).
 	StartCPU func(*Phases) CPUSampler
@@ -84,7 +92,9 @@ type Test struct {
 	Credits *atomic.Int64
 }
 
-func (t *Test) dur() bool { return t.Duration > 0 }
+func (t *Test) dur() bool { return t.Duration > 0 || t.infinite() }
+
+func (t *Test) infinite() bool { return t.Interval > 0 }
 
 // CPUSampler measures CPU utilisation over an interval.
 type CPUSampler interface {
@@ -110,6 +120,10 @@ type Phases struct {
 }
 
 func newPhases(t *Test, now uint64) *Phases {
+	if t.infinite() {
+		// Every message is sampled, and the run never ends by itself.
+		return &Phases{SampleStart: now, SampleEnd: math.MaxUint64, End: math.MaxUint64}
+	}
 	margin, dur := uint64(t.Margin)*1e9, uint64(t.Duration)*1e9
 	p := &Phases{SampleStart: now + margin, SampleEnd: now + dur - margin, End: now + dur}
 	if t.StartCPU != nil {
