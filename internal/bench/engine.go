@@ -16,10 +16,10 @@ package bench
 //	Phases    the warm-up / sample / cool-down phases of a duration run
 
 import (
-	"math"
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
