@@ -90,6 +90,7 @@ type ptOptions struct {
 	// infinite is --run_infinitely: a bandwidth test that runs until it is
 	// killed, reporting every duration seconds (-D, default 5).
 	infinite bool
+	mrPerQP  bool // --mr_per_qp: one MR per QP (bandwidth tests with -q)
 	margin   int // -f seconds; -1 means duration/4
 
 	gbits    bool   // --report_gbits
@@ -218,7 +219,7 @@ func ptOptionTable() []ptOption {
 		{'U', "report-unsorted", false, ptRefuse("-U (report-unsorted) is not implemented by softrdma yet")},
 		{'H', "report-histogram", false, ptRefuse("-H (report-histogram) is not implemented by softrdma yet")},
 		{0, "run_infinitely", false, func(o *ptOptions, _ string) error { o.infinite = true; return nil }},
-		{0, "mr_per_qp", false, ptRefuse("--mr_per_qp is not implemented by softrdma yet (one MR serves all QPs)")},
+		{0, "mr_per_qp", false, func(o *ptOptions, _ string) error { o.mrPerQP = true; return nil }},
 		{0, "recv_post_list", true, ptRefuse("--recv_post_list is not implemented by softrdma yet")},
 		{'h', "help", false, func(*ptOptions, string) error { return errPTHelp }},
 		{'V', "version", false, func(*ptOptions, string) error { return errPTVersion }},
@@ -662,6 +663,7 @@ func ptUsage(w io.Writer, t ptTest) {
 		p("      --report_gbits  Report Max/Average BW of test in Gbit/sec (instead of MiB/sec)\n")
 	}
 	p("      --cpu_util  Show CPU Utilization in report, valid only in Duration mode \n")
+	p("      --mr_per_qp  Create memory region for each qp.\n")
 	if t.kind == perftest.BW {
 		p("      --run_infinitely  Run test forever, print results every <duration> seconds\n")
 	}

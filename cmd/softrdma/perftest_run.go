@@ -586,5 +586,8 @@ func (r *ptRun) endpoint() *bench.Endpoint {
 		}
 	}
 	ep.RecvShift, ep.RecvExtra = res.recvShift(), res.recvExtra()
+	for _, mr := range res.qpMRs {
+		ep.PerQP = append(ep.PerQP, bench.QPMem{LKey: mr.LKey(), Addr: mr.Addr()})
+	}
 	return ep
 }

@@ -94,7 +94,7 @@ func (b *BWRun) SetSendWQEs() {
 	for i := range b.qps {
 		q := &b.qps[i]
 		rem := b.ep.Remote[i]
-		q.sge[0] = verbs.SGE{Addr: b.ep.Base + b.ep.SendOff(i), Length: uint32(b.size), LKey: b.ep.LKey}
+		q.sge[0] = verbs.SGE{Addr: b.ep.sendAddr(i), Length: uint32(b.size), LKey: b.ep.lkey(i)}
 		q.wr = verbs.SendWR{WRID: uint64(i), SGList: q.sge[:]}
 		q.myAddr, q.remAddr = q.sge[0].Addr, rem.VAddr
 		switch verb {
@@ -170,8 +170,8 @@ func (b *BWRun) SetRecvWQEs() error {
 	stride, n := b.ep.Slots(b.size)
 	for i := range b.qps {
 		q := &b.qps[i]
-		q.rxAddr = b.ep.Base + b.ep.RecvOff(i) + b.ep.RecvShift
-		q.rsge[0] = verbs.SGE{Addr: q.rxAddr, Length: uint32(b.size) + b.ep.RecvExtra, LKey: b.ep.LKey}
+		q.rxAddr = b.ep.recvAddr(i) + b.ep.RecvShift
+		q.rsge[0] = verbs.SGE{Addr: q.rxAddr, Length: uint32(b.size) + b.ep.RecvExtra, LKey: b.ep.lkey(i)}
 		q.rwr = verbs.RecvWR{WRID: uint64(i), SGList: q.rsge[:]}
 		for j := uint64(0); j < uint64(b.t.RxDepth); j++ {
 			if err := q.qp.PostRecv(&q.rwr); err != nil {

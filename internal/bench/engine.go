@@ -238,6 +238,40 @@ type Endpoint struct {
 	// Zero for RC and UC.
 	RecvShift uint64
 	RecvExtra uint32
+	// PerQP, if set, gives each QP its own MR (perftest's --mr_per_qp):
+	// its send, receive and key replace the Layout's offsets into Base
+	// and LKey.
+	PerQP []QPMem
+}
+
+// QPMem is one QP's memory with --mr_per_qp: perftest's buf[i], an MR of
+// its own whose send and receive both start at its address.
+type QPMem struct {
+	LKey uint32
+	Addr uint64 // the MR's address: sends and receives start here
+}
+
+// sendAddr, recvAddr and lkey are QP i's send and receive addresses
+// (receives before RecvShift) and local key.
+func (ep *Endpoint) sendAddr(i int) uint64 {
+	if ep.PerQP != nil {
+		return ep.PerQP[i].Addr
+	}
+	return ep.Base + ep.SendOff(i)
+}
+
+func (ep *Endpoint) recvAddr(i int) uint64 {
+	if ep.PerQP != nil {
+		return ep.PerQP[i].Addr
+	}
+	return ep.Base + ep.RecvOff(i)
+}
+
+func (ep *Endpoint) lkey(i int) uint32 {
+	if ep.PerQP != nil {
+		return ep.PerQP[i].LKey
+	}
+	return ep.LKey
 }
 
 // ErrStall reports a measurement that stopped making progress.
