@@ -91,7 +91,7 @@ type ptOptions struct {
 	// killed, reporting every duration seconds (-D, default 5).
 	infinite bool
 	mrPerQP  bool // --mr_per_qp: one MR per QP (bandwidth tests with -q)
-	margin   int // -f seconds; -1 means duration/4
+	margin   int  // -f seconds; -1 means duration/4
 
 	gbits    bool   // --report_gbits
 	outJSON  bool   // --out_json
