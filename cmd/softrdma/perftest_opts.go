@@ -91,7 +91,10 @@ type ptOptions struct {
 	// killed, reporting every duration seconds (-D, default 5).
 	infinite bool
 	mrPerQP  bool // --mr_per_qp: one MR per QP (bandwidth tests with -q)
-	margin   int  // -f seconds; -1 means duration/4
+
+	unsorted  bool // -U: list every latency sample as measured
+	histogram bool // -H: list them sorted
+	margin    int  // -f seconds; -1 means duration/4
 
 	gbits    bool   // --report_gbits
 	outJSON  bool   // --out_json
@@ -216,8 +219,20 @@ func ptOptionTable() []ptOption {
 			return ptInt(a, "Send Post List size", 1, ptMaxTx, &o.postList)
 		}},
 		{'R', "rdma_cm", false, ptRefuse("-R (rdma_cm): softrdma's perftest tools connect over perftest's TCP exchange only; rdma_cm comes with the IB CM work")},
-		{'U', "report-unsorted", false, ptRefuse("-U (report-unsorted) is not implemented by softrdma yet")},
-		{'H', "report-histogram", false, ptRefuse("-H (report-histogram) is not implemented by softrdma yet")},
+		{'U', "report-unsorted", false, func(o *ptOptions, _ string) error {
+			if o.test.kind == perftest.BW {
+				return errors.New(" is Available only on Latency tests")
+			}
+			o.unsorted = true
+			return nil
+		}},
+		{'H', "report-histogram", false, func(o *ptOptions, _ string) error {
+			if o.test.kind == perftest.BW {
+				return errors.New(" Available only on Latency tests")
+			}
+			o.histogram = true
+			return nil
+		}},
 		{0, "run_infinitely", false, func(o *ptOptions, _ string) error { o.infinite = true; return nil }},
 		{0, "mr_per_qp", false, func(o *ptOptions, _ string) error { o.mrPerQP = true; return nil }},
 		{0, "recv_post_list", true, ptRefuse("--recv_post_list is not implemented by softrdma yet")},
@@ -649,6 +664,10 @@ func ptUsage(w io.Writer, t ptTest) {
 	p("  -S, --sl=<sl>  SL (default 0)\n")
 	if t.kind == perftest.BW {
 		p("  -t, --tx-depth=<dep>  Size of tx queue (default %d)\n", ptDefTxBW)
+	}
+	if t.kind == perftest.Lat {
+		p("  -H, --report-histogram  Print out all results (default print summary only)\n")
+		p("  -U, --report-unsorted  (implies -H) print out unsorted results (default sorted)\n")
 	}
 	p("  -u, --qp-timeout=<timeout>  QP timeout, timeout value is 4 usec * 2 ^(timeout), default %d\n", ptDefQPTimeout)
 	p("  -V, --version  Display version number\n")
