@@ -17,6 +17,7 @@ package bench
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/softrdma/softrdma/internal/perftest"
 	"github.com/softrdma/softrdma/verbs"
@@ -62,8 +63,9 @@ type BWRun struct {
 	sample uint64 // messages counted in the sampled interval (-D)
 
 	// --run_infinitely: the next report is due at nextReport (ticks);
-	// lastSample and lastReport are the count and clock of the previous.
-	nextReport, lastSample, lastReport uint64
+	// lastSample and lastReport are the count and clock of the previous;
+	// Test.Ctx is looked at again at nextCheck.
+	nextReport, lastSample, lastReport, nextCheck uint64
 
 	tposted, tcompleted []uint64
 	wcs                 []verbs.WC
@@ -556,6 +558,13 @@ func (b *BWRun) reportInterval() error {
 		return nil
 	}
 	now := Ticks()
+	if now >= b.nextCheck && b.t.Ctx != nil {
+		// A run that makes progress never reaches the watch's checks.
+		if err := b.t.Ctx.Err(); err != nil {
+			return err
+		}
+		b.nextCheck = now + uint64(10*time.Millisecond)
+	}
 	if now < b.nextReport {
 		return nil
 	}
