@@ -54,14 +54,18 @@ type devinfoOptions struct {
 // options, attached or separate values, --name=value and unambiguous
 // prefixes of the long names. Like rdma-core, -l acts where it appears
 // (what follows it is not looked at) and operands are ignored.
-func parseDevinfoArgs(args []string, usage io.Writer) (*devinfoOptions, error) {
+// getopt's complaints go to errw.
+func parseDevinfoArgs(args []string, usage, errw io.Writer) (*devinfoOptions, error) {
 	o := &devinfoOptions{}
 	longs := []struct {
 		name   string
 		short  byte
 		hasArg bool
 	}{{"ib-dev", 'd', true}, {"ib-port", 'i', true}, {"list", 'l', false}, {"verbose", 'v', false}, {"addr", 0, true}}
-	bad := func() error {
+	bad := func(complaint string, args ...any) error {
+		if complaint != "" {
+			fmt.Fprintf(errw, "ibv_devinfo: "+complaint+"\n", args...)
+		}
 		devinfoUsage(usage)
 		return errDevinfoUsage
 	}
@@ -75,7 +79,7 @@ func parseDevinfoArgs(args []string, usage io.Writer) (*devinfoOptions, error) {
 				// strtol stops at the first non-digit: "1x" is 1.
 				n := leadingInt(val)
 				if n <= 0 || n > 255 {
-					return false, bad()
+					return false, bad("")
 				}
 				v = int64(n)
 			}
@@ -99,31 +103,33 @@ func parseDevinfoArgs(args []string, usage io.Writer) (*devinfoOptions, error) {
 			return o, nil
 		case strings.HasPrefix(a, "--"):
 			name, val, hasVal := strings.Cut(a[2:], "=")
-			match := -1
+			match, exact := -1, false
+			var possible []string
 			for j, l := range longs {
 				if l.name == name {
-					match = j
+					match, exact = j, true
 					break
 				}
 				if name != "" && strings.HasPrefix(l.name, name) {
-					if match >= 0 {
-						return nil, bad() // ambiguous
-					}
+					possible = append(possible, "'--"+l.name+"'")
 					match = j
 				}
 			}
+			if !exact && len(possible) > 1 {
+				return nil, bad("option '--%s' is ambiguous; possibilities: %s", name, strings.Join(possible, " "))
+			}
 			if match < 0 {
-				return nil, bad()
+				return nil, bad("unrecognized option '--%s'", name)
 			}
 			l := longs[match]
 			if l.hasArg && !hasVal {
 				if i+1 >= len(args) {
-					return nil, bad()
+					return nil, bad("option '--%s' requires an argument", l.name)
 				}
 				i++
 				val = args[i]
 			} else if !l.hasArg && hasVal {
-				return nil, bad()
+				return nil, bad("option '--%s' doesn't allow an argument", l.name)
 			}
 			if stop, err := set(l.short, l.name, val); stop || err != nil {
 				return o, err
@@ -132,14 +138,14 @@ func parseDevinfoArgs(args []string, usage io.Writer) (*devinfoOptions, error) {
 			for j := 1; j < len(a); j++ {
 				c := a[j]
 				if !strings.ContainsRune("dilv", rune(c)) {
-					return nil, bad()
+					return nil, bad("invalid option -- '%c'", c)
 				}
 				val := ""
 				if c == 'd' || c == 'i' {
 					val = a[j+1:]
 					if val == "" {
 						if i+1 >= len(args) {
-							return nil, bad()
+							return nil, bad("option requires an argument -- '%c'", c)
 						}
 						i++
 						val = args[i]
@@ -194,7 +200,7 @@ func (e *devinfoError) Error() string { return e.msg }
 // runDevinfo is ibv_devinfo. Its errors are printed as rdma-core prints
 // them, without the command's name, and it exits with rdma-core's status.
 func runDevinfo(args []string) error {
-	o, err := parseDevinfoArgs(args, os.Stdout)
+	o, err := parseDevinfoArgs(args, os.Stdout, os.Stderr)
 	if err != nil {
 		os.Exit(255)
 	}

@@ -19,14 +19,14 @@ func TestDevinfoArgs(t *testing.T) {
 		{[]string{"--list"}, devinfoOptions{list: true}},
 		{[]string{"operand"}, devinfoOptions{}},
 	} {
-		o, err := parseDevinfoArgs(tc.args, io.Discard)
+		o, err := parseDevinfoArgs(tc.args, io.Discard, io.Discard)
 		if err != nil || *o != tc.want {
 			t.Errorf("%q: %+v, %v; want %+v", tc.args, o, err, tc.want)
 		}
 	}
 	for _, args := range [][]string{{"-x"}, {"-i", "0"}, {"-i", "-1"}, {"-d"}, {"--ib"}, {"--list=1"}, {"--nope"}} {
 		var usage bytes.Buffer
-		if _, err := parseDevinfoArgs(args, &usage); err == nil || !bytes.Contains(usage.Bytes(), []byte("  -l, --list             print only the IB devices names\n")) {
+		if _, err := parseDevinfoArgs(args, &usage, io.Discard); err == nil || !bytes.Contains(usage.Bytes(), []byte("  -l, --list             print only the IB devices names\n")) {
 			t.Errorf("%q: err %v, usage %q", args, err, usage.String())
 		}
 	}
