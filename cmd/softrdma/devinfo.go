@@ -47,7 +47,7 @@ type devinfoOptions struct {
 	port    int    // -i; 0 means all ports
 	list    bool   // -l
 	verbose bool   // -v
-	addr    string // softrdma's --addr: a device on this IP address
+	addr    string // --addr, softrdma's (not in the usage, which is rdma-core's): a device on this IP address
 }
 
 // parseDevinfoArgs parses as getopt_long("d:i:lv") does: clustered short
@@ -182,8 +182,6 @@ func devinfoUsage(w io.Writer) {
 	fmt.Fprintf(w, "  -i, --ib-port=<port>   use port <port> of IB device (default all ports)\n")
 	fmt.Fprintf(w, "  -l, --list             print only the IB devices names\n")
 	fmt.Fprintf(w, "  -v, --verbose          print all the attributes of the IB device(s)\n")
-	fmt.Fprintf(w, "\n softrdma addition:\n")
-	fmt.Fprintf(w, "      --addr=<ip>        open a device on this IP address instead of listing interfaces\n")
 }
 
 // devinfoError is a failure with the exit status rdma-core's ibv_devinfo

@@ -88,7 +88,11 @@ type ptRun struct {
 	outReads int
 	maxRd    int // the device's max_qp_rd_atom
 
-	sess   *perftest.Session
+	sess *perftest.Session
+	conn net.Conn
+	// runCtx is the measurement's context: env.ctx, and with
+	// --run_infinitely also ended when the peer closes the connection.
+	runCtx context.Context
 	res    *ptResources
 	local  []perftest.Dest
 	remote []perftest.Dest
@@ -249,6 +253,7 @@ func (r *ptRun) establish() (net.Conn, error) {
 // run does everything after the TCP connection is up.
 func (r *ptRun) run(conn net.Conn) error {
 	o := r.o
+	r.conn, r.runCtx = conn, r.env.ctx
 	sess, err := perftest.NewSession(conn, perftest.Config{
 		Role: o.role(), Verb: o.test.verb, Kind: o.test.kind, NumQPs: o.numQPs,
 		Duplex: o.duplex, RunAll: o.runAll, Duration: o.duration > 0, WithGID: true,
@@ -375,6 +380,20 @@ func (r *ptRun) runBW() error {
 			return err
 		}
 		return r.verifyServer(rem)
+	}
+	if o.infinite {
+		// Nothing more is said on the connection during an infinite
+		// run, so a read ends only when the peer goes: then this side
+		// ends too (perftest's SEND server would print zero rows
+		// forever).
+		ctx, cancel := context.WithCancelCause(r.env.ctx)
+		defer cancel(nil)
+		go func() {
+			var b [1]byte
+			_, err := r.conn.Read(b[:])
+			cancel(fmt.Errorf("the peer closed the connection (%v)", err))
+		}()
+		r.runCtx = ctx
 	}
 	var my perftest.BWReport
 	sender := o.role() == perftest.Client || o.duplex
@@ -561,7 +580,7 @@ func (r *ptRun) benchTest(size uint64) *bench.Test {
 	t := &bench.Test{Verb: o.test.verb, AtomicOp: o.atomicOp, Role: o.role(), Duplex: o.duplex,
 		Size: size, Iters: uint64(o.iters), TxDepth: o.txDepth, RxDepth: o.rxDepth, CQMod: o.cqMod,
 		NoPeak: o.noPeak, Gbits: o.gbits, Inline: r.inline, PostList: o.postList, Duration: o.duration, Margin: o.margin,
-		Ctx: r.env.ctx, StallTimeout: ptStallTimeout, Completed: &ptCompleted}
+		Ctx: r.runCtx, StallTimeout: ptStallTimeout, Completed: &ptCompleted}
 	if o.cpuUtilOn() {
 		t.StartCPU = startPTCPUSampler
 	}

@@ -16,6 +16,7 @@ package bench
 // in cache-line slots, the local and remote addresses in lockstep.
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -560,8 +561,8 @@ func (b *BWRun) reportInterval() error {
 	now := Ticks()
 	if now >= b.nextCheck && b.t.Ctx != nil {
 		// A run that makes progress never reaches the watch's checks.
-		if err := b.t.Ctx.Err(); err != nil {
-			return err
+		if b.t.Ctx.Err() != nil {
+			return context.Cause(b.t.Ctx)
 		}
 		b.nextCheck = now + uint64(10*time.Millisecond)
 	}

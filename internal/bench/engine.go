@@ -317,8 +317,8 @@ func (w *watch) check() error {
 		return nil
 	}
 	if ctx := w.t.Ctx; ctx != nil {
-		if err := ctx.Err(); err != nil {
-			return err
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
 		}
 	}
 	timeout := w.t.StallTimeout
