@@ -381,19 +381,22 @@ func (r *ptRun) runBW() error {
 		}
 		return r.verifyServer(rem)
 	}
+	// watchPeer, with --run_infinitely, ends the run when the peer goes:
+	// nothing more is said on the connection once the measurement has
+	// started, so a read ends only then (perftest's SEND server would
+	// print zero rows until killed).
+	watchPeer := func() {}
 	if o.infinite {
-		// Nothing more is said on the connection during an infinite
-		// run, so a read ends only when the peer goes: then this side
-		// ends too (perftest's SEND server would print zero rows
-		// forever).
 		ctx, cancel := context.WithCancelCause(r.env.ctx)
 		defer cancel(nil)
-		go func() {
-			var b [1]byte
-			_, err := r.conn.Read(b[:])
-			cancel(fmt.Errorf("the peer closed the connection (%v)", err))
-		}()
 		r.runCtx = ctx
+		watchPeer = func() {
+			go func() {
+				var b [1]byte
+				_, err := r.conn.Read(b[:])
+				cancel(fmt.Errorf("the peer closed the connection (%v)", err))
+			}()
+		}
 	}
 	var my perftest.BWReport
 	sender := o.role() == perftest.Client || o.duplex
@@ -413,6 +416,7 @@ func (r *ptRun) runBW() error {
 		if err := r.beforeRun(); err != nil {
 			return err
 		}
+		watchPeer()
 		var err error
 		switch {
 		case o.test.verb == perftest.Send && o.duplex:
