@@ -413,8 +413,12 @@ func (r *ptRun) runBW() error {
 				return err
 			}
 		}
-		if err := r.beforeRun(); err != nil {
-			return err
+		// perftest's infinite WRITE, READ and atomic runs start without
+		// the barrier their regular duplex runs have; SEND keeps its.
+		if !o.infinite || o.test.verb == perftest.Send {
+			if err := r.beforeRun(); err != nil {
+				return err
+			}
 		}
 		watchPeer()
 		var err error
