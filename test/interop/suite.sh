@@ -270,10 +270,11 @@ if [ $QUICK = 0 ]; then
 	# The rest of issue 14: --run_infinitely (-D is the interval),
 	# --mr_per_qp with -q 2, -U/-H, and rdma-core's ibv_devinfo/ibv_devices
 	# command lines (local only: compared with rxe0's output in the VM).
+	# A TCG guest receiving at full rate for seconds can stall for longer
+	# than the default QP timeout allows (67 ms × 7 retries): -u 18 gives
+	# 1 s a try.
 	for d in rxe-server soft-server; do
-		inf_case "write_bw_inf-$d" $d ib_write_bw "-x 1 -s 4096 --run_infinitely -D 2 -F"
-		# A TCG guest receiving SENDs at full rate can stall for longer than
-		# the default QP timeout allows (67 ms × 7): -u 18 gives 1 s.
+		inf_case "write_bw_inf-$d" $d ib_write_bw "-x 1 -s 4096 -u 18 --run_infinitely -D 2 -F"
 		SERVER_ROWS=1 inf_case "send_bw_inf-$d" $d ib_send_bw "-x 1 -s 4096 -u 18 --run_infinitely -D 2 -F"
 	done
 	both write_bw_mrqp ib_write_bw "-x 1 -q 2 --mr_per_qp -s 4096 -n 50 -F" "-x 1 -q 2 --mr_per_qp -s 4096 -n 50 -F"
