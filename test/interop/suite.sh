@@ -275,6 +275,7 @@ if [ $QUICK = 0 ]; then
 	# 1 s a try.
 	for d in rxe-server soft-server; do
 		inf_case "write_bw_inf-$d" $d ib_write_bw "-x 1 -s 4096 -u 18 --run_infinitely -D 2 -F"
+		SERVER_ROWS=1 inf_case "write_bw_inf_b-$d" $d ib_write_bw "-x 1 -b -s 4096 -u 18 --run_infinitely -D 2 -F"
 		SERVER_ROWS=1 inf_case "send_bw_inf-$d" $d ib_send_bw "-x 1 -s 4096 -u 18 --run_infinitely -D 2 -F"
 	done
 	both write_bw_mrqp ib_write_bw "-x 1 -q 2 --mr_per_qp -s 4096 -n 50 -F" "-x 1 -q 2 --mr_per_qp -s 4096 -n 50 -F"
