@@ -34,7 +34,7 @@ func runBench(args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	ops := fs.String("ops", "write,read,send", "operations to measure: write, read, send")
 	sizesFlag := fs.String("sizes", "2,64,1024,4096,65536,1048576", "message sizes in bytes, comma separated")
-	iters := fs.Int("n", 2000, "iterations per bandwidth test")
+	iters := fs.Int("n", 2000, "iterations per bandwidth test (without -n, sizes of 1 MiB and more run a twentieth of the default, at least 64; an explicit -n is run as given)")
 	latIters := fs.Int("lat-n", 2000, "round trips per latency test")
 	mtu := fs.Int("m", 4096, "IB path MTU: 256, 512, 1024, 2048 or 4096")
 	addrA := fs.String("a", "127.0.0.1", "address of the first device")
@@ -55,6 +55,8 @@ func runBench(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	nSet := false
+	fs.Visit(func(f *flag.Flag) { nSet = nSet || f.Name == "n" })
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -152,8 +154,8 @@ func runBench(args []string) error {
 				bar.start(fmt.Sprintf("%v bandwidth, %d B", op, size), run, runs, nil)
 				run++
 				n := *iters
-				if size >= 1<<20 {
-					n = max(64, n/20) // keep large sizes to a few seconds
+				if size >= 1<<20 && !nSet {
+					n = max(64, n/20) // keep large sizes to a few seconds; the row shows n
 				}
 				before := counters(a, b)
 				r, err := bench.BW(sa, sb, bench.Config{Op: op, Size: size, Iters: n, Block: *block})

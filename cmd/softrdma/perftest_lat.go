@@ -40,6 +40,26 @@ func (r *ptRun) reportLat(l *bench.LatRun) error {
 	}
 	r.outs.lat = append(r.outs.lat, ls)
 	r.outs.bar.pause()
+	if r.o.unsorted || r.o.histogram {
+		// -U lists the samples as measured, -H sorted without the
+		// tail; with both, both lists, then the heading once, as
+		// print_report_lat.
+		for _, sorted := range []bool{false, true} {
+			if (sorted && !r.o.histogram) || (!sorted && !r.o.unsorted) {
+				continue
+			}
+			us, err := l.Samples(sorted)
+			if err != nil {
+				return err
+			}
+			if err := perftest.WriteLatSamples(r.out, us); err != nil {
+				return err
+			}
+		}
+		if err := perftest.WriteLatHeader(r.out); err != nil {
+			return err
+		}
+	}
 	if err := perftest.WriteLatRow(r.out, ls); err != nil {
 		return err
 	}

@@ -87,7 +87,14 @@ type ptOptions struct {
 	warmUp   bool              // --perform_warm_up
 
 	duration int // -D seconds; 0 means an iteration count
-	margin   int // -f seconds; -1 means duration/4
+	// infinite is --run_infinitely: a bandwidth test that runs until it is
+	// killed, reporting every duration seconds (-D, default 5).
+	infinite bool
+	mrPerQP  bool // --mr_per_qp: one MR per QP (bandwidth tests with -q)
+
+	unsorted  bool // -U: list every latency sample as measured
+	histogram bool // -H: list them sorted
+	margin    int  // -f seconds; -1 means duration/4
 
 	gbits    bool   // --report_gbits
 	outJSON  bool   // --out_json
@@ -212,10 +219,22 @@ func ptOptionTable() []ptOption {
 			return ptInt(a, "Send Post List size", 1, ptMaxTx, &o.postList)
 		}},
 		{'R', "rdma_cm", false, ptRefuse("-R (rdma_cm): softrdma's perftest tools connect over perftest's TCP exchange only; rdma_cm comes with the IB CM work")},
-		{'U', "report-unsorted", false, ptRefuse("-U (report-unsorted) is not implemented by softrdma yet")},
-		{'H', "report-histogram", false, ptRefuse("-H (report-histogram) is not implemented by softrdma yet")},
-		{0, "run_infinitely", false, ptRefuse("--run_infinitely is not implemented by softrdma yet; use -D <seconds>")},
-		{0, "mr_per_qp", false, ptRefuse("--mr_per_qp is not implemented by softrdma yet (one MR serves all QPs)")},
+		{'U', "report-unsorted", false, func(o *ptOptions, _ string) error {
+			if o.test.kind == perftest.BW {
+				return errors.New(" is Available only on Latency tests")
+			}
+			o.unsorted = true
+			return nil
+		}},
+		{'H', "report-histogram", false, func(o *ptOptions, _ string) error {
+			if o.test.kind == perftest.BW {
+				return errors.New(" Available only on Latency tests")
+			}
+			o.histogram = true
+			return nil
+		}},
+		{0, "run_infinitely", false, func(o *ptOptions, _ string) error { o.infinite = true; return nil }},
+		{0, "mr_per_qp", false, func(o *ptOptions, _ string) error { o.mrPerQP = true; return nil }},
 		{0, "recv_post_list", true, ptRefuse("--recv_post_list is not implemented by softrdma yet")},
 		{'h', "help", false, func(*ptOptions, string) error { return errPTHelp }},
 		{'V', "version", false, func(*ptOptions, string) error { return errPTVersion }},
@@ -514,6 +533,23 @@ func (o *ptOptions) forceDependencies(w io.Writer) error {
 	if verb == perftest.Read || verb == perftest.Atomic {
 		o.inline = 0
 	}
+	if o.infinite {
+		// perftest's --run_infinitely replaces -a (test_method) and
+		// turns iterations into duration mode, -D being the interval
+		// between reports (DEF_DURATION without -D).
+		o.runAll, o.noPeak = false, true
+		if o.duration == 0 {
+			o.duration = ptDefDuration
+		}
+		if kind == perftest.Lat {
+			fmt.Fprint(w, perftest.ResultLine)
+			return errors.New(" run_infinitely exists only in BW tests for now.")
+		}
+		if o.duplex && verb == perftest.Send {
+			fmt.Fprint(w, perftest.ResultLine)
+			return errors.New(" run_infinitely mode is not supported in SEND Bidirectional BW test")
+		}
+	}
 	if o.runAll {
 		o.size = ptMaxSize
 	}
@@ -629,6 +665,10 @@ func ptUsage(w io.Writer, t ptTest) {
 	if t.kind == perftest.BW {
 		p("  -t, --tx-depth=<dep>  Size of tx queue (default %d)\n", ptDefTxBW)
 	}
+	if t.kind == perftest.Lat {
+		p("  -H, --report-histogram  Print out all results (default print summary only)\n")
+		p("  -U, --report-unsorted  (implies -H) print out unsorted results (default sorted)\n")
+	}
 	p("  -u, --qp-timeout=<timeout>  QP timeout, timeout value is 4 usec * 2 ^(timeout), default %d\n", ptDefQPTimeout)
 	p("  -V, --version  Display version number\n")
 	p("  -x, --gid-index=<index>  Test uses GID with GID index (default: the device's IP address, index 1 on softrdma)\n")
@@ -642,6 +682,10 @@ func ptUsage(w io.Writer, t ptTest) {
 		p("      --report_gbits  Report Max/Average BW of test in Gbit/sec (instead of MiB/sec)\n")
 	}
 	p("      --cpu_util  Show CPU Utilization in report, valid only in Duration mode \n")
+	p("      --mr_per_qp  Create memory region for each qp.\n")
+	if t.kind == perftest.BW {
+		p("      --run_infinitely  Run test forever, print results every <duration> seconds\n")
+	}
 	p("\n softrdma additions (the table itself is unchanged):\n")
 	p("      --out_csv=<file>  Also write the table as CSV, one row per message size\n")
 	p("      --plot=<file.png>  Plot the table against message size (for -a sweeps)\n")

@@ -20,7 +20,7 @@ import (
 
 // cpuUtilOn reports whether the table has perftest's CPU_Util[%] column:
 // --cpu_util in duration mode (perftest measures it only there).
-func (o *ptOptions) cpuUtilOn() bool { return o.cpuUtil && o.duration > 0 }
+func (o *ptOptions) cpuUtilOn() bool { return o.cpuUtil && o.duration > 0 && !o.infinite }
 
 // ptCPUSampler reads /proc/stat when the sampled interval of a
 // duration-mode run starts and when it ends, as perftest's SIGALRM handler
@@ -86,6 +86,8 @@ func (r *ptRun) startRun(size uint64, i, n int) {
 	ptCompleted.Store(0)
 	var frac func() float64
 	switch {
+	case o.infinite:
+		return // no end to show
 	case o.duration > 0:
 		t0, d := time.Now(), time.Duration(o.duration)*time.Second
 		frac = func() float64 { return float64(time.Since(t0)) / float64(d) }

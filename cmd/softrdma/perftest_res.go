@@ -47,6 +47,10 @@ type ptResources struct {
 	qps    []verbs.QP
 	conn   perftest.Connection
 	ahs    []verbs.AH // UD: one per QP on a sending end (connectUD)
+	// qpMRs are --mr_per_qp's MRs, one per QP (QP 0's is mr): each
+	// [ send | recv ] of INC(BUFF_SIZE) bytes apiece, receives posted at
+	// its start as perftest posts them.
+	qpMRs []verbs.MR
 
 	base      uint64 // the MR's address
 	buffSize  uint64 // BUFF_SIZE(size, cycle buffer)
@@ -104,6 +108,23 @@ func newPTResources(ctx verbs.Context, o *ptOptions, cycle, cacheLine uint64, in
 	if !(o.test.verb == perftest.Write && o.test.kind == perftest.Lat) {
 		ptFill(r.buf, r.base, seed)
 	}
+	if o.mrPerQP && o.test.kind == perftest.BW {
+		// create_mr with mr_per_qp: QP i gets an MR of its own, of
+		// 2·INC(BUFF_SIZE) bytes (plus UD's GRH room).
+		r.qpMRs = append(r.qpMRs, r.mr)
+		per := 2 * l.QPBuff
+		if o.conn == perftest.UD {
+			per += cacheLine
+		}
+		for i := 1; i < o.numQPs; i++ {
+			mr, err := r.pd.AllocMR(int(per), mrAccess)
+			if err != nil {
+				return nil, fmt.Errorf("failed to create mr: %w", err)
+			}
+			r.qpMRs = append(r.qpMRs, mr)
+			ptFill(mr.Bytes(), mr.Addr(), seed)
+		}
+	}
 	if r.sendCQ, err = ctx.CreateCQ(o.txDepth*o.numQPs, nil); err != nil {
 		return nil, fmt.Errorf("Couldn't create CQ: %w", err)
 	}
@@ -160,6 +181,9 @@ func (r *ptResources) close() {
 	if r.sendCQ != nil {
 		r.sendCQ.Destroy()
 	}
+	for _, mr := range r.qpMRs[min(1, len(r.qpMRs)):] {
+		mr.Dereg()
+	}
 	if r.mr != nil {
 		r.mr.Dereg()
 	}
@@ -215,6 +239,10 @@ func (r *ptResources) localDests(lid uint16, outReads int, gid verbs.GID, psns [
 	for i, qp := range r.qps {
 		d[i] = perftest.Dest{LID: lid, OutReads: outReads, QPN: qp.QPNum(), PSN: psns[i], RKey: r.mr.RKey(),
 			VAddr: r.base + r.vaddrOff(i), GID: [16]byte(gid)}
+		if r.qpMRs != nil {
+			// set_up_connection: buf[i] + BUFF_SIZE, QP i's own key.
+			d[i].RKey, d[i].VAddr = r.qpMRs[i].RKey(), r.qpMRs[i].Addr()+r.buffSize
+		}
 	}
 	return d
 }

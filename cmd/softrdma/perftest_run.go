@@ -20,6 +20,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -36,6 +37,42 @@ import (
 // it gives up (perftest's check_alive waits 60 s in bandwidth tests).
 var ptStallTimeout = 60 * time.Second
 
+// The exchange's timeouts (docs/tools.md), as the pingpong tools': the
+// client's TCP connect gives up after ptConnectTimeout, and each step of
+// the exchange (negotiation, keys, barriers, reports) after
+// ptExchangeTimeout without an answer. A step that follows a measurement
+// also allows for the peer's measurement to end on its own stall timeout.
+// perftest itself waits forever in all of these.
+var (
+	ptConnectTimeout  = 20 * time.Second
+	ptExchangeTimeout = 60 * time.Second
+)
+
+// step returns the context of one exchange step: what names it in the
+// error, afterRun allows the peer's measurement to end first, and wait is
+// the extra time a peer may spend measuring while this side waits (-1: no
+// limit, for the server of a one-sided test in iterations or infinite
+// mode, which waits as long as the client measures; it still notices a
+// closed connection at once).
+func (r *ptRun) step(what string, afterRun bool, wait time.Duration) (context.Context, func(error) error) {
+	timeout := ptExchangeTimeout
+	if afterRun {
+		timeout += ptStallTimeout
+	}
+	ctx, cancel := r.env.ctx, context.CancelFunc(func() {})
+	if wait >= 0 {
+		ctx, cancel = context.WithTimeout(r.env.ctx, timeout+wait)
+		timeout += wait
+	}
+	return ctx, func(err error) error {
+		cancel()
+		if err != nil && errors.Is(err, context.DeadlineExceeded) && r.env.ctx.Err() == nil {
+			return fmt.Errorf(" No answer from the peer within %v %s; giving up (%w)", timeout, what, err)
+		}
+		return err
+	}
+}
+
 // ptRun is one benchmark run.
 type ptRun struct {
 	o   *ptOptions
@@ -51,7 +88,11 @@ type ptRun struct {
 	outReads int
 	maxRd    int // the device's max_qp_rd_atom
 
-	sess   *perftest.Session
+	sess *perftest.Session
+	conn net.Conn
+	// runCtx is the measurement's context: env.ctx, and with
+	// --run_infinitely also ended when the peer closes the connection.
+	runCtx context.Context
 	res    *ptResources
 	local  []perftest.Dest
 	remote []perftest.Dest
@@ -180,10 +221,10 @@ func (r *ptRun) establish() (net.Conn, error) {
 	o := r.o
 	if o.role() == perftest.Client {
 		addr := net.JoinHostPort(o.server, strconv.Itoa(o.port))
-		var d net.Dialer
+		d := net.Dialer{Timeout: ptConnectTimeout}
 		c, err := d.DialContext(r.env.ctx, "tcp", addr)
 		if err != nil {
-			return nil, fmt.Errorf("Couldn't connect to %s: %w", addr, err)
+			return nil, fmt.Errorf("Couldn't connect to %s within %v: %w", addr, ptConnectTimeout, err)
 		}
 		return c, nil
 	}
@@ -212,7 +253,7 @@ func (r *ptRun) establish() (net.Conn, error) {
 // run does everything after the TCP connection is up.
 func (r *ptRun) run(conn net.Conn) error {
 	o := r.o
-	ctx := r.env.ctx
+	r.conn, r.runCtx = conn, r.env.ctx
 	sess, err := perftest.NewSession(conn, perftest.Config{
 		Role: o.role(), Verb: o.test.verb, Kind: o.test.kind, NumQPs: o.numQPs,
 		Duplex: o.duplex, RunAll: o.runAll, Duration: o.duration > 0, WithGID: true,
@@ -221,8 +262,9 @@ func (r *ptRun) run(conn net.Conn) error {
 		return err
 	}
 	r.sess = sess
-	neg, err := sess.Negotiate(ctx, perftest.DefaultSysInfo(r.mtu))
-	if err != nil {
+	sctx, done := r.step("while negotiating versions and sizes", false, 0)
+	neg, err := sess.Negotiate(sctx, perftest.DefaultSysInfo(r.mtu))
+	if err = done(err); err != nil {
 		return err
 	}
 	r.mtu = neg.MTU
@@ -268,7 +310,9 @@ func (r *ptRun) run(conn net.Conn) error {
 		}
 		return nil
 	}
-	if r.remote, err = sess.ExchangeKeys(ctx, r.local, connect); err != nil {
+	sctx, done = r.step("while exchanging QP keys", false, 0)
+	r.remote, err = sess.ExchangeKeys(sctx, r.local, connect)
+	if err = done(err); err != nil {
 		return err
 	}
 	for _, d := range r.remote {
@@ -315,7 +359,7 @@ func ptLinkType(l verbs.LinkLayer) string {
 
 // runBW runs a bandwidth test from the table header to the end.
 func (r *ptRun) runBW() error {
-	o, ctx := r.o, r.env.ctx
+	o := r.o
 	f := perftest.BWFormat{Gbits: o.gbits, CPUUtil: o.cpuUtilOn()}
 	if err := perftest.WriteBWHeader(r.out, f); err != nil {
 		return err
@@ -323,7 +367,7 @@ func (r *ptRun) runBW() error {
 	if !r.sess.Runs() {
 		// The server of a one-sided test: wait for the client, print its
 		// report.
-		rem, ok, err := r.sess.Finish(ctx, perftest.BWReport{})
+		rem, ok, err := r.finish(perftest.BWReport{})
 		if err != nil {
 			return err
 		}
@@ -336,6 +380,23 @@ func (r *ptRun) runBW() error {
 			return err
 		}
 		return r.verifyServer(rem)
+	}
+	// watchPeer, with --run_infinitely, ends the run when the peer goes:
+	// nothing more is said on the connection once the measurement has
+	// started, so a read ends only then (perftest's SEND server would
+	// print zero rows until killed).
+	watchPeer := func() {}
+	if o.infinite {
+		ctx, cancel := context.WithCancelCause(r.env.ctx)
+		defer cancel(nil)
+		r.runCtx = ctx
+		watchPeer = func() {
+			go func() {
+				var b [1]byte
+				_, err := r.conn.Read(b[:])
+				cancel(fmt.Errorf("the peer closed the connection (%v)", err))
+			}()
+		}
 	}
 	var my perftest.BWReport
 	sender := o.role() == perftest.Client || o.duplex
@@ -352,9 +413,14 @@ func (r *ptRun) runBW() error {
 				return err
 			}
 		}
-		if err := r.sess.BeforeRun(ctx); err != nil {
-			return err
+		// perftest's infinite WRITE, READ and atomic runs start without
+		// the barrier their regular duplex runs have; SEND keeps its.
+		if !o.infinite || o.test.verb == perftest.Send {
+			if err := r.beforeRun(); err != nil {
+				return err
+			}
 		}
+		watchPeer()
 		var err error
 		switch {
 		case o.test.verb == perftest.Send && o.duplex:
@@ -375,7 +441,7 @@ func (r *ptRun) runBW() error {
 				return err
 			}
 		}
-		rem, ok, err := r.sess.AfterRun(ctx, my)
+		rem, ok, err := r.afterRun(my)
 		if err != nil {
 			return err
 		}
@@ -391,8 +457,40 @@ func (r *ptRun) runBW() error {
 	if err := perftest.WriteBWFooter(r.out, f); err != nil {
 		return err
 	}
-	_, _, err := r.sess.Finish(ctx, my)
+	_, _, err := r.finish(my)
 	return err
+}
+
+// beforeRun is Session.BeforeRun within the exchange timeout.
+func (r *ptRun) beforeRun() error {
+	ctx, done := r.step("at the barrier before the measurement", false, 0)
+	return done(r.sess.BeforeRun(ctx))
+}
+
+// afterRun is Session.AfterRun within the exchange timeout, plus the
+// peer's stall timeout: it may still be measuring.
+func (r *ptRun) afterRun(my perftest.BWReport) (perftest.BWReport, bool, error) {
+	ctx, done := r.step("after the measurement", true, 0)
+	rem, ok, err := r.sess.AfterRun(ctx, my)
+	return rem, ok, done(err)
+}
+
+// finish is Session.Finish. A side that measured waits for the peer's end
+// of the test within the exchange and stall timeouts. The server of a
+// one-sided test waits for the whole of the client's measurement: in
+// duration mode its length plus those timeouts, otherwise (iterations,
+// --run_infinitely) as long as the client keeps the connection open.
+func (r *ptRun) finish(my perftest.BWReport) (perftest.BWReport, bool, error) {
+	wait := time.Duration(0)
+	if !r.sess.Runs() {
+		wait = -1
+		if r.o.duration > 0 && !r.o.infinite {
+			wait = time.Duration(r.o.duration) * time.Second
+		}
+	}
+	ctx, done := r.step("at the end of the test", true, wait)
+	rem, ok, err := r.sess.Finish(ctx, my)
+	return rem, ok, done(err)
 }
 
 // printBW prints a table row and, with --out_json, rewrites the JSON file,
@@ -426,10 +524,10 @@ func (r *ptRun) writeJSON(write func(io.Writer) error) error {
 
 // runLat runs a latency test from the table header to the end.
 func (r *ptRun) runLat() error {
-	o, ctx := r.o, r.env.ctx
+	o := r.o
 	if !r.sess.Runs() {
 		// READ and atomic latency: only the client measures.
-		if _, _, err := r.sess.Finish(ctx, perftest.BWReport{}); err != nil {
+		if _, _, err := r.finish(perftest.BWReport{}); err != nil {
 			return err
 		}
 		_, err := io.WriteString(r.out, perftest.ResultLine)
@@ -453,7 +551,7 @@ func (r *ptRun) runLat() error {
 				return err
 			}
 		}
-		if err := r.sess.BeforeRun(ctx); err != nil {
+		if err := r.beforeRun(); err != nil {
 			return err
 		}
 		switch o.test.verb {
@@ -470,7 +568,7 @@ func (r *ptRun) runLat() error {
 		if err := r.reportLat(lat); err != nil {
 			return err
 		}
-		if _, _, err := r.sess.AfterRun(ctx, perftest.BWReport{}); err != nil {
+		if _, _, err := r.afterRun(perftest.BWReport{}); err != nil {
 			return err
 		}
 		if err := r.verifyLat(lat, size); err != nil {
@@ -480,7 +578,7 @@ func (r *ptRun) runLat() error {
 	if err := perftest.WriteLatFooter(r.out); err != nil {
 		return err
 	}
-	_, _, err = r.sess.Finish(ctx, perftest.BWReport{})
+	_, _, err = r.finish(perftest.BWReport{})
 	return err
 }
 
@@ -490,9 +588,15 @@ func (r *ptRun) benchTest(size uint64) *bench.Test {
 	t := &bench.Test{Verb: o.test.verb, AtomicOp: o.atomicOp, Role: o.role(), Duplex: o.duplex,
 		Size: size, Iters: uint64(o.iters), TxDepth: o.txDepth, RxDepth: o.rxDepth, CQMod: o.cqMod,
 		NoPeak: o.noPeak, Gbits: o.gbits, Inline: r.inline, PostList: o.postList, Duration: o.duration, Margin: o.margin,
-		Ctx: r.env.ctx, StallTimeout: ptStallTimeout, Completed: &ptCompleted}
+		Ctx: r.runCtx, StallTimeout: ptStallTimeout, Completed: &ptCompleted}
 	if o.cpuUtilOn() {
 		t.StartCPU = startPTCPUSampler
+	}
+	if o.infinite {
+		t.Duration, t.Margin = 0, 0
+		t.Interval = time.Duration(o.duration) * time.Second
+		f := perftest.BWFormat{Gbits: o.gbits}
+		t.Report = func(rep perftest.BWReport) error { return r.printBW(rep, f) }
 	}
 	return t
 }
@@ -509,5 +613,8 @@ func (r *ptRun) endpoint() *bench.Endpoint {
 		}
 	}
 	ep.RecvShift, ep.RecvExtra = res.recvShift(), res.recvExtra()
+	for _, mr := range res.qpMRs {
+		ep.PerQP = append(ep.PerQP, bench.QPMem{LKey: mr.LKey(), Addr: mr.Addr()})
+	}
 	return ep
 }

@@ -299,6 +299,8 @@ func TestPerftestPairs(t *testing.T) {
 		{name: "ib_send_bw", args: []string{"-n", ns, "-s", "4096"}, title: "Send BW Test", sizes: []uint64{4096}, iters: n, qps: 1, serverRows: true, noPeak: true},
 		{name: "ib_send_bw", args: []string{"-n", ns, "-s", "100", "-b", "-q", "2"}, title: "Send Bidirectional BW Test", sizes: []uint64{100}, iters: 2 * n, qps: 2, serverRows: true},
 		{name: "ib_send_bw", args: []string{"-n", "10", "-a"}, title: "Send BW Test", sizes: ptPow2(2, 1<<14), iters: 10, qps: 1, serverRows: true, noPeak: true, maxAll: 1 << 14},
+		{name: "ib_write_bw", args: []string{"-n", ns, "-s", "2048", "-q", "2", "--mr_per_qp"}, title: "RDMA_Write BW Test", sizes: []uint64{2048}, iters: 2 * n, qps: 2, serverRows: true},
+		{name: "ib_send_bw", args: []string{"-n", ns, "-s", "512", "-q", "2", "--mr_per_qp"}, title: "Send BW Test", sizes: []uint64{512}, iters: 2 * n, qps: 2, serverRows: true, noPeak: true},
 		{name: "ib_atomic_bw", args: []string{"-n", ns}, title: "Atomic FETCH_AND_ADD BW Test", sizes: []uint64{8}, iters: n, qps: 1, serverRows: true},
 		{name: "ib_atomic_bw", args: []string{"-n", ns, "-A", "CMP_AND_SWAP", "-q", "2"}, title: "Atomic CMP_AND_SWAP BW Test", sizes: []uint64{8}, iters: 2 * n, qps: 2, serverRows: true},
 		{name: "ib_write_lat", args: []string{"-n", ns}, title: "RDMA_Write Latency Test", sizes: []uint64{2}, iters: n, qps: 1, serverRows: true},
@@ -437,6 +439,10 @@ func TestPerftestArgs(t *testing.T) {
 		}, "atomic bw defaults"},
 		{sbw, []string{"-n", "9"}, func(o *ptOptions) bool { return o.rxDepth == 10 && o.noPeak }, "send server: rx depth capped and made even, no peak"},
 		{wbw, []string{"-D", "4"}, func(o *ptOptions) bool { return o.iters == 0 && o.noPeak && o.margin == 1 }, "duration"},
+		{wbw, []string{"--run_infinitely"}, func(o *ptOptions) bool { return o.infinite && o.duration == 5 && o.iters == 0 && o.noPeak }, "run_infinitely reports every 5 s"},
+		{wbw, []string{"--run_infinitely", "-D", "2", "-a"}, func(o *ptOptions) bool { return o.duration == 2 && !o.runAll }, "run_infinitely: -D is the interval, -a is dropped"},
+		{wbw, []string{"--mr_per_qp", "-q", "2"}, func(o *ptOptions) bool { return o.mrPerQP && o.numQPs == 2 }, "mr_per_qp"},
+		{rlat, []string{"-U", "-H"}, func(o *ptOptions) bool { return o.unsorted && o.histogram }, "-U and -H on latency"},
 	} {
 		o, err := parsePTArgs(tc.test, tc.args, io.Discard)
 		if err != nil {
@@ -464,6 +470,11 @@ func TestPerftestArgs(t *testing.T) {
 		{wbw, []string{"-A", "CMP_AND_SWAP"}},
 		{wbw, []string{"a", "b"}},
 		{wbw, []string{"-D", "2", "-f", "1"}},
+		{wbw, []string{"-U"}},
+		{wbw, []string{"-H"}},
+		{rlat, []string{"--run_infinitely"}},
+		{sbw, []string{"--run_infinitely", "-b"}},
+		{wbw, []string{"--recv_post_list", "4"}},
 	} {
 		if _, err := parsePTArgs(tc.test, tc.args, io.Discard); err == nil || errors.Is(err, errPTExit) {
 			t.Errorf("%s %q: err = %v, want an error", tc.test.name, tc.args, err)
@@ -651,4 +662,83 @@ func TestPerftestOutputs(t *testing.T) {
 	if u, err := strconv.ParseFloat(rows[0][5], 64); err != nil || u <= 0 || u > 100 {
 		t.Fatalf("CPU_Util %q", rows[0][5])
 	}
+}
+
+// TestPerftestRunInfinitely runs ib_write_bw --run_infinitely -D 1 for
+// a little over two intervals: the client prints a row per interval until
+// its context ends; the server, which waits for the client's end of test
+// without a time limit, ends when the connection goes.
+func TestPerftestRunInfinitely(t *testing.T) {
+	test := ptTestByName(t, "ib_write_bw")
+	devSrv, devCli := ptPairTestDevices(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	args := []string{"--run_infinitely", "-D", "1", "-s", "4096", "-p", port}
+	so, err := parsePTArgs(test, args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	co, err := parsePTArgs(test, append(args, "127.0.0.1"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvCtx, srvCancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer srvCancel()
+	cliCtx, cliCancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+	defer cliCancel()
+	var srvOut, cliOut bytes.Buffer
+	done := make(chan error, 1)
+	go func() { done <- runPT(ptEnv{ctx: srvCtx, dev: devSrv, out: &srvOut, errOut: io.Discard, ln: ln}, so) }()
+	errCli := runPT(ptEnv{ctx: cliCtx, dev: devCli, out: &cliOut, errOut: io.Discard}, co)
+	if !errors.Is(errCli, context.DeadlineExceeded) {
+		t.Errorf("client: %v, want the context's deadline", errCli)
+	}
+	// runPT closed the client's connection as it returned.
+	select {
+	case err := <-done:
+		if err == nil || srvCtx.Err() != nil {
+			t.Errorf("server: %v, want an error on the closed connection before its own deadline", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("server did not notice the client going")
+	}
+	rows := ptRows(t, cliOut.String(), "BW peak[MB/sec]")
+	if len(rows) != 2 {
+		t.Fatalf("client printed %d rows in 2.5 s of 1 s intervals, want 2:\n%s", len(rows), cliOut.String())
+	}
+	for _, f := range rows {
+		if len(f) != 5 || f[0] != "4096" || f[1] == "0" || f[2] != "0.00" {
+			t.Errorf("row %q: want size 4096, some iterations, no peak", f)
+		}
+	}
+}
+
+// TestPerftestUnsorted checks -U and -H: the samples, listed before the
+// row with the heading printed again.
+func TestPerftestUnsorted(t *testing.T) {
+	out := runPTPair(t, "ib_send_lat", []string{"-n", "10"}, []string{"-n", "10", "-U", "-H"}, nil)
+	c := out.client
+	if strings.Count(c, "#, usec\n") != 2 {
+		t.Fatalf("want two sample lists:\n%s", c)
+	}
+	unsorted := c[strings.Index(c, "#, usec\n")+8:]
+	for i := 1; i <= 9; i++ {
+		line, rest, _ := strings.Cut(unsorted, "\n")
+		if !strings.HasPrefix(line, strconv.Itoa(i)+", ") {
+			t.Fatalf("sample line %d is %q", i, line)
+		}
+		unsorted = rest
+	}
+	if !strings.HasPrefix(unsorted, "#, usec\n") {
+		t.Fatalf("the sorted list does not follow the 9 samples:\n%s", unsorted)
+	}
+	sorted := strings.Split(strings.TrimPrefix(unsorted, "#, usec\n"), "\n")
+	if len(sorted) < 8 || !strings.HasPrefix(sorted[7], "---") || !strings.HasPrefix(sorted[6], "7, ") {
+		t.Fatalf("want 7 sorted samples (9 without the tail of 2), then the heading:\n%s", c)
+	}
+	checkLat(t, "client", c[strings.LastIndex(c, "#, usec"):], []uint64{2}, 10)
 }

@@ -16,7 +16,9 @@ package bench
 // in cache-line slots, the local and remote addresses in lockstep.
 
 import (
+	"context"
 	"fmt"
+	"time"
 
 	"github.com/softrdma/softrdma/internal/perftest"
 	"github.com/softrdma/softrdma/verbs"
@@ -61,6 +63,11 @@ type BWRun struct {
 	ph     *Phases
 	sample uint64 // messages counted in the sampled interval (-D)
 
+	// --run_infinitely: the next report is due at nextReport (ticks);
+	// lastSample and lastReport are the count and clock of the previous;
+	// Test.Ctx is looked at again at nextCheck.
+	nextReport, lastSample, lastReport, nextCheck uint64
+
 	tposted, tcompleted []uint64
 	wcs                 []verbs.WC
 	rwcs                []verbs.WC
@@ -90,7 +97,7 @@ func (b *BWRun) SetSendWQEs() {
 	for i := range b.qps {
 		q := &b.qps[i]
 		rem := b.ep.Remote[i]
-		q.sge[0] = verbs.SGE{Addr: b.ep.Base + b.ep.SendOff(i), Length: uint32(b.size), LKey: b.ep.LKey}
+		q.sge[0] = verbs.SGE{Addr: b.ep.sendAddr(i), Length: uint32(b.size), LKey: b.ep.lkey(i)}
 		q.wr = verbs.SendWR{WRID: uint64(i), SGList: q.sge[:]}
 		q.myAddr, q.remAddr = q.sge[0].Addr, rem.VAddr
 		switch verb {
@@ -166,8 +173,8 @@ func (b *BWRun) SetRecvWQEs() error {
 	stride, n := b.ep.Slots(b.size)
 	for i := range b.qps {
 		q := &b.qps[i]
-		q.rxAddr = b.ep.Base + b.ep.RecvOff(i) + b.ep.RecvShift
-		q.rsge[0] = verbs.SGE{Addr: q.rxAddr, Length: uint32(b.size) + b.ep.RecvExtra, LKey: b.ep.LKey}
+		q.rxAddr = b.ep.recvAddr(i) + b.ep.RecvShift
+		q.rsge[0] = verbs.SGE{Addr: q.rxAddr, Length: uint32(b.size) + b.ep.RecvExtra, LKey: b.ep.lkey(i)}
 		q.rwr = verbs.RecvWR{WRID: uint64(i), SGList: q.rsge[:]}
 		for j := uint64(0); j < uint64(b.t.RxDepth); j++ {
 			if err := q.qp.PostRecv(&q.rwr); err != nil {
@@ -319,7 +326,11 @@ func (b *BWRun) Run() error {
 	}
 	w := newWatch(b.t)
 	var totscnt, totccnt uint64
+	b.startReports()
 	for totscnt < totIters || totccnt < totIters || (b.dur && b.ph.At(Ticks()) != PhaseEnd) {
+		if err := b.reportInterval(); err != nil {
+			return err
+		}
 		if err := b.postWindow(&totscnt, txDepth, stride, n); err != nil {
 			return err
 		}
@@ -423,13 +434,26 @@ func (b *BWRun) RunServer() error {
 	totIters := b.iters * uint64(len(b.qps))
 	w := newWatch(b.t)
 	first := true
+	lastEmpty := Ticks()
 	var totrcnt uint64
+	if b.t.infinite() {
+		// run_iter_bw_infinitely_server: the clock starts at once.
+		first = false
+		b.ph = newPhases(b.t, Ticks())
+		b.startReports()
+	}
 	for totrcnt < totIters || (b.dur && b.ph.At(Ticks()) != PhaseEnd) {
+		if err := b.reportInterval(); err != nil {
+			return err
+		}
 		got, err := b.ep.RecvCQ.Poll(b.rwcs[:min(PollBatch, len(b.rwcs))])
 		if err != nil {
 			return fmt.Errorf("Poll Receive CQ failed: %w", err)
 		}
 		if got == 0 {
+			if first {
+				lastEmpty = Ticks()
+			}
 			if err := w.wait(b.ep.RecvCQ); err != nil {
 				return err
 			}
@@ -441,7 +465,12 @@ func (b *BWRun) RunServer() error {
 			if b.dur {
 				b.ph = newPhases(b.t, Ticks())
 			} else {
-				b.tposted[0] = Ticks()
+				// perftest stamps its first non-empty poll, which its
+				// busy loop makes the first arrival. A goroutine can be
+				// off its CPU while the whole run arrives (UD on
+				// loopback: 500 GB/s); the last poll that found the CQ
+				// empty is the latest time known to precede it.
+				b.tposted[0] = lastEmpty
 			}
 		}
 		if err := b.recvCompletions(b.rwcs[:got], &totrcnt); err != nil {
@@ -510,6 +539,53 @@ func (b *BWRun) RunBi() error {
 		b.tcompleted[0] = Ticks()
 	}
 	return b.drain()
+}
+
+// startReports starts the clock of --run_infinitely's reports.
+func (b *BWRun) startReports() {
+	if !b.t.infinite() {
+		return
+	}
+	now := Ticks()
+	b.lastReport, b.nextReport = now, now+uint64(b.t.Interval)
+}
+
+// reportInterval passes Test.Report the result of the last interval once
+// it is over (print_bw_infinite_mode): the messages completed since the
+// previous report over the time since then. Like perftest, a
+// bidirectional WRITE or READ counts both directions.
+func (b *BWRun) reportInterval() error {
+	if !b.t.infinite() {
+		return nil
+	}
+	now := Ticks()
+	if now >= b.nextCheck && b.t.Ctx != nil {
+		// A run that makes progress never reaches the watch's checks.
+		if b.t.Ctx.Err() != nil {
+			return context.Cause(b.t.Ctx)
+		}
+		b.nextCheck = now + uint64(10*time.Millisecond)
+	}
+	if now < b.nextReport {
+		return nil
+	}
+	rep := perftest.BWReport{Size: b.size} // an interval without completions: a row of zeros
+	if n := b.sample - b.lastSample; n > 0 {
+		p := perftest.BWParams{Size: b.size, Iters: n, NumQPs: 1, CQMod: int(b.cqMod),
+			NoPeak: true, TicksPerUsec: TicksPerUsec, Gbits: b.t.Gbits}
+		var err error
+		if rep, err = perftest.ComputeBW([]uint64{b.lastReport}, []uint64{now}, p); err != nil {
+			return err
+		}
+	}
+	if b.t.Duplex && b.t.Verb != perftest.Send {
+		rep.BWAvg, rep.MsgRate = 2*rep.BWAvg, 2*rep.MsgRate
+	}
+	b.lastSample, b.lastReport, b.nextReport = b.sample, now, now+uint64(b.t.Interval)
+	if b.t.Report != nil {
+		return b.t.Report(rep)
+	}
+	return nil
 }
 
 // Report computes this end's result (print_report_bw).

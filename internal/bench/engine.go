@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -64,6 +65,13 @@ type Test struct {
 	// Duration and Margin (seconds) select duration mode (-D, --margin)
 	// when Duration > 0.
 	Duration, Margin int
+	// Interval, when > 0, runs a bandwidth test until an error or Ctx
+	// ends it (perftest's --run_infinitely): every Interval, Report gets
+	// the result of the messages completed since the previous report
+	// (run_iter_bw_infinitely's print thread). Duration and Margin are
+	// then unused.
+	Interval time.Duration
+	Report   func(perftest.BWReport) error
 	// StartCPU, if set, starts measuring CPU utilisation over the
 	// sampled interval of a duration run (--cpu_util).
 	StartCPU func(*Phases) CPUSampler
@@ -84,7 +92,9 @@ type Test struct {
 	Credits *atomic.Int64
 }
 
-func (t *Test) dur() bool { return t.Duration > 0 }
+func (t *Test) dur() bool { return t.Duration > 0 || t.infinite() }
+
+func (t *Test) infinite() bool { return t.Interval > 0 }
 
 // CPUSampler measures CPU utilisation over an interval.
 type CPUSampler interface {
@@ -110,6 +120,10 @@ type Phases struct {
 }
 
 func newPhases(t *Test, now uint64) *Phases {
+	if t.infinite() {
+		// Every message is sampled, and the run never ends by itself.
+		return &Phases{SampleStart: now, SampleEnd: math.MaxUint64, End: math.MaxUint64}
+	}
 	margin, dur := uint64(t.Margin)*1e9, uint64(t.Duration)*1e9
 	p := &Phases{SampleStart: now + margin, SampleEnd: now + dur - margin, End: now + dur}
 	if t.StartCPU != nil {
@@ -224,6 +238,40 @@ type Endpoint struct {
 	// Zero for RC and UC.
 	RecvShift uint64
 	RecvExtra uint32
+	// PerQP, if set, gives each QP its own MR (perftest's --mr_per_qp):
+	// its send, receive and key replace the Layout's offsets into Base
+	// and LKey.
+	PerQP []QPMem
+}
+
+// QPMem is one QP's memory with --mr_per_qp: perftest's buf[i], an MR of
+// its own whose send and receive both start at its address.
+type QPMem struct {
+	LKey uint32
+	Addr uint64 // the MR's address: sends and receives start here
+}
+
+// sendAddr, recvAddr and lkey are QP i's send and receive addresses
+// (receives before RecvShift) and local key.
+func (ep *Endpoint) sendAddr(i int) uint64 {
+	if ep.PerQP != nil {
+		return ep.PerQP[i].Addr
+	}
+	return ep.Base + ep.SendOff(i)
+}
+
+func (ep *Endpoint) recvAddr(i int) uint64 {
+	if ep.PerQP != nil {
+		return ep.PerQP[i].Addr
+	}
+	return ep.Base + ep.RecvOff(i)
+}
+
+func (ep *Endpoint) lkey(i int) uint32 {
+	if ep.PerQP != nil {
+		return ep.PerQP[i].LKey
+	}
+	return ep.LKey
 }
 
 // ErrStall reports a measurement that stopped making progress.
@@ -269,8 +317,8 @@ func (w *watch) check() error {
 		return nil
 	}
 	if ctx := w.t.Ctx; ctx != nil {
-		if err := ctx.Err(); err != nil {
-			return err
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
 		}
 	}
 	timeout := w.t.StallTimeout

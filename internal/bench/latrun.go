@@ -299,6 +299,17 @@ func (l *LatRun) Stats() (s perftest.LatStats, d perftest.LatDurationStats, err 
 	return s, d, err
 }
 
+// Samples returns the run's latency samples in microseconds, in
+// measurement order or sorted without the tail (perftest.LatSamples); nil
+// in duration mode.
+func (l *LatRun) Samples(sorted bool) ([]float64, error) {
+	if l.dur {
+		return nil, nil
+	}
+	p := perftest.LatParams{Size: l.size, TicksPerUsec: TicksPerUsec, RTTFactor: l.t.Verb.RTTFactor()}
+	return perftest.LatSamples(l.tposted, p, sorted)
+}
+
 // Sent and Received return how many messages QP 0 posted and received.
 func (l *LatRun) Sent() uint64     { return l.scnt }
 func (l *LatRun) Received() uint64 { return l.rcnt }

@@ -353,3 +353,19 @@ func cFloat(v float64, prec int) string {
 	}
 	return strconv.FormatFloat(v, 'f', prec, 64)
 }
+
+// WriteLatSamples writes the sample list of -U or -H: "#, usec", then
+// "<n>, <usec>" with C's %g. print_report_lat follows the lists with
+// WriteLatHeader, so that the row has its heading again.
+func WriteLatSamples(w io.Writer, us []float64) error {
+	b := []byte("#, usec\n")
+	for i, v := range us {
+		b = fmt.Appendf(b, "%d, %s\n", i+1, cG(v))
+	}
+	_, err := w.Write(b)
+	return err
+}
+
+// cG formats v as C's "%g": six significant digits, trailing zeros
+// dropped, an exponent below 1e-4 or from 1e6.
+func cG(v float64) string { return fmt.Sprintf("%.6g", v) }

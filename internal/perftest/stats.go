@@ -280,3 +280,30 @@ func ComputeLatDuration(iters, elapsed uint64, p LatParams) (LatDurationStats, e
 		TPS:   float64(iters) / (t / (p.TicksPerUsec * 1000000)),
 	}, nil
 }
+
+// LatSamples returns every latency sample of a latency run in
+// microseconds, as print_report_lat lists them: in measurement order
+// (-U, --report-unsorted), or sorted without the LAT_MEASURE_TAIL
+// largest (-H, --report-histogram).
+func LatSamples(tposted []uint64, p LatParams, sorted bool) ([]float64, error) {
+	if len(tposted) < 2+latMeasureTail {
+		return nil, fmt.Errorf("perftest: %d timestamps, need at least %d", len(tposted), 2+latMeasureTail)
+	}
+	if !(p.TicksPerUsec > 0) || p.RTTFactor <= 0 {
+		return nil, fmt.Errorf("perftest: invalid latency parameters %+v", p)
+	}
+	delta := make([]uint64, len(tposted)-1)
+	for i := range delta {
+		delta[i] = tposted[i+1] - tposted[i]
+	}
+	if sorted {
+		slices.Sort(delta)
+		delta = delta[:len(delta)-latMeasureTail]
+	}
+	q := p.TicksPerUsec * float64(p.RTTFactor)
+	us := make([]float64, len(delta))
+	for i, d := range delta {
+		us[i] = float64(d) / q
+	}
+	return us, nil
+}
