@@ -62,3 +62,41 @@ func (d *Device) FlushBacklog(now time.Time) {
 	}
 	b.mu.Unlock()
 }
+
+// RetryBacklog is FlushBacklog for a goroutine that must not block (a
+// busy poller, holding rx): each QP on the backlog hands the transport
+// what it takes now and lets its requester go on as far as the transport
+// takes its packets; what stays goes back on the backlog, responses into
+// rx's stage (sent, as far as the transport takes them, before it
+// returns). A busy poller calls it on every poll while requests wait, so
+// they leave as soon as the socket has room instead of at the next timer.
+func (d *Device) RetryBacklog(rx *RxBatch, now time.Time) {
+	b := &d.backlog
+	b.mu.Lock()
+	qps := b.qps
+	b.qps, b.spare = b.spare[:0], nil
+	b.n.Store(0)
+	b.mu.Unlock()
+	for i, qp := range qps {
+		qp.mu.Lock()
+		qp.inBacklog = false
+		if !qp.destroyed {
+			qp.tx.attach(rx.stage)
+			qp.flushLocked()
+			if qp.tx.n == 0 {
+				qp.runRequesterLocked(now)
+				qp.flushLocked()
+			}
+			qp.rearmLocked()
+			qp.tx.detach()
+		}
+		qp.mu.Unlock()
+		qps[i] = nil
+	}
+	b.mu.Lock()
+	if b.spare == nil {
+		b.spare = qps[:0]
+	}
+	b.mu.Unlock()
+	rx.stage.flush(d)
+}
