@@ -101,14 +101,41 @@ func (qp *QP) sealLocked() {
 	}
 }
 
-// compact keeps, in order, the packets for which keep(i) is true; take(i)
-// disposes of each other one (moves or releases it) before its slot is
-// emptied.
-func (t *txq) compact(keep func(i int) bool, take func(i int)) {
+// What compact does with the packets it does not keep.
+type compactMode uint8
+
+const (
+	dropRequests  compactMode = iota // keep responses, release requests
+	stageRespones                    // keep requests, move responses to a stage
+	keepUnsent                       // keep what TrySend did not send, release the rest
+)
+
+// compact keeps, in order, the packets mode keeps, and disposes of the
+// others: released (counted as sent or refused for keepUnsent, refused
+// being sendErr) or, for stageRespones, moved to st. One loop, no
+// closures: it runs for every QP of every receive batch.
+func (t *txq) compact(d *Device, mode compactMode, st *txStage, sendErr error) {
 	k := 0
 	for i := 0; i < t.n; i++ {
-		if !keep(i) {
-			take(i)
+		var keep bool
+		switch mode {
+		case dropRequests:
+			keep = !t.req[i]
+		case stageRespones:
+			keep = t.req[i]
+		case keepUnsent:
+			keep = !t.pkts[i].Sent && sendErr == nil
+		}
+		if !keep {
+			switch mode {
+			case stageRespones:
+				st.add(d, t.pkts[i], t.bufs[i], t.mrs[i])
+			case keepUnsent:
+				d.countSent(t.pkts[i].Sent)
+				release(d, &t.pkts[i], &t.bufs[i], &t.mrs[i])
+			default:
+				release(d, &t.pkts[i], &t.bufs[i], &t.mrs[i])
+			}
 			t.pkts[i], t.bufs[i], t.mrs[i], t.req[i] = transport.Datagram{}, nil, nil, false
 			continue
 		}
@@ -124,24 +151,29 @@ func (t *txq) compact(keep func(i int) bool, take func(i int)) {
 
 // keepResponses drops the queued request packets and keeps the responses
 // (ACKs, NAKs, READ responses, atomic ACKs), in order.
-func (t *txq) keepResponses(d *Device) {
-	t.compact(func(i int) bool { return !t.req[i] }, func(i int) { t.clear(d, i) })
-}
+func (t *txq) keepResponses(d *Device) { t.compact(d, dropRequests, nil, nil) }
 
 // stageResponses moves the queued responses to st, in order, and keeps the
 // requests.
 func (t *txq) stageResponses(d *Device, st *txStage) {
-	t.compact(func(i int) bool { return t.req[i] }, func(i int) { st.add(d, t.pkts[i], t.bufs[i], t.mrs[i]) })
+	for i := 0; i < t.n; i++ {
+		if !t.req[i] {
+			t.compact(d, stageRespones, st, nil)
+			return
+		}
+	}
 }
 
 // trySend hands the transport what it takes now (transport.TrySender)
 // and keeps the rest, in order. It reports whether the queue is empty.
 func (t *txq) trySend(d *Device) bool {
-	_, err := d.trySender.TrySend(t.pkts[:t.n])
-	t.compact(func(i int) bool { return !t.pkts[i].Sent && err == nil }, func(i int) {
-		d.countSent(t.pkts[i].Sent)
-		t.clear(d, i)
-	})
+	sent, err := d.trySender.TrySend(t.pkts[:t.n])
+	if err == nil && sent == t.n {
+		d.Counters.SentPkts.Add(uint64(sent))
+		t.drop(d)
+		return true
+	}
+	t.compact(d, keepUnsent, nil, err)
 	return t.n == 0
 }
 
@@ -213,7 +245,15 @@ func (s *txStage) flush(d *Device) {
 		return
 	}
 	if s.noBlock && d.trySender != nil {
-		_, err := d.trySender.TrySend(s.pkts)
+		sent, err := d.trySender.TrySend(s.pkts)
+		if err == nil && sent == len(s.pkts) {
+			d.Counters.SentPkts.Add(uint64(sent))
+			for i := range s.pkts {
+				release(d, &s.pkts[i], &s.bufs[i], &s.mrs[i])
+			}
+			s.pkts, s.bufs, s.mrs = s.pkts[:0], s.bufs[:0], s.mrs[:0]
+			return
+		}
 		k := 0
 		for i := range s.pkts {
 			if s.pkts[i].Sent || err != nil {
