@@ -48,6 +48,7 @@ func runBench(args []string) error {
 	noBW := fs.Bool("no-bw", false, "skip bandwidth tests")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file")
 	noGSO := fs.Bool("no-gso", false, "send one datagram per packet (no UDP GSO/GRO)")
+	secure := fs.String("secure", "", "protect every packet: auth (a MAC and a sequence number) or encrypt (and encrypted payloads); see docs/security.md")
 	scale := fs.String("scale", "", "instead of the tables, measure scale at these QP counts, e.g. 1,16,256,4096: setup time, memory per QP, aggregate bandwidth and 8-byte rate")
 	scaleSize := fs.Int("scale-size", 65536, "WRITE size of the -scale bandwidth run")
 	scaleMsgs := fs.Int("scale-n", 20000, "WRITEs in each -scale bandwidth run (at least 2 per QP)")
@@ -127,7 +128,17 @@ func runBench(args []string) error {
 		return err
 	}
 	defer sb.Close()
-	if err := bench.Connect(sa, sb, pmtu); err != nil {
+	var mode verbs.SecurityMode
+	switch *secure {
+	case "":
+	case "auth":
+		mode = verbs.SecurityAuth
+	case "encrypt":
+		mode = verbs.SecurityEncrypt
+	default:
+		return fmt.Errorf("-secure %q: use auth or encrypt", *secure)
+	}
+	if err := bench.ConnectSecure(sa, sb, pmtu, mode); err != nil {
 		return err
 	}
 	rep := benchReport{Time: time.Now(), AddrA: a.LocalAddr().String(), AddrB: b.LocalAddr().String(), MTU: pmtu.Bytes()}

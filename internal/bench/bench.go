@@ -8,7 +8,10 @@
 package bench
 
 import (
+	"crypto/rand"
+
 	"fmt"
+	"github.com/softrdma/softrdma/cm"
 	"sync/atomic"
 	"time"
 
@@ -139,33 +142,60 @@ func (s *Side) endpoint(peer *Side) *Endpoint {
 }
 
 // Connect moves both QPs to RTS towards each other.
-func Connect(a, b *Side, mtu verbs.MTU) error {
-	if err := connectOne(a, b, mtu, 0x1000, 0x2000); err != nil {
-		return err
-	}
-	return connectOne(b, a, mtu, 0x2000, 0x1000)
+func Connect(a, b *Side, mtu verbs.MTU) error { return ConnectSecure(a, b, mtu, 0) }
+
+// connectQP moves qp to RTS towards peer at peerGID, sending from PSN sq
+// and receiving from rq, with ConnectSecure's parameters.
+func connectQP(qp, peer verbs.QP, peerGID verbs.GID, mtu verbs.MTU, sq, rq uint32) error {
+	p := perftestParams(mtu)
+	return cm.Connect(qp, cm.Endpoint{QPN: qp.QPNum(), PSN: sq}, cm.Endpoint{QPN: peer.QPNum(), PSN: rq, GID: peerGID}, &p)
 }
 
-func connectOne(s, peer *Side, mtu verbs.MTU, sq, rq uint32) error {
-	return connectQP(s.QP, peer.QP.QPNum(), peer.GID, mtu, sq, rq)
+// perftestParams are the QP parameters perftest uses.
+func perftestParams(mtu verbs.MTU) cm.Params {
+	p := cm.DefaultParams()
+	p.Access = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	p.PathMTU, p.SGIDIndex, p.MaxRdAtomic, p.MaxDestRdAtomic = mtu, 1, 16, 16
+	return p
 }
 
-// connectQP moves qp through INIT and RTR to RTS towards QP peerQPN at
-// peerGID, with perftest's defaults (timeout 14, 7 retries, 7 RNR retries).
-func connectQP(qp verbs.QP, peerQPN uint32, peerGID verbs.GID, mtu verbs.MTU, sq, rq uint32) error {
-	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
-	if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QPAccessFlags: access},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+// ConnectSecure is Connect with the QPs protecting their packets in mode
+// (verbs.Securer) under a fresh random secret; mode 0 is plain RoCEv2.
+// The parameters are perftest's (timeout 14, 7 retries, 7 RNR retries, 16
+// outstanding READs/atomics each way).
+func ConnectSecure(a, b *Side, mtu verbs.MTU, mode verbs.SecurityMode) error {
+	p := perftestParams(mtu)
+	var secret [32]byte
+	if _, err := rand.Read(secret[:]); err != nil {
 		return err
 	}
-	if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: mtu, DestQPNum: peerQPN, RQPSN: rq,
-		MaxDestRdAtomic: 16, MinRNRTimer: 12,
-		AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: peerGID, SGIDIndex: 1, HopLimit: 64}}},
-		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
-		return err
+	ea := cm.Endpoint{QPN: a.QP.QPNum(), PSN: 0x1000, GID: a.GID}
+	eb := cm.Endpoint{QPN: b.QP.QPNum(), PSN: 0x2000, GID: b.GID}
+	for _, s := range []struct {
+		qp            verbs.QP
+		local, remote cm.Endpoint
+		initiator     bool
+	}{{a.QP, ea, eb, true}, {b.QP, eb, ea, false}} {
+		if err := cm.Init(s.qp, &p); err != nil {
+			return err
+		}
+		if mode != 0 {
+			sq, ok := s.qp.(verbs.Securer)
+			if !ok {
+				return fmt.Errorf("bench: this provider's QPs cannot protect packets: %w", verbs.ErrNotSupported)
+			}
+			if err := sq.Secure(verbs.Security{Mode: mode, Secret: secret, Initiator: s.initiator}); err != nil {
+				return err
+			}
+		}
+		if err := cm.ReadyToReceive(s.qp, s.remote, &p); err != nil {
+			return err
+		}
+		if err := cm.ReadyToSend(s.qp, s.local, &p); err != nil {
+			return err
+		}
 	}
-	return qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: sq, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
-		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic)
+	return nil
 }
 
 // Config is one measurement.

@@ -145,10 +145,10 @@ func Scale(a, b verbs.Context, cfg ScaleConfig) (ScaleResult, error) {
 			e.qps = append(e.qps, qp)
 		}
 		psn := uint32(i*7919) & 0xFFFFFF
-		if err := connectQP(ea.qps[i], eb.qps[i].QPNum(), eb.gid, cfg.MTU, psn, psn^0x5A5A5A); err != nil {
+		if err := connectQP(ea.qps[i], eb.qps[i], eb.gid, cfg.MTU, psn, psn^0x5A5A5A); err != nil {
 			return res, fmt.Errorf("connecting QP %d: %w", i+1, err)
 		}
-		if err := connectQP(eb.qps[i], ea.qps[i].QPNum(), ea.gid, cfg.MTU, psn^0x5A5A5A, psn); err != nil {
+		if err := connectQP(eb.qps[i], ea.qps[i], ea.gid, cfg.MTU, psn^0x5A5A5A, psn); err != nil {
 			return res, fmt.Errorf("connecting QP %d: %w", i+1, err)
 		}
 	}

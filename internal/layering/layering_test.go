@@ -28,7 +28,7 @@ var rules = []struct {
 	{"transport/capture", []string{"transport"}, []string{"github.com/gopacket/gopacket"}},
 	{"transport", nil, nil},
 	{"internal/netsim", []string{"transport", "wire"}, nil},
-	{"internal/bench", []string{"verbs", "internal/spin", "internal/perftest"}, nil},
+	{"internal/bench", []string{"verbs", "cm", "internal/spin", "internal/perftest"}, nil},
 	{"internal/spin", nil, nil},
 	{"examples", []string{""}, []string{""}},
 	{"internal/roce", []string{"wire", "verbs", "transport", "internal/spin"}, nil},
