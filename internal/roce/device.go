@@ -57,7 +57,7 @@ const (
 	ackReqEvery = 64  // AckReq at least every this many packets (rxe: RXE_MAX_PKT_PER_ACK)
 	// MaxPacketSize is the largest RoCEv2 packet (UDP payload) the engine
 	// builds or accepts: a receive buffer of this size holds any packet.
-	MaxPacketSize = wire.BTHLen + wire.RETHLen + wire.ImmDtLen + 4096 + 3 + wire.ICRCLen + 16
+	MaxPacketSize = wire.BTHLen + wire.RETHLen + wire.ImmDtLen + 4096 + 3 + wire.ICRCLen + 16 + secTrailerLen
 )
 
 // Config configures a Device.

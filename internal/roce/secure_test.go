@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/binary"
+	"fmt"
 	"testing"
 	"time"
 
@@ -14,12 +15,13 @@ import (
 )
 
 // securePair connects a and b over UDP with both QPs protecting their
-// packets in mode (b's sends logged).
-func securePair(t *testing.T, mode verbs.SecurityMode) (a, b *node, bl *sendLog) {
+// packets in mode (b's sends logged), at path MTU mtu.
+func securePair(t *testing.T, mode verbs.SecurityMode, mtu verbs.MTU) (a, b *node, bl *sendLog) {
 	t.Helper()
 	ta, tb := udpPair(t)
 	bl = &sendLog{Transport: tb}
 	o := realOpts()
+	o.mtu = mtu
 	a, b = newNodeWith(t, Config{Transport: ta}, o), newNodeWith(t, Config{Transport: bl}, o)
 	a.peer, b.peer = b, a
 	var secret [32]byte
@@ -45,9 +47,13 @@ func securePair(t *testing.T, mode verbs.SecurityMode) (a, b *node, bl *sendLog)
 // SEND with immediate, atomics) intact, in both modes; in encrypt mode the
 // payload is not on the wire, in auth mode it is.
 func TestSecureQPs(t *testing.T) {
-	for _, mode := range []verbs.SecurityMode{verbs.SecurityAuth, verbs.SecurityEncrypt} {
-		t.Run(mode.String(), func(t *testing.T) {
-			a, b, bl := securePair(t, mode)
+	for _, c := range []struct {
+		mode verbs.SecurityMode
+		mtu  verbs.MTU
+	}{{verbs.SecurityAuth, verbs.MTU1024}, {verbs.SecurityEncrypt, verbs.MTU1024}, {verbs.SecurityAuth, verbs.MTU4096}, {verbs.SecurityEncrypt, verbs.MTU4096}} {
+		mode := c.mode
+		t.Run(fmt.Sprintf("%v/mtu%v", mode, c.mtu), func(t *testing.T) {
+			a, b, bl := securePair(t, mode, c.mtu)
 			secret := []byte("a payload an eavesdropper must not read, of some length to span packets..")
 			copy(b.buf[8192:], bytes.Repeat(secret, 100))
 			// b WRITEs 7 KiB to a (several packets), a READs it back.
@@ -94,7 +100,7 @@ func TestSecureQPs(t *testing.T) {
 // packet, a replayed one and a forged NAK are dropped and counted, and the
 // QP goes on.
 func TestSecureAttacks(t *testing.T) {
-	a, b, bl := securePair(t, verbs.SecurityAuth)
+	a, b, bl := securePair(t, verbs.SecurityAuth, verbs.MTU1024)
 	b.post(&verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{b.mr.SGE(0, 64)},
 		RemoteAddr: a.mr.Addr(), RKey: a.mr.RKey()})
 	expectWC(t, b.waitWC(b.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
