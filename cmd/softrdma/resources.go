@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"time"
@@ -54,7 +53,7 @@ func openToolDevice(name string) (*soft.Device, error) {
 			return nil, fmt.Errorf("SOFTRDMA_ADDR=%q: %v", a, err)
 		}
 		envName := ""
-		if ifi, err := interfaceNameOf(addr); err == nil {
+		if ifi, err := soft.InterfaceOf(addr); err == nil {
 			envName = soft.DeviceName(ifi, addr)
 		}
 		if name == "" || name == envName {
@@ -85,28 +84,6 @@ func openToolDevice(name string) (*soft.Device, error) {
 		return nil, fmt.Errorf("No IB devices found (set SOFTRDMA_ADDR to an IP address)")
 	}
 	return nil, fmt.Errorf("IB device %s not found", name)
-}
-
-// interfaceNameOf names the interface that has addr (any 127/8 address is
-// loopback's).
-func interfaceNameOf(addr netip.Addr) (string, error) {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return "", err
-	}
-	for _, ifi := range ifs {
-		addrs, _ := ifi.Addrs()
-		for _, ad := range addrs {
-			p, err := netip.ParsePrefix(ad.String())
-			if err != nil {
-				continue
-			}
-			if p.Addr().Unmap() == addr.Unmap() || (ifi.Flags&net.FlagLoopback != 0 && addr.Is4() && p.Contains(addr)) {
-				return ifi.Name, nil
-			}
-		}
-	}
-	return "", fmt.Errorf("no interface has address %v", addr)
 }
 
 // openObserved opens a device with the --pcap capture and serves its

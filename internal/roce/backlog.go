@@ -34,17 +34,32 @@ func (qp *QP) backlogLocked() {
 // lock.
 func (d *Device) Backlogged() bool { return d.backlog.n.Load() > 0 }
 
+// take empties the backlog and returns what was on it.
+func (b *backlog) take() []*QP {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	qps := b.qps
+	b.qps, b.spare = b.spare[:0], nil
+	b.n.Store(0)
+	return qps
+}
+
+// giveBack returns take's slice, emptied, for reuse.
+func (b *backlog) giveBack(qps []*QP) {
+	clear(qps)
+	b.mu.Lock()
+	if b.spare == nil {
+		b.spare = qps[:0]
+	}
+	b.mu.Unlock()
+}
+
 // FlushBacklog sends the requests that wait for the transport, blocking
 // until it takes them, and lets each QP's requester go on where it
 // stopped. The driver calls it from a goroutine that may block.
 func (d *Device) FlushBacklog(now time.Time) {
-	b := &d.backlog
-	b.mu.Lock()
-	qps := b.qps
-	b.qps, b.spare = b.spare[:0], nil
-	b.n.Store(0)
-	b.mu.Unlock()
-	for i, qp := range qps {
+	qps := d.backlog.take()
+	for _, qp := range qps {
 		qp.mu.Lock()
 		qp.inBacklog = false
 		if !qp.destroyed {
@@ -54,13 +69,8 @@ func (d *Device) FlushBacklog(now time.Time) {
 			qp.rearmLocked()
 		}
 		qp.mu.Unlock()
-		qps[i] = nil
 	}
-	b.mu.Lock()
-	if b.spare == nil {
-		b.spare = qps[:0]
-	}
-	b.mu.Unlock()
+	d.backlog.giveBack(qps)
 }
 
 // RetryBacklog is FlushBacklog for a goroutine that must not block (a
@@ -71,13 +81,8 @@ func (d *Device) FlushBacklog(now time.Time) {
 // returns). A busy poller calls it on every poll while requests wait, so
 // they leave as soon as the socket has room instead of at the next timer.
 func (d *Device) RetryBacklog(rx *RxBatch, now time.Time) {
-	b := &d.backlog
-	b.mu.Lock()
-	qps := b.qps
-	b.qps, b.spare = b.spare[:0], nil
-	b.n.Store(0)
-	b.mu.Unlock()
-	for i, qp := range qps {
+	qps := d.backlog.take()
+	for _, qp := range qps {
 		qp.mu.Lock()
 		qp.inBacklog = false
 		if !qp.destroyed {
@@ -91,12 +96,7 @@ func (d *Device) RetryBacklog(rx *RxBatch, now time.Time) {
 			qp.tx.detach()
 		}
 		qp.mu.Unlock()
-		qps[i] = nil
 	}
-	b.mu.Lock()
-	if b.spare == nil {
-		b.spare = qps[:0]
-	}
-	b.mu.Unlock()
+	d.backlog.giveBack(qps)
 	rx.stage.flush(d)
 }

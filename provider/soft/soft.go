@@ -126,7 +126,7 @@ func Open(cfg Config) (*Device, error) {
 			return nil, err
 		}
 		tr = t
-		netdev, _ = interfaceOf(cfg.Addr)
+		netdev, _ = InterfaceOf(cfg.Addr)
 	}
 	if cfg.Capture != nil {
 		w, err := capture.NewWriter(cfg.Capture)
@@ -185,8 +185,10 @@ func Open(cfg Config) (*Device, error) {
 	return d, nil
 }
 
-// interfaceOf returns the name of the interface that has address a.
-func interfaceOf(a netip.Addr) (string, error) {
+// InterfaceOf returns the name of the network interface that has address
+// a (any 127.0.0.0/8 address is loopback's): the interface a device
+// opened on a is named after.
+func InterfaceOf(a netip.Addr) (string, error) {
 	ifs, err := net.Interfaces()
 	if err != nil {
 		return "", err
