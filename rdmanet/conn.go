@@ -592,6 +592,21 @@ func (c *Conn) Read(p []byte) (int, error) {
 	}
 }
 
+// writeErrLocked is why a write cannot go on, or nil. Precondition: mu held.
+func (c *Conn) writeErrLocked() error {
+	switch {
+	case c.closed:
+		return net.ErrClosed
+	case c.err != nil:
+		return c.err
+	case c.wrShut:
+		return syscall.EPIPE
+	case c.peerGone:
+		return syscall.ECONNRESET
+	}
+	return nil
+}
+
 // Write writes p to the peer; it returns when all of p is in the send
 // buffer or on the way, or with an error.
 func (c *Conn) Write(p []byte) (int, error) {
@@ -604,18 +619,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 			return n, c.opError("write", os.ErrDeadlineExceeded)
 		}
 		c.mu.Lock()
-		var err error
-		switch {
-		case c.closed:
-			err = net.ErrClosed
-		case c.err != nil:
-			err = c.err
-		case c.wrShut:
-			err = syscall.EPIPE
-		case c.peerGone:
-			err = syscall.ECONNRESET
-		}
-		if err != nil {
+		if err := c.writeErrLocked(); err != nil {
 			c.mu.Unlock()
 			return n, c.opError("write", err)
 		}

@@ -3,9 +3,7 @@ package rdmanet
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"syscall"
 
 	"github.com/softrdma/softrdma/verbs"
 )
@@ -166,18 +164,7 @@ func (c *Conn) send(b []byte, post func(nsge int), credit bool) error {
 			return c.opError("write", os.ErrDeadlineExceeded)
 		}
 		c.mu.Lock()
-		var err error
-		switch {
-		case c.closed:
-			err = net.ErrClosed
-		case c.err != nil:
-			err = c.err
-		case c.wrShut:
-			err = syscall.EPIPE
-		case c.peerGone:
-			err = syscall.ECONNRESET
-		}
-		if err != nil {
+		if err := c.writeErrLocked(); err != nil {
 			c.mu.Unlock()
 			return c.opError("write", err)
 		}

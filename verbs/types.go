@@ -201,6 +201,22 @@ func (o WROpcode) String() string {
 	return fmt.Sprintf("WROpcode(%d)", uint8(o))
 }
 
+// WCOpcode is the opcode of the completion a send work request of this
+// opcode generates (the SEND forms complete as WCSend).
+func (o WROpcode) WCOpcode() WCOpcode {
+	switch o {
+	case WRRDMAWrite, WRRDMAWriteWithImm:
+		return WCRDMAWrite
+	case WRRDMARead:
+		return WCRDMARead
+	case WRAtomicCmpAndSwp:
+		return WCCompSwap
+	case WRAtomicFetchAndAdd:
+		return WCFetchAdd
+	}
+	return WCSend
+}
+
 // SendFlags modify a send work request (enum ibv_send_flags).
 type SendFlags uint32
 

@@ -521,7 +521,7 @@ func (qp *QP) flushRecvLocked() {
 // completion if it is signaled or failed.
 func (qp *QP) completeSendLocked(w *sendWQE, st verbs.WCStatus) {
 	if w.signaled || st != verbs.WCSuccess {
-		wc := verbs.WC{WRID: w.wrID, Status: st, Opcode: wcOpcode(w.opcode), QPNum: qp.qpn}
+		wc := verbs.WC{WRID: w.wrID, Status: st, Opcode: w.opcode.WCOpcode(), QPNum: qp.qpn}
 		if st == verbs.WCSuccess {
 			wc.ByteLen = uint32(w.length)
 		}
@@ -547,20 +547,6 @@ func (qp *QP) completeRecvLocked(w *recvWQE, st verbs.WCStatus, op verbs.WCOpcod
 	}
 	qp.recvCQ.push(&wc, st != verbs.WCSuccess || solicited)
 	w.sgl.reset()
-}
-
-func wcOpcode(op verbs.WROpcode) verbs.WCOpcode {
-	switch op {
-	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
-		return verbs.WCRDMAWrite
-	case verbs.WRRDMARead:
-		return verbs.WCRDMARead
-	case verbs.WRAtomicCmpAndSwp:
-		return verbs.WCCompSwap
-	case verbs.WRAtomicFetchAndAdd:
-		return verbs.WCFetchAdd
-	}
-	return verbs.WCSend
 }
 
 // Errors returned by PostSend and PostRecv; preallocated because a full

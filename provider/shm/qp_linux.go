@@ -375,23 +375,9 @@ func (qp *QP) peerGone() {
 	qp.unmapLocked()
 }
 
-func wcOpcode(op verbs.WROpcode) verbs.WCOpcode {
-	switch op {
-	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
-		return verbs.WCRDMAWrite
-	case verbs.WRRDMARead:
-		return verbs.WCRDMARead
-	case verbs.WRAtomicCmpAndSwp:
-		return verbs.WCCompSwap
-	case verbs.WRAtomicFetchAndAdd:
-		return verbs.WCFetchAdd
-	}
-	return verbs.WCSend
-}
-
 func (qp *QP) completeSendLocked(w *sendWQE, st verbs.WCStatus) {
 	if w.signaled || st != verbs.WCSuccess {
-		wc := verbs.WC{WRID: w.wrID, Status: st, Opcode: wcOpcode(w.opcode), QPNum: qp.qpn}
+		wc := verbs.WC{WRID: w.wrID, Status: st, Opcode: w.opcode.WCOpcode(), QPNum: qp.qpn}
 		if st == verbs.WCSuccess {
 			wc.ByteLen = uint32(w.length)
 		}
