@@ -44,9 +44,7 @@ type portable struct {
 	rbuf   []byte // where Recv puts the datagram it hands out
 
 	closed atomic.Bool
-	stats  struct {
-		sent, received, sendErrors, truncated, icrcBad, icrcUnverified, sendCalls, recvCalls atomic.Uint64
-	}
+	stats  counters
 }
 
 // portableSender is one sending socket.
@@ -148,9 +146,7 @@ func (t *portable) Coalesces(peer netip.AddrPort) bool { return false }
 
 // Stats returns the counters.
 func (t *portable) Stats() Stats {
-	s := &t.stats
-	return Stats{Sent: s.sent.Load(), Received: s.received.Load(), SendErrors: s.sendErrors.Load(), Truncated: s.truncated.Load(),
-		ICRCBad: s.icrcBad.Load(), ICRCUnverified: s.icrcUnverified.Load(), SendCalls: s.sendCalls.Load(), RecvCalls: s.recvCalls.Load()}
+	return t.stats.snapshot()
 }
 
 // Close closes the sockets, which ends blocking Recv and Send calls. It

@@ -27,6 +27,7 @@ package udp
 import (
 	"net"
 	"net/netip"
+	"sync/atomic"
 
 	"github.com/softrdma/softrdma/transport"
 )
@@ -85,6 +86,16 @@ func (cfg Config) withDefaults() Config {
 // Stats counts what the transport did. Read it with Transport.Stats.
 type Stats struct {
 	Sent, Received, SendErrors, Truncated, ICRCBad, ICRCUnverified, SendCalls, RecvCalls uint64
+}
+
+// counters are the live form of Stats, updated from the data path.
+type counters struct {
+	sent, received, sendErrors, truncated, icrcBad, icrcUnverified, sendCalls, recvCalls atomic.Uint64
+}
+
+func (c *counters) snapshot() Stats {
+	return Stats{Sent: c.sent.Load(), Received: c.received.Load(), SendErrors: c.sendErrors.Load(), Truncated: c.truncated.Load(),
+		ICRCBad: c.icrcBad.Load(), ICRCUnverified: c.icrcUnverified.Load(), SendCalls: c.sendCalls.Load(), RecvCalls: c.recvCalls.Load()}
 }
 
 // flowSender picks which of n sending sockets carries a flow.

@@ -66,9 +66,7 @@ type Transport struct {
 	pendOff int // offset of the next packet in slot pendMsg
 
 	closed atomic.Bool
-	stats  struct {
-		sent, received, sendErrors, truncated, icrcBad, icrcUnverified, sendCalls, recvCalls atomic.Uint64
-	}
+	stats  counters
 }
 
 // mmsghdr is struct mmsghdr of sendmmsg(2)/recvmmsg(2).
@@ -253,9 +251,7 @@ func (t *Transport) BatchSize() int { return t.batch }
 
 // Stats returns the counters.
 func (t *Transport) Stats() Stats {
-	s := &t.stats
-	return Stats{Sent: s.sent.Load(), Received: s.received.Load(), SendErrors: s.sendErrors.Load(), Truncated: s.truncated.Load(),
-		ICRCBad: s.icrcBad.Load(), ICRCUnverified: s.icrcUnverified.Load(), SendCalls: s.sendCalls.Load(), RecvCalls: s.recvCalls.Load()}
+	return t.stats.snapshot()
 }
 
 // Close closes the sockets. It ends blocking Recv, Wait and Send calls
