@@ -80,13 +80,17 @@ run_case() {
 	if [ "$dir" = rxe-server ]; then
 		job=$($VM exec -b vm1 "$tool -d rxe0 $sargs")
 		local tries=0
-		until $VM nsexec env SOFTRDMA_ADDR=$HOST $SOFT_ENV timeout 120 "$BIN" "$tool" $cargs $GUEST >>"$log" 2>&1; do
+		until $VM nsexec env SOFTRDMA_ADDR=$HOST $SOFT_ENV timeout 120 "$BIN" "$tool" $cargs $GUEST >"$log.try" 2>&1; do
+			cat "$log.try" >>"$log"
 			tries=$((tries + 1))
-			# The server in the TCG guest may not listen yet: retry a
-			# refused connection a few times.
-			if [ $tries -ge 8 ] || ! grep -qi "connect" "$log"; then ok=0; break; fi
+			# The server in the TCG guest may not listen yet: retry
+			# while this attempt's connection was refused (any
+			# other failure is the case's verdict).
+			if [ $tries -ge 8 ] || ! grep -qiE "connection refused|couldn't connect" "$log.try"; then ok=0; break; fi
 			sleep 2
 		done
+		[ $ok = 0 ] || cat "$log.try" >>"$log"
+		rm -f "$log.try"
 		echo "--- rxe server:" >>"$log"
 		$VM wait vm1 "$job" >>"$log" 2>&1 || ok=0
 	else
@@ -315,8 +319,14 @@ if [ $QUICK = 0 ]; then
 fi
 
 # --- 2% loss on the bridge ----------------------------------------------
-$VM loss 2 >/dev/null
+# ibv_rc_pingpong has no closing handshake: the server exits once its last
+# SEND is ACKed, so when the ACK of the client's last SEND is lost the
+# client retries into a destroyed QP and fails (on any RDMA device, rxe
+# against rxe too). Its case spares ACKs; the perftest cases below, which
+# end with a barrier, lose ACKs as well.
+$VM loss 2 data >/dev/null
 both loss_rc_pingpong ibv_rc_pingpong "-g 1 -n 100" "-g 1 -n 100"
+$VM loss 2 >/dev/null
 both loss_write_bw ib_write_bw "-x 1 -s 65536 -n 50 -F" "-x 1 -s 65536 -n 50 -F"
 [ $QUICK = 0 ] && both loss_read_bw ib_read_bw "-x 1 -s 65536 -n 50 -F" "-x 1 -s 65536 -n 50 -F"
 [ $QUICK = 0 ] && SOFT_ENV=SOFTRDMA_SPLIT_WRITES=always SPLIT_CHECK=1 run_case loss_split_write_bw-rxe-server rxe-server \

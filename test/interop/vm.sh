@@ -12,7 +12,8 @@
 #   vm.sh wait VM JOB            collect a background job: prints its output, exits with its status
 #   vm.sh kill VM JOB [SIG]      signal a (background) job's process group (default TERM)
 #   vm.sh nsexec CMD...          run a host command inside the network namespace
-#   vm.sh loss PCT [all]         drop PCT% of RoCEv2 (UDP 4791) frames on br0 (all: every IPv4 frame); 0 = off
+#   vm.sh loss PCT [all|data]    drop PCT% of RoCEv2 (UDP 4791) frames on br0 (all: every IPv4 frame;
+#                                data: RoCEv2 frames other than RC ACKNOWLEDGE); 0 = off
 #   vm.sh status                 namespace and VM state
 #   vm.sh selftest               rxe<->rxe checks across vm1/vm2 (after `up 2`)
 #   vm.sh path VM|common         host path of a VM's share (/share in the guest) or of /common
@@ -773,12 +774,15 @@ cmd_nsexec() {
 	exec ip netns exec "$NS" "$@"
 }
 
-# cmd_loss PCT [all]: drop PCT% of frames crossing br0 with nftables (the
-# host kernel has no sch_netem). Covers VM<->VM (bridge forward) and
-# host<->VM (bridge input/output) in both directions.
+# cmd_loss PCT [all|data]: drop PCT% of frames crossing br0 with nftables
+# (the host kernel has no sch_netem). Covers VM<->VM (bridge forward) and
+# host<->VM (bridge input/output) in both directions. data spares RC
+# ACKNOWLEDGE packets (BTH opcode 0x11, the first byte after the UDP
+# header): for tools with no closing handshake, whose last ACK lost means
+# a peer that retries into a QP already destroyed.
 cmd_loss() {
 	need_root
-	[ $# -ge 1 ] || die "usage: vm.sh loss PCT [all]"
+	[ $# -ge 1 ] || die "usage: vm.sh loss PCT [all|data]"
 	local pct=$1 what=${2:-roce} n match
 	ip netns list | grep -qw "$NS" || die "namespace $NS does not exist (vm.sh up)"
 	ip netns exec "$NS" nft delete table bridge softrdma_loss 2>/dev/null || true
@@ -788,7 +792,8 @@ cmd_loss() {
 	case $what in
 	roce) match="udp dport 4791" ;;
 	all) match="meta protocol ip" ;;
-	*) die "loss: second argument must be 'all' or absent" ;;
+	data) match="udp dport 4791 @th,64,8 != 0x11" ;;
+	*) die "loss: second argument must be 'all', 'data' or absent" ;;
 	esac
 	ip netns exec "$NS" nft -f - <<EOF
 table bridge softrdma_loss {
@@ -797,7 +802,9 @@ table bridge softrdma_loss {
 	chain drop_output { type filter hook output priority 0; $match numgen random mod 10000 < $n counter drop; }
 }
 EOF
-	log "loss: dropping $pct% of ${what/roce/RoCEv2 (UDP 4791)} frames on $BR (counters: vm.sh nsexec nft list table bridge softrdma_loss)"
+	local desc=${what/roce/RoCEv2 (UDP 4791)}
+	desc=${desc/data/RoCEv2 (UDP 4791) non-ACK}
+	log "loss: dropping $pct% of $desc frames on $BR (counters: vm.sh nsexec nft list table bridge softrdma_loss)"
 }
 
 # cmd_selftest: rxe against rxe across vm1 and vm2 (needs `up 2`), plus
