@@ -200,8 +200,14 @@ func (c *completer) ackThrough(qp *QP, last wire.PSN, implicit bool, now time.Ti
 			}
 			break
 		}
-		if w.sent != w.npkts || last.Less(w.lastPSN) {
+		if last.Less(w.lastPSN) {
 			// Partly acknowledged (every 64 packets): remember how far.
+			// An acknowledgement of the WQE's last PSN completes it even
+			// when a go-back-N rewind put the requester back inside it
+			// (w.sent counts this attempt's packets only): every one of
+			// its PSNs went out once, for last is below maxPSN. Taking
+			// that as partial moved c.psn past the WQE, and the ACKs
+			// of its retransmission fell outside the window for good.
 			if !last.Less(w.firstPSN) && c.psn.LessEq(last) {
 				c.psn = last.Add(1)
 				r.progress = true

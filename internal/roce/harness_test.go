@@ -3,16 +3,18 @@ package roce
 import (
 	"context"
 	"fmt"
-	"github.com/softrdma/softrdma/cm"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/transport"
 	"github.com/softrdma/softrdma/verbs"
+	"github.com/softrdma/softrdma/wire"
 )
 
 // node is one side of a test: a device with a PD, CQs, a QP and a buffer.
@@ -313,10 +315,43 @@ type lossy struct {
 	heldFl  uint32
 	dropped atomic.Int64
 	out     []transport.Datagram
+	// trace: the last traceLen packets offered to Send and what became of
+	// each, for a failure's report (dumpTrace).
+	start time.Time
+	trace []string
+}
+
+const traceLen = 400
+
+func (l *lossy) note(what string, b []byte) {
+	if len(b) < wire.BTHLen {
+		return
+	}
+	bth := wire.BTH(b)
+	s := fmt.Sprintf("%9.3fms %-4s op=%#02x psn=%#06x", float64(time.Since(l.start).Microseconds())/1000, what, uint8(bth.Opcode()), uint32(bth.PSN()))
+	if bth.AckReq() {
+		s += " A"
+	}
+	if bth.Opcode() == wire.RCAck && len(b) >= wire.BTHLen+4 {
+		a := wire.AETH(b[wire.BTHLen:])
+		s += fmt.Sprintf(" syn=%#02x msn=%d", a.Syndrome(), a.MSN())
+	}
+	if len(l.trace) == traceLen {
+		copy(l.trace, l.trace[1:])
+		l.trace = l.trace[:traceLen-1]
+	}
+	l.trace = append(l.trace, s)
+}
+
+// dumpTrace logs the packets the two sides sent last, each side's in order.
+func dumpTrace(t *testing.T, name string, l *lossy) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t.Logf("%s sent (last %d):\n%s", name, len(l.trace), strings.Join(l.trace, "\n"))
 }
 
 func newLossy(tr transport.Transport, seed uint64, loss, dup float64) *lossy {
-	return &lossy{Transport: tr, rng: rand.New(rand.NewPCG(seed, 7)), loss: loss, dup: dup}
+	return &lossy{Transport: tr, rng: rand.New(rand.NewPCG(seed, 7)), loss: loss, dup: dup, start: time.Now()}
 }
 
 func (l *lossy) Send(pkts []transport.Datagram) (int, error) {
@@ -328,15 +363,21 @@ func (l *lossy) Send(pkts []transport.Datagram) (int, error) {
 		switch {
 		case r < l.loss:
 			l.dropped.Add(1)
+			l.note("drop", p.Buf)
 		case r < l.loss+l.dup:
 			l.out = append(l.out, p, p)
+			l.note("dup", p.Buf)
 		case r < l.loss+l.dup+0.05 && l.held == nil:
-			l.held = append([]byte(nil), p.Buf...)
+			l.held = make([]byte, p.Len())
+			p.CopyTo(l.held)
 			l.heldDst, l.heldFl = p.Peer, p.Flow
+			l.note("hold", p.Buf)
 		default:
 			l.out = append(l.out, p)
+			l.note("send", p.Buf)
 			if l.held != nil {
 				l.out = append(l.out, transport.Datagram{Buf: l.held, Peer: l.heldDst, Flow: l.heldFl})
+				l.note("late", l.held)
 				l.held = nil
 			}
 		}

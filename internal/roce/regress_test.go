@@ -425,3 +425,38 @@ func TestReceiveMustNotBlock(t *testing.T) {
 		}
 	}
 }
+
+// TestAckAfterRewindCompletes: a sequence NAK and an ACK of everything
+// sent arrive in one batch. The NAK rewinds the requester into the second
+// SEND before it is sent again; the ACK must still complete it (its PSN
+// went out once). Treating it as partly sent moved the completer's PSN
+// past the SEND, so no later ACK was inside the window and the QP ran out
+// of retries although the peer had everything (TestReliabilityUDP's
+// send_stream, about 1 run in 60).
+func TestAckAfterRewindCompletes(t *testing.T) {
+	f := newFuzzTarget(t)
+	defer f.destroy()
+	for id := uint64(1); id <= 2; id++ {
+		must(t, f.rc.PostSend(&verbs.SendWR{WRID: id, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{f.mr.SGE(0, 8)}}))
+	}
+	qpn := f.rc.QPNum()
+	ack := func(psn wire.PSN) []byte { return nak(qpn, psn, wire.ACKSyndrome(0x1F)) }
+	dg := func(b []byte) transport.Datagram { return transport.Datagram{Buf: b, Peer: f.peer, ICRC: transport.ICRCOK} }
+	// PSNs 500 and 501 are out. The peer got 500, then 501 after
+	// NAKing a gap at 501.
+	f.handle([]transport.Datagram{dg(nak(qpn, 501, 0x60)), dg(ack(501))})
+	// The ACK of the retransmission, had the first one been lost on the
+	// way in: a duplicate, harmless.
+	f.handle([]transport.Datagram{dg(ack(501))})
+	n, _ := f.cq.Poll(f.wcs)
+	if n != 2 || f.wcs[0].WRID != 1 || f.wcs[1].WRID != 2 || f.wcs[0].Status != verbs.WCSuccess || f.wcs[1].Status != verbs.WCSuccess {
+		t.Fatalf("completions %+v; want SENDs 1 and 2, both successful", f.wcs[:n])
+	}
+	qp := f.rc.(*QP)
+	qp.mu.Lock()
+	psn, next := qp.comp.psn, qp.req.psn
+	qp.mu.Unlock()
+	if psn != 502 || next != 502 {
+		t.Fatalf("completer at PSN %d, requester at %d; want both at 502", psn, next)
+	}
+}
