@@ -2,14 +2,14 @@ package roce
 
 import (
 	"bytes"
-	"github.com/softrdma/softrdma/cm"
-	"github.com/softrdma/softrdma/internal/pcapfile"
 	"net/netip"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/softrdma/softrdma/cm"
+	"github.com/softrdma/softrdma/internal/pcapfile"
 	"github.com/softrdma/softrdma/transport"
 	"github.com/softrdma/softrdma/verbs"
 	"github.com/softrdma/softrdma/wire"

@@ -6,7 +6,6 @@ package roce
 import (
 	"bytes"
 	"fmt"
-	"github.com/softrdma/softrdma/cm"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/transport"
 	"github.com/softrdma/softrdma/verbs"
 	"github.com/softrdma/softrdma/wire"
@@ -441,7 +441,9 @@ func TestAckAfterRewindCompletes(t *testing.T) {
 	}
 	qpn := f.rc.QPNum()
 	ack := func(psn wire.PSN) []byte { return nak(qpn, psn, wire.ACKSyndrome(0x1F)) }
-	dg := func(b []byte) transport.Datagram { return transport.Datagram{Buf: b, Peer: f.peer, ICRC: transport.ICRCOK} }
+	dg := func(b []byte) transport.Datagram {
+		return transport.Datagram{Buf: b, Peer: f.peer, ICRC: transport.ICRCOK}
+	}
 	// PSNs 500 and 501 are out. The peer got 500, then 501 after
 	// NAKing a gap at 501.
 	f.handle([]transport.Datagram{dg(nak(qpn, 501, 0x60)), dg(ack(501))})
