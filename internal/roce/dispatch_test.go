@@ -171,7 +171,7 @@ func TestAPIErrors(t *testing.T) {
 	f.rc.(*QP).mu.Unlock()
 	wr := &verbs.SendWR{Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{f.mr.SGE(0, 8)}, RemoteAddr: 1, RKey: 1}
 	var last error
-	for i := 0; i <= len(sq.wqes); i++ {
+	for i := uint32(0); i <= sq.max; i++ {
 		last = f.rc.PostSend(wr)
 	}
 	check("full send queue", last, verbs.ErrQueueFull)

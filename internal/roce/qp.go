@@ -1,6 +1,7 @@
 package roce
 
 import (
+	"math/bits"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -56,7 +57,6 @@ type QP struct {
 	peerPort    uint16    // the UDP port the peer sends from, once a packet proved it (RC, UC)
 	sqdNotify   bool      // raise EventSQDrained once the send queue drains in SQD
 	destroyed   bool
-	inlineBufs  []byte  // backing store of every send WQE's inline buffer
 	sec         *secCtx // packet protection (Secure); nil: plain RoCEv2
 }
 
@@ -97,14 +97,60 @@ func (w *sendWQE) isReadOrAtomic() bool {
 
 // sendQueue is a ring of send WQEs. head is the oldest WQE not yet retired,
 // next the first not completely transmitted, tail the first free slot;
-// head ≤ next ≤ tail as counters that wrap at 2^32.
+// head ≤ next ≤ tail as counters that wrap at 2^32. The ring is a power of
+// two long, so a slot is its counter's low bits across the wrap too, and
+// it grows on demand up to the smallest power of two that holds max: a QP
+// costs memory for the WQEs it has had outstanding at once, not for its
+// Cap.MaxSendWR (4096 idle QPs with 128-deep queues would hold 28 MiB of
+// empty WQEs otherwise).
 type sendQueue struct {
 	wqes             []sendWQE
+	max              uint32 // Cap.MaxSendWR: how many may be outstanding
 	head, next, tail uint32
+	nsge, inline     uint32 // each slot's SGE and inline data capacity
 }
 
-func (q *sendQueue) at(i uint32) *sendWQE { return &q.wqes[i%uint32(len(q.wqes))] }
-func (q *sendQueue) full() bool           { return q.tail-q.head == uint32(len(q.wqes)) }
+// sqInitial is how many slots a send queue starts with.
+const sqInitial = 8
+
+func newSendQueue(max, nsge, inline uint32) sendQueue {
+	q := sendQueue{max: max, nsge: nsge, inline: inline}
+	q.wqes = make([]sendWQE, min(ringLen(max), sqInitial))
+	q.fill(q.wqes, 0, uint32(len(q.wqes)))
+	return q
+}
+
+// ringLen is the ring length for n entries: the smallest power of two ≥ n.
+func ringLen(n uint32) int { return 1 << bits.Len32(max(n, 1)-1) }
+
+func (q *sendQueue) at(i uint32) *sendWQE { return &q.wqes[i&uint32(len(q.wqes)-1)] }
+func (q *sendQueue) full() bool           { return q.tail-q.head >= q.max }
+
+// reserve makes sure the slot at tail is free, growing the ring if every
+// slot holds a WQE; the caller has checked full.
+func (q *sendQueue) reserve() {
+	if q.tail-q.head < uint32(len(q.wqes)) {
+		return
+	}
+	old := q.wqes
+	n := uint32(len(old))
+	q.wqes = make([]sendWQE, 2*n)
+	for k := range n { // the WQEs keep their order, and their storage
+		*q.at(q.head + k) = old[(q.head+k)&(n-1)]
+	}
+	q.fill(q.wqes, q.head+n, n)
+}
+
+// fill gives the n slots from counter i on storage of their own.
+func (q *sendQueue) fill(wqes []sendWQE, i, n uint32) {
+	inl := make([]byte, int(n)*int(q.inline))
+	for k := range n {
+		w := &wqes[(i+k)&uint32(len(wqes)-1)]
+		w.sgl = newSGL(q.nsge)
+		o := int(k) * int(q.inline)
+		w.inline = inl[o:o:min(o+int(q.inline), len(inl))]
+	}
+}
 
 type recvWQE struct {
 	wrID   uint64
@@ -113,15 +159,20 @@ type recvWQE struct {
 	bad    bool // an lkey did not resolve at post time
 }
 
+// recvQueue is a ring of receive WQEs from head (the oldest) to tail (the
+// first free slot), a power of two long for the same reason as sendQueue;
+// it holds at most max.
 type recvQueue struct {
 	wqes       []recvWQE
+	max        uint32
 	head, tail uint32
 }
 
-func (q *recvQueue) at(i uint32) *recvWQE { return &q.wqes[i%uint32(len(q.wqes))] }
+func (q *recvQueue) at(i uint32) *recvWQE { return &q.wqes[i&uint32(len(q.wqes)-1)] }
+func (q *recvQueue) full() bool           { return q.tail-q.head >= q.max }
 
 func newRecvQueue(n, nsge uint32) recvQueue {
-	q := recvQueue{wqes: make([]recvWQE, n)}
+	q := recvQueue{wqes: make([]recvWQE, ringLen(n)), max: n}
 	for i := range q.wqes {
 		q.wqes[i].sgl = newSGL(nsge)
 	}
@@ -190,13 +241,7 @@ func (pd *PD) CreateQP(attr *verbs.QPInitAttr) (verbs.QP, error) {
 		sigAll: attr.SigAll,
 	}
 	qp.init.Cap = c
-	qp.sq.wqes = make([]sendWQE, c.MaxSendWR)
-	qp.inlineBufs = make([]byte, int(c.MaxSendWR)*int(c.MaxInlineData))
-	for i := range qp.sq.wqes {
-		w := &qp.sq.wqes[i]
-		w.sgl = newSGL(c.MaxSendSGE)
-		w.inline = qp.inlineBufs[i*int(c.MaxInlineData) : i*int(c.MaxInlineData) : (i+1)*int(c.MaxInlineData)]
-	}
+	qp.sq = newSendQueue(c.MaxSendWR, c.MaxSendSGE, c.MaxInlineData)
 	if srq == nil {
 		qp.rq = newRecvQueue(c.MaxRecvWR, c.MaxRecvSGE)
 	}
@@ -625,6 +670,7 @@ func (qp *QP) postOneLocked(wr *verbs.SendWR) error {
 	if qp.sq.full() {
 		return errSQFull
 	}
+	qp.sq.reserve()
 	w := qp.sq.at(qp.sq.tail)
 	w.wrID = wr.WRID
 	w.opcode = wr.Opcode
@@ -761,7 +807,7 @@ func (qp *QP) PostRecv(wr *verbs.RecvWR) error {
 		if len(wr.SGList) > int(qp.init.Cap.MaxRecvSGE) {
 			return &verbs.PostError{Index: i, WRID: wr.WRID, Err: verbs.Errorf("PostRecv", verbs.ErrInvalidArgument, "%d SGEs exceed the QP's Cap.MaxRecvSGE %d", len(wr.SGList), qp.init.Cap.MaxRecvSGE)}
 		}
-		if qp.rq.tail-qp.rq.head == uint32(len(qp.rq.wqes)) {
+		if qp.rq.full() {
 			return &verbs.PostError{Index: i, WRID: wr.WRID, Err: errRQFull}
 		}
 		w := qp.rq.at(qp.rq.tail)

@@ -462,3 +462,73 @@ func TestAckAfterRewindCompletes(t *testing.T) {
 		t.Fatalf("completer at PSN %d, requester at %d; want both at 502", psn, next)
 	}
 }
+
+// TestSendQueueAcrossWrap: the send queue's counters wrap at 2^32 while it
+// grows from its first slots to the depth the QP was created with. Every
+// WQE must complete once, in order: a ring indexed by counter modulo a
+// length that is not a power of two (as it was: MaxSendWR) put two WQEs in
+// one slot across the wrap.
+func TestSendQueueAcrossWrap(t *testing.T) {
+	for _, depth := range []uint32{5, 100, 128} {
+		t.Run(fmt.Sprint(depth), func(t *testing.T) {
+			d := newDevice(t, Config{Transport: newCapture("10.9.0.1")})
+			pd, _ := d.AllocPD()
+			cq, _ := d.CreateCQ(256, nil)
+			mr, _ := pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite)
+			vqp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTypeRC, Cap: verbs.QPCap{MaxSendWR: depth, MaxRecvWR: 3, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16}})
+			must(t, err)
+			p := cm.DefaultParams()
+			p.PathMTU, p.SGIDIndex = verbs.MTU1024, 1
+			peer := netip.MustParseAddrPort("10.9.0.2:4791")
+			must(t, cm.Connect(vqp, cm.Endpoint{QPN: vqp.QPNum(), PSN: 500}, cm.Endpoint{QPN: 0x99, PSN: 100, GID: verbs.GIDFromAddr(peer.Addr())}, &p))
+			qp := vqp.(*QP)
+			qp.mu.Lock()
+			start := ^uint32(0) - depth/2
+			qp.sq.head, qp.sq.next, qp.sq.tail = start, start, start
+			qp.mu.Unlock()
+			for id := uint64(1); id <= uint64(depth); id++ {
+				flags := verbs.SendSignaled
+				if id%2 == 0 {
+					flags |= verbs.SendInline
+				}
+				must(t, vqp.PostSend(&verbs.SendWR{WRID: id, Opcode: verbs.WRSend, SendFlags: flags, SGList: []verbs.SGE{mr.SGE(0, 8)}}))
+			}
+			if err := vqp.PostSend(&verbs.SendWR{WRID: 999, Opcode: verbs.WRSend, SGList: []verbs.SGE{mr.SGE(0, 8)}}); err == nil {
+				t.Fatalf("post %d to a queue of %d succeeded", depth+1, depth)
+			}
+			rx := NewRxBatch()
+			var got []uint64
+			wcs := make([]verbs.WC, 64)
+			for range 4 * depth {
+				qp.mu.Lock()
+				last := qp.req.maxPSN.Add(^uint32(0))
+				qp.mu.Unlock()
+				d.HandleBatch(rx, []transport.Datagram{{Buf: nak(vqp.QPNum(), last, wire.ACKSyndrome(0x1F)), Peer: peer, ICRC: transport.ICRCOK}}, time.Now())
+				n, _ := cq.Poll(wcs)
+				for _, wc := range wcs[:n] {
+					if wc.Status != verbs.WCSuccess {
+						t.Fatalf("completion %+v", wc)
+					}
+					got = append(got, wc.WRID)
+				}
+				if len(got) == int(depth) {
+					break
+				}
+			}
+			for i, id := range got {
+				if id != uint64(i+1) {
+					t.Fatalf("completions %v; want 1..%d in order", got, depth)
+				}
+			}
+			if len(got) != int(depth) {
+				t.Fatalf("%d completions %v; want %d", len(got), got, depth)
+			}
+			qp.mu.Lock()
+			n := len(qp.sq.wqes)
+			qp.mu.Unlock()
+			if n != ringLen(depth) {
+				t.Fatalf("the send queue has %d slots after %d WQEs outstanding; want %d", n, depth, ringLen(depth))
+			}
+		})
+	}
+}

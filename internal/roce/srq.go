@@ -52,7 +52,7 @@ func (s *SRQ) PostRecv(wr *verbs.RecvWR) error {
 		if len(wr.SGList) > int(s.maxSGE) {
 			return &verbs.PostError{Index: i, WRID: wr.WRID, Err: verbs.Errorf("PostSRQRecv", verbs.ErrInvalidArgument, "%d SGEs exceed the SRQ's MaxSGE %d", len(wr.SGList), s.maxSGE)}
 		}
-		if s.q.tail-s.q.head == uint32(len(s.q.wqes)) {
+		if s.q.full() {
 			return &verbs.PostError{Index: i, WRID: wr.WRID, Err: verbs.Errorf("PostSRQRecv", verbs.ErrQueueFull, "the SRQ is full; create it with a larger MaxWR")}
 		}
 		w := s.q.at(s.q.tail)
@@ -91,7 +91,7 @@ func (s *SRQ) pop(dst *recvWQE) bool {
 func (s *SRQ) Query() (verbs.SRQAttr, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return verbs.SRQAttr{MaxWR: uint32(len(s.q.wqes)), MaxSGE: s.maxSGE, SRQLimit: s.limit}, nil
+	return verbs.SRQAttr{MaxWR: s.q.max, MaxSGE: s.maxSGE, SRQLimit: s.limit}, nil
 }
 
 // Modify sets the SRQ limit.
