@@ -256,6 +256,39 @@ type Progresser interface {
 	Progress()
 }
 
+// DoorbellBatcher is implemented by contexts that can send the posts of
+// many QPs together. A post to an idle QP normally leaves at once, one
+// system call (or doorbell) per QP; a program that posts to many QPs in a
+// row (one message on each of thousands of connections) brackets the posts
+// with HoldDoorbells and RingDoorbells: between them the posts are built
+// and queued, and RingDoorbells sends them all in as few system calls as
+// the transport allows. Holds are context-wide (posts from other
+// goroutines wait too) and nest; every HoldDoorbells needs its
+// RingDoorbells, or the held posts never leave. libibverbs has no
+// equivalent: this is a softrdma extension.
+type DoorbellBatcher interface {
+	HoldDoorbells()
+	RingDoorbells()
+}
+
+// HoldDoorbells starts a doorbell batch on ctx if it supports one
+// (DoorbellBatcher) and returns the function that ends it; on other
+// contexts both do nothing.
+//
+//	ring := verbs.HoldDoorbells(ctx)
+//	for _, qp := range qps {
+//		qp.PostSend(wr)
+//	}
+//	ring()
+func HoldDoorbells(ctx Context) (ring func()) {
+	b, ok := ctx.(DoorbellBatcher)
+	if !ok {
+		return func() {}
+	}
+	b.HoldDoorbells()
+	return b.RingDoorbells
+}
+
 // Progress calls ctx's Progress if it has one.
 func Progress(ctx Context) {
 	if p, ok := ctx.(Progresser); ok {

@@ -59,6 +59,7 @@ type ScaleRun struct {
 
 // scaleEnd is one side of a scale measurement.
 type scaleEnd struct {
+	ctx verbs.Context
 	pd  verbs.PD
 	cq  verbs.CQ
 	mr  verbs.MR
@@ -117,6 +118,7 @@ func Scale(a, b verbs.Context, cfg ScaleConfig) (ScaleResult, error) {
 		ctx verbs.Context
 	}{{&ea, a}, {&eb, b}} {
 		var err error
+		e.end.ctx = e.ctx
 		if e.end.pd, err = e.ctx.AllocPD(); err != nil {
 			return res, err
 		}
@@ -197,7 +199,9 @@ func scaleRun(a, b *scaleEnd, cfg ScaleConfig, size, msgs int) (ScaleRun, error)
 	deadline := start.Add(60 * time.Second)
 	idle := 0
 	for completed < msgs {
-		// Post round-robin while the budget allows.
+		// Post round-robin while the budget allows, the posts to idle
+		// QPs leaving together (verbs.DoorbellBatcher).
+		ring := verbs.HoldDoorbells(a.ctx)
 		for tries := 0; sent < msgs && inflight < cfg.Outstanding && tries < n; tries++ {
 			i := next
 			if next++; next == n {
@@ -217,6 +221,7 @@ func scaleRun(a, b *scaleEnd, cfg ScaleConfig, size, msgs int) (ScaleRun, error)
 			wr.SGList[0] = a.mr.SGE(off, size)
 			wr.RemoteAddr = b.mr.Addr() + uint64(off)
 			if err := a.qps[i].PostSend(&wr); err != nil {
+				ring()
 				return ScaleRun{}, err
 			}
 			posted[i]++
@@ -224,6 +229,7 @@ func scaleRun(a, b *scaleEnd, cfg ScaleConfig, size, msgs int) (ScaleRun, error)
 			sent++
 			tries = -1 // progress: look at every QP again
 		}
+		ring()
 		k, err := a.cq.Poll(wcs)
 		if err != nil {
 			return ScaleRun{}, err

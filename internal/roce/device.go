@@ -155,6 +155,7 @@ type Device struct {
 	objs        objects
 	events      events
 	backlog     backlog
+	doorbells   doorbells
 
 	Counters Counters
 }

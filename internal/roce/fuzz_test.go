@@ -21,6 +21,7 @@ type capture struct {
 	local   netip.AddrPort
 	discard bool // count packets only, so the transport allocates nothing
 	count   int
+	calls   int // Send calls
 	mu      sync.Mutex
 	sent    [][]byte
 	done    chan struct{}
@@ -35,6 +36,7 @@ func (c *capture) Send(pkts []transport.Datagram) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.count += len(pkts)
+	c.calls++
 	for _, p := range pkts {
 		if !c.discard && len(c.sent) < 1024 {
 			c.sent = append(c.sent, bytes.Clone(p.Buf))

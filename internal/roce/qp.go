@@ -53,6 +53,7 @@ type QP struct {
 	tx          txq
 	timerAt     time.Time // the deadline queued in dev.timers; zero if none
 	inBacklog   bool      // on dev.backlog: requests wait for the transport
+	onDoorbell  bool      // on dev.doorbells: packets wait for RingDoorbells
 	commEst     bool      // EventCommEst was raised
 	peerPort    uint16    // the UDP port the peer sends from, once a packet proved it (RC, UC)
 	sqdNotify   bool      // raise EventSQDrained once the send queue drains in SQD
@@ -650,10 +651,17 @@ func (qp *QP) kickLocked(now time.Time) {
 			qp.resp.deferMisses = 0
 			qp.flushAckLocked()
 			qp.flushLocked()
-		} else if !inFlight || qp.tx.pinsMemory() {
+			return
+		}
+		switch {
+		case qp.tx.pinsMemory():
 			// Packets that gather from an MR never wait for the
 			// doorbell: DeregMR waits for them to leave.
 			qp.flushLocked()
+		case inFlight, qp.onDoorbell:
+			// The receive loop or RingDoorbells sends them.
+		case !qp.holdLocked():
+			qp.flushLocked() // an idle QP sends at once
 		}
 	}
 }

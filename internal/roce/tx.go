@@ -108,6 +108,7 @@ const (
 	dropRequests  compactMode = iota // keep responses, release requests
 	stageRespones                    // keep requests, move responses to a stage
 	keepUnsent                       // keep what TrySend did not send, release the rest
+	stageAll                         // move every packet to a stage
 )
 
 // compact keeps, in order, the packets mode keeps, and disposes of the
@@ -128,7 +129,7 @@ func (t *txq) compact(d *Device, mode compactMode, st *txStage, sendErr error) {
 		}
 		if !keep {
 			switch mode {
-			case stageRespones:
+			case stageRespones, stageAll:
 				st.add(d, t.pkts[i], t.bufs[i], t.mrs[i])
 			case keepUnsent:
 				d.countSent(t.pkts[i].Sent)

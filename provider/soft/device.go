@@ -198,6 +198,15 @@ func (d *Device) Counter(name string) (uint64, bool) {
 // it implements verbs.Progresser.
 func (d *Device) Progress() { d.inlinePoll() }
 
+// HoldDoorbells starts a doorbell batch (verbs.DoorbellBatcher): until
+// the matching RingDoorbells, posts to idle QPs of the device are built
+// and queued, not sent.
+func (d *Device) HoldDoorbells() { d.eng.HoldDoorbells() }
+
+// RingDoorbells ends a HoldDoorbells; the outermost one sends every post
+// the hold kept back, many QPs' packets per system call.
+func (d *Device) RingDoorbells() { d.eng.RingDoorbells() }
+
 // SendMAD sends a management datagram from QP1 (verbs.GSI); the
 // connection manager uses it.
 func (d *Device) SendMAD(port uint8, dst verbs.GID, dstQP uint32, qkey uint32, mad []byte) error {
