@@ -269,6 +269,10 @@ func (b *BWRun) postChain(q *bwQP, i int, totscnt uint64) error {
 // duration) are over; totscnt counts them over all QPs.
 func (b *BWRun) postWindow(totscnt *uint64, txDepth, stride, n uint64) error {
 	pl := b.postList()
+	if len(b.qps) > 1 && b.ep.Ctx != nil {
+		// Posts to several QPs leave together (verbs.DoorbellBatcher).
+		defer verbs.HoldDoorbells(b.ep.Ctx)()
+	}
 	for i := range b.qps {
 		q := &b.qps[i]
 		for (b.dur || q.scnt < b.iters) && q.scnt-q.ccnt+pl <= txDepth {
