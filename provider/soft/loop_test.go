@@ -519,6 +519,16 @@ func TestBusyPollerRunsDueDeadlines(t *testing.T) {
 			}
 		}
 		if counter(a.dev, "retransmits") == before {
+			if next := a.dev.eng.NextDeadline(); next != until {
+				// The Go timer's goroutine took the deadline off the
+				// queue and was preempted before it resent (a loaded
+				// host): it owns the timeout now, and this attempt
+				// proves nothing either.
+				if attempt == 5 {
+					t.Skip("the Go timer took the deadline first in 5 attempts (host too loaded)")
+				}
+				continue
+			}
 			t.Fatalf("the RNR wait ended %v ago, and a busy poll left the requester waiting for the Go timer", time.Since(until))
 		}
 		break
