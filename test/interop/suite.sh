@@ -11,10 +11,17 @@
 #   bash test/interop/suite.sh            # the full suite
 #   bash test/interop/suite.sh --quick    # the subset CI runs
 #   SUITE_ONLY='mrqp|inf' bash test/interop/suite.sh   # only cases whose name matches (grep -E)
+#   SOFTRDMA_VM_LOCK=/tmp/vm.lock bash test/interop/suite.sh  # wait for, and hold, that flock
 #
 # Only traffic inside the namespace softrdma-interop (10.77.0.0/24) is sent.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+# SOFTRDMA_VM_LOCK=FILE: take an exclusive flock on FILE for the whole run
+# (the fixture's namespace and VM are one per host; for shared machines).
+if [ -n "${SOFTRDMA_VM_LOCK:-}" ]; then
+	exec 9>"$SOFTRDMA_VM_LOCK"
+	flock 9
+fi
 ROOT=$PWD
 VM="bash $ROOT/test/interop/vm.sh"
 export PATH=/usr/local/go/bin:$PATH
