@@ -54,9 +54,12 @@ const (
 	allStacks     = "softrdma,ucx,libfabric,go"
 	latSize       = 8
 	refSize       = 1 << 20
-	rateTargetM   = 1.0 // 8-byte message rate target, million messages/s
+	rateTargetM   = 5.0 // 8-byte message rate target, million messages/s (issue 15; was 1)
 	seriesWrite   = "softrdma WRITE"
 	seriesUCXTag  = "UCX tcp tag"
+	seriesSend    = "softrdma SEND"
+	seriesRead    = "softrdma READ"
+	seriesGoUDP   = "Go UDP"
 	errLinesFirst = 12
 )
 
@@ -317,7 +320,7 @@ func run(cfg *config) int {
 				}
 				return "bench " + strings.Split(t, "_")[1] + " (1 proc)"
 			}
-			for _, op := range []struct{ series, name string }{{seriesWrite, "write"}, {"softrdma SEND", "send"}, {"softrdma READ", "read"}} {
+			for _, op := range []struct{ series, name string }{{seriesWrite, "write"}, {seriesSend, "send"}, {seriesRead, "read"}} {
 				t := "ib_" + op.name + "_lat"
 				add(op.series, tool(t), "lat", latSize, func(ctx context.Context) (metrics, runInfo, error) {
 					return sr.perftest(ctx, t, latSize, cfg.latN)
@@ -328,7 +331,7 @@ func run(cfg *config) int {
 					return sr.perftest(ctx, "ib_write_bw", s, cfg.srIters(s))
 				})
 			}
-			for _, op := range []struct{ series, name string }{{"softrdma READ", "read"}, {"softrdma SEND", "send"}} {
+			for _, op := range []struct{ series, name string }{{seriesRead, "read"}, {seriesSend, "send"}} {
 				t := "ib_" + op.name + "_bw"
 				for _, s := range cfg.rsSizes {
 					add(op.series, tool(t), "bw", s, func(ctx context.Context) (metrics, runInfo, error) {

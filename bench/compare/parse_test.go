@@ -3,6 +3,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -93,8 +94,9 @@ func TestSummarize(t *testing.T) {
 	r := &report{Sizes: []int{8, refSize}}
 	for round, v := range []float64{3, 1, 2} {
 		r.Samples = append(r.Samples,
-			sample{Series: seriesWrite, Tool: "ib_write_lat", Kind: "lat", Size: 8, Round: round, Metrics: metrics{"lat_p50_us": 10 * v}},
-			sample{Series: seriesUCXTag, Tool: "tag_lat", Kind: "lat", Size: 8, Round: round, Metrics: metrics{"lat_p50_us": v}},
+			sample{Series: seriesWrite, Tool: "ib_write_lat", Kind: "lat", Size: 8, Round: round, Metrics: metrics{"lat_p50_us": 10 * v, "lat_p99_us": 14}},
+			sample{Series: seriesUCXTag, Tool: "tag_lat", Kind: "lat", Size: 8, Round: round, Metrics: metrics{"lat_p50_us": v, "lat_p99_us": 10}},
+			sample{Series: seriesSend, Tool: "ib_send_lat", Kind: "lat", Size: 8, Round: round, Metrics: metrics{"lat_p50_us": 23}},
 			sample{Series: seriesWrite, Tool: "ib_write_bw", Kind: "bw", Size: 8, Round: round, Metrics: metrics{"msg_rate_M": v}},
 			sample{Series: seriesUCXTag, Tool: "tag_bw", Kind: "bw", Size: refSize, Round: round, Error: "boom"})
 	}
@@ -102,8 +104,25 @@ func TestSummarize(t *testing.T) {
 	if v, _ := r.get(seriesWrite, "lat", 8, "lat_p50_us"); v != 20 {
 		t.Fatalf("median %v", v)
 	}
-	if len(r.Targets) != 3 || r.Targets[0].Met == nil || *r.Targets[0].Met || r.Targets[1].Met != nil || !*r.Targets[2].Met {
-		t.Fatalf("targets %+v", r.Targets)
+	met := map[string]string{}
+	for _, tg := range r.Targets {
+		met[tg.Name] = "no anchor"
+		if tg.Met != nil {
+			met[tg.Name] = fmt.Sprint(*tg.Met)
+		}
+	}
+	for name, want := range map[string]string{
+		"8 B RDMA WRITE one-way latency (median) ≤ UCX tcp tag_lat":            "false", // 20 µs against 2
+		"8 B RDMA WRITE one-way latency p99 ≤ 1.5× UCX tcp tag_lat p99":        "true",  // 14 against 1.5 × 10
+		"RDMA WRITE bandwidth at 1 MiB ≥ UCX tcp tag_bw at 1 MiB":              "no anchor",
+		"8 B RDMA WRITE message rate ≥ 5 M msgs/s":                             "false", // 2
+		"SEND 8 B latency (median) ≤ 1.1× WRITE's":                             "false", // 23 against 22
+		"SEND 8 B message rate ≥ 0.9× WRITE's":                                 "no anchor",
+		"RDMA WRITE bandwidth at 1 MiB ≥ 0.8× a Go UDP stream of 1 MiB writes": "no anchor",
+	} {
+		if met[name] != want {
+			t.Errorf("target %q: %s; want %s (all: %+v)", name, met[name], want, r.Targets)
+		}
 	}
 	var b strings.Builder
 	r.print(&b)

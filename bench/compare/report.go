@@ -169,14 +169,37 @@ func (r *report) summarize() {
 		}
 		return t
 	}
+	// scaled is an anchor's median times f (f ≠ 1 names the factor).
+	scaled := func(series, kind string, size int, metric string, f float64) (float64, bool) {
+		v, ok := r.get(series, kind, size, metric)
+		return v * f, ok
+	}
 	srLat, ok1 := r.get(seriesWrite, "lat", latSize, "lat_p50_us")
 	ucxLat, ok2 := r.get(seriesUCXTag, "lat", latSize, "lat_p50_us")
 	r.Targets = append(r.Targets, mk("8 B RDMA WRITE one-way latency (median) ≤ UCX tcp tag_lat", "µs", "lower", "UCX tcp tag_lat 8 B median", srLat, ucxLat, ok1, ok2))
+	srP99, ok1 := r.get(seriesWrite, "lat", latSize, "lat_p99_us")
+	ucxP99, ok2 := scaled(seriesUCXTag, "lat", latSize, "lat_p99_us", 1.5)
+	r.Targets = append(r.Targets, mk("8 B RDMA WRITE one-way latency p99 ≤ 1.5× UCX tcp tag_lat p99", "µs", "lower", "1.5 × UCX tcp tag_lat 8 B p99", srP99, ucxP99, ok1, ok2))
 	srBW, ok1 := r.get(seriesWrite, "bw", refSize, "bw_MiBps")
 	ucxBW, ok2 := r.get(seriesUCXTag, "bw", refSize, "bw_MiBps")
 	r.Targets = append(r.Targets, mk("RDMA WRITE bandwidth at 1 MiB ≥ UCX tcp tag_bw at 1 MiB", "MB/s", "higher", "UCX tcp tag_bw 1 MiB", srBW, ucxBW, ok1, ok2))
-	srMR, ok1 := r.get(seriesWrite, "bw", latSize, "msg_rate_M")
-	r.Targets = append(r.Targets, mk("8 B RDMA WRITE message rate ≥ 1 M msgs/s", "M msgs/s", "higher", "target", srMR, rateTargetM, ok1, true))
+	udpBW, ok2 := scaled(seriesGoUDP, "bw", refSize, "bw_MiBps", 0.8)
+	r.Targets = append(r.Targets, mk("RDMA WRITE bandwidth at 1 MiB ≥ 0.8× a Go UDP stream of 1 MiB writes", "MB/s", "higher", "0.8 × Go UDP stream 1 MiB", srBW, udpBW, ok1, ok2))
+	srMR, okMR := r.get(seriesWrite, "bw", latSize, "msg_rate_M")
+	r.Targets = append(r.Targets, mk(fmt.Sprintf("8 B RDMA WRITE message rate ≥ %g M msgs/s", rateTargetM), "M msgs/s", "higher", "target", srMR, rateTargetM, okMR, true))
+	// SEND and READ within 10 % of WRITE on each figure: bandwidth at
+	// 1 MiB, 8-byte message rate, and (SEND; READ's latency is a round
+	// trip, WRITE's one way) median latency.
+	for _, op := range []struct{ series, name string }{{seriesSend, "SEND"}, {seriesRead, "READ"}} {
+		v, ok := r.get(op.series, "bw", refSize, "bw_MiBps")
+		w, okW := srBW*0.9, ok1
+		r.Targets = append(r.Targets, mk(op.name+" bandwidth at 1 MiB ≥ 0.9× WRITE's", "MB/s", "higher", "0.9 × softrdma WRITE 1 MiB", v, w, ok, okW))
+		v, ok = r.get(op.series, "bw", latSize, "msg_rate_M")
+		r.Targets = append(r.Targets, mk(op.name+" 8 B message rate ≥ 0.9× WRITE's", "M msgs/s", "higher", "0.9 × softrdma WRITE 8 B rate", v, srMR*0.9, ok, okMR))
+	}
+	sendLat, ok := r.get(seriesSend, "lat", latSize, "lat_p50_us")
+	srLat0, okL := r.get(seriesWrite, "lat", latSize, "lat_p50_us")
+	r.Targets = append(r.Targets, mk("SEND 8 B latency (median) ≤ 1.1× WRITE's", "µs", "lower", "1.1 × softrdma WRITE 8 B median", sendLat, srLat0*1.1, ok, okL))
 }
 
 // get returns a median.
