@@ -471,7 +471,11 @@ func run(cfg *config) int {
 					continue
 				}
 				t := time.Now()
+				cpu0, okCPU := childCPU()
 				m, info, err := j.run(ctx)
+				if cpu1, ok := childCPU(); ok && okCPU && err == nil {
+					addCPU(m, cpu1-cpu0, time.Since(t).Seconds())
+				}
 				s := sample{Series: j.series, Tool: j.tool, Kind: j.kind, Size: j.size, Round: r,
 					Seconds: time.Since(t).Seconds(), Metrics: m, runInfo: info}
 				n++

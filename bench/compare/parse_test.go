@@ -130,3 +130,17 @@ func TestSummarize(t *testing.T) {
 		t.Fatalf("no ratio in\n%s", b.String())
 	}
 }
+
+func TestAddCPU(t *testing.T) {
+	m := metrics{"bw_MiBps": 1000, "msg_rate_M": 2}
+	addCPU(m, time.Second, 2)
+	// 1000 MiB/s for 2 s is 2.097 GB; 2 M msgs/s for 2 s is 4 M.
+	if !near(m["cpu_s"], 1) || !near(m["cpu_s_per_GB"], 1/2.097152) || !near(m["cpu_s_per_Mmsg"], 0.25) {
+		t.Fatal(m)
+	}
+	m = metrics{"lat_p50_us": 3}
+	addCPU(m, 0, 2) // nothing measured: nothing recorded
+	if len(m) != 1 {
+		t.Fatal(m)
+	}
+}

@@ -136,6 +136,36 @@ func startDir(ctx context.Context, timeout time.Duration, dir string, env []stri
 	return c, nil
 }
 
+// childCPU is the CPU time (user and system) of every child process the
+// harness has waited for so far, their own children included
+// (RUSAGE_CHILDREN).
+func childCPU() (time.Duration, bool) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
+		return 0, false
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), true
+}
+
+// addCPU records in m the CPU time a measurement's processes used, and
+// per GB moved and per million messages where m has a bandwidth or a
+// message rate. The amounts moved are the rate times secs, the whole
+// measurement's wall time: setup (connection, registration) counts in
+// both, so the figures slightly favour short setups.
+func addCPU(m metrics, cpu time.Duration, secs float64) {
+	if m == nil || cpu <= 0 || secs <= 0 {
+		return
+	}
+	c := cpu.Seconds()
+	m["cpu_s"] = c
+	if bw := m["bw_MiBps"]; bw > 0 {
+		m["cpu_s_per_GB"] = c / (bw * (1 << 20) * secs / 1e9)
+	}
+	if r := m["msg_rate_M"]; r > 0 {
+		m["cpu_s_per_Mmsg"] = c / (r * secs)
+	}
+}
+
 // wait waits for the child to end, at most d; after that it is killed.
 func (c *child) wait(d time.Duration) error {
 	select {

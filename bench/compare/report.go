@@ -282,12 +282,13 @@ func (r *report) print(w io.Writer) {
 	for _, t := range []struct {
 		title, metric string
 		size          int
+		cpu, cpuHead  string
 	}{
-		{"1 MiB bandwidth, MB/s (2^20); higher is better; ratio = softrdma WRITE / this", "bw_MiBps", refSize},
-		{"8-byte message rate, M msgs/s; higher is better; ratio = softrdma WRITE / this (libfabric: ping-pong, one in flight)", "msg_rate_M", latSize},
+		{"1 MiB bandwidth, MB/s (2^20); higher is better; ratio = softrdma WRITE / this; CPU: both processes' CPU seconds per GB moved", "bw_MiBps", refSize, "cpu_s_per_GB", "CPU s/GB"},
+		{"8-byte message rate, M msgs/s; higher is better; ratio = softrdma WRITE / this (libfabric: ping-pong, one in flight); CPU: per million messages", "msg_rate_M", latSize, "cpu_s_per_Mmsg", "CPU s/M msgs"},
 	} {
 		fmt.Fprintf(w, "\n%s\n", t.title)
-		rows := [][]string{{"series", "tool", "median", "over rounds", "ratio"}}
+		rows := [][]string{{"series", "tool", "median", "over rounds", "ratio", t.cpuHead}}
 		sr, okS := r.get(seriesWrite, "bw", t.size, t.metric)
 		for _, s := range r.series {
 			m, ok := r.find(s, "bw", t.size, t.metric)
@@ -302,7 +303,8 @@ func (r *report) print(w io.Writer) {
 			if l, ok := r.get(s, "bw", t.size, "loss"); ok && l > 0.001 {
 				extra = fmt.Sprintf(" %.0f%% lost", 100*l)
 			}
-			rows = append(rows, []string{s, r.tools[s+"|bw"], num(m.Median, true) + extra, spread(m, true), rt})
+			c, okC := r.get(s, "bw", t.size, t.cpu)
+			rows = append(rows, []string{s, r.tools[s+"|bw"], num(m.Median, true) + extra, spread(m, true), rt, num(c, okC)})
 		}
 		table(w, 2, rows)
 	}
