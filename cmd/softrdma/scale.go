@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/internal/bench"
+	"github.com/softrdma/softrdma/provider/soft"
 	"github.com/softrdma/softrdma/verbs"
 )
 
@@ -47,7 +48,7 @@ func runScale(w io.Writer, a, b verbs.Context, counts []int, size, msgs, rateMsg
 	for _, n := range counts {
 		r, err := bench.Scale(a, b, bench.ScaleConfig{QPs: n, Size: size, Msgs: msgs, RateMsgs: rateMsgs, MTU: mtu})
 		if err != nil {
-			return out, fmt.Errorf("%d QPs: %w", n, err)
+			return out, fmt.Errorf("%d QPs: %w\n%s", n, err, counterReport(a, b))
 		}
 		fmt.Fprintf(w, " %-6d %-11.1f %-13.1f %-12.1f %-17.1f %-16.3f %-9.3f\n", n, float64(r.Setup.Microseconds())/1e3,
 			float64(r.HeapPerQP)/1024, float64(r.RSSPerQP)/1024, r.BW.MBps, r.Rate.MsgRate, r.BW.CPUPerGB)
@@ -66,4 +67,24 @@ func sizeName(n int) string {
 		return fmt.Sprintf("%dKiB", n>>10)
 	}
 	return fmt.Sprintf("%dB", n)
+}
+
+// counterReport lists the non-zero counters of the two devices (soft
+// devices only), so that a failed run says what the transport saw.
+func counterReport(devs ...verbs.Context) string {
+	var b strings.Builder
+	for i, d := range devs {
+		sd, ok := d.(*soft.Device)
+		if !ok {
+			continue
+		}
+		fmt.Fprintf(&b, "device %c (%s):", 'a'+i, sd.Name())
+		for _, c := range sd.Counters() {
+			if c.Value != 0 {
+				fmt.Fprintf(&b, " %s=%d", c.Name, c.Value)
+			}
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
 }
