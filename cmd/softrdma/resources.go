@@ -19,7 +19,7 @@ import (
 var toolObs struct {
 	pcap    string
 	metrics string
-	log     bool       // --log: the device's QP errors, retransmissions and drops on stderr
+	log     bool       // --log (or SOFTRDMA_LOG=1): the device's QP errors, retransmissions and drops on stderr
 	files   []*os.File // closed by closeToolFiles, after the devices
 }
 
@@ -97,7 +97,7 @@ func openObserved(cfg soft.Config) (*soft.Device, error) {
 		toolObs.files = append(toolObs.files, f)
 		cfg.Capture = f
 	}
-	if toolObs.log {
+	if toolObs.log || os.Getenv("SOFTRDMA_LOG") == "1" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	d, err := soft.Open(cfg)

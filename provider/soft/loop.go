@@ -204,6 +204,9 @@ func (d *Device) failed(err error) {
 	if d.eng.Closed() {
 		return
 	}
+	if d.log != nil {
+		d.log.log.Error("receive loop stopped; the port is down", "err", err)
+	}
 	d.eng.Event(verbs.AsyncEvent{Type: verbs.EventPortErr, Port: 1})
 	d.eng.Event(verbs.AsyncEvent{Type: verbs.EventDeviceFatal})
 }

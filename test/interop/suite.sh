@@ -332,7 +332,7 @@ fi
 # against rxe too). Its case spares ACKs; the perftest cases below, which
 # end with a barrier, lose ACKs as well.
 $VM loss 2 data >/dev/null
-both loss_rc_pingpong ibv_rc_pingpong "-g 1 -n 100" "-g 1 -n 100"
+SOFT_ENV=SOFTRDMA_LOG=1 both loss_rc_pingpong ibv_rc_pingpong "-g 1 -n 100" "-g 1 -n 100"
 $VM loss 2 >/dev/null
 both loss_write_bw ib_write_bw "-x 1 -s 65536 -n 50 -F" "-x 1 -s 65536 -n 50 -F"
 [ $QUICK = 0 ] && both loss_read_bw ib_read_bw "-x 1 -s 65536 -n 50 -F" "-x 1 -s 65536 -n 50 -F"
