@@ -141,6 +141,24 @@ type fakeRCQP struct {
 	state     verbs.QPState
 	attr      verbs.QPAttr // the union of what was set
 	destroyed bool
+	sec       *verbs.Security // what Secure was given
+}
+
+// Secure records s (verbs.Securer), in INIT or RTR as the real QPs.
+func (q *fakeRCQP) Secure(s verbs.Security) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.state != verbs.QPStateInit && q.state != verbs.QPStateRTR {
+		return verbs.ErrInvalidState
+	}
+	q.sec = &s
+	return nil
+}
+
+func (q *fakeRCQP) security() *verbs.Security {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.sec
 }
 
 func (q *fakeRCQP) QPNum() uint32      { return q.num }

@@ -22,6 +22,7 @@ package cm
 
 import (
 	"crypto/ecdh"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
@@ -102,4 +103,65 @@ func secure(qp verbs.QP, mode verbs.SecurityMode, secret [32]byte, initiator boo
 		return fmt.Errorf("cm: this provider's QPs cannot protect packets: %w", verbs.ErrNotSupported)
 	}
 	return sq.Secure(verbs.Security{Mode: mode, Secret: secret, Initiator: initiator})
+}
+
+// KeyExchange is the exchange Dial and Accept carry in the private data,
+// for QPs brought up by other means (perftest's TCP exchange, an
+// application's own): each side sends Offer to the other, then calls
+// Secure with the offer it received. Like Dial's, the exchange protects
+// against an eavesdropper of the channel that carries the offers, not
+// against one who can rewrite them. A KeyExchange is used once, by one
+// goroutine.
+type KeyExchange struct {
+	o *secOffer
+}
+
+// NewKeyExchange starts an exchange asking for mode (SecurityAuth or
+// SecurityEncrypt) with a fresh X25519 key.
+func NewKeyExchange(mode verbs.SecurityMode) (*KeyExchange, error) {
+	if mode != verbs.SecurityAuth && mode != verbs.SecurityEncrypt {
+		return nil, fmt.Errorf("cm: security mode %v: use SecurityAuth or SecurityEncrypt", mode)
+	}
+	o, err := newSecOffer(mode)
+	if err != nil {
+		return nil, err
+	}
+	return &KeyExchange{o: o}, nil
+}
+
+// Offer is this side's half, OfferLen bytes, to send to the peer.
+func (k *KeyExchange) Offer() []byte { return k.o.block() }
+
+// OfferLen is the length of an Offer.
+const OfferLen = secBlockLen
+
+// Secure derives the shared secret from the peer's offer and protects
+// qps (in INIT or RTR) with it: the stronger of the two sides' modes,
+// which it returns. Exactly one side passes initiator; the peer must pass
+// its QPs in the same order. Each QP gets a secret of its own (so no two
+// QPs' keys meet the same packet sequence numbers).
+func (k *KeyExchange) Secure(peerOffer []byte, initiator bool, qps ...verbs.QP) (verbs.SecurityMode, error) {
+	mode, pub, _, ok := parseSecBlock(peerOffer)
+	if !ok || len(peerOffer) != secBlockLen {
+		return 0, fmt.Errorf("cm: the peer's offer (%d bytes) is not a softrdma key exchange block: %w", len(peerOffer), ErrNoSecurity)
+	}
+	mode = max(mode, k.o.mode)
+	ipub, rpub := k.o.pub, pub
+	if !initiator {
+		ipub, rpub = pub, k.o.pub
+	}
+	secret, err := k.o.secret(pub, ipub, rpub)
+	if err != nil {
+		return 0, err
+	}
+	for i, qp := range qps {
+		m := hmac.New(sha256.New, secret[:])
+		fmt.Fprintf(m, "softrdma QP secret v1: %d", i)
+		var s [32]byte
+		copy(s[:], m.Sum(nil))
+		if err := secure(qp, mode, s, initiator); err != nil {
+			return 0, err
+		}
+	}
+	return mode, nil
 }

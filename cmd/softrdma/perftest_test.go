@@ -20,6 +20,7 @@ import (
 
 	"github.com/softrdma/softrdma/internal/perftest"
 	"github.com/softrdma/softrdma/provider/soft"
+	"github.com/softrdma/softrdma/verbs"
 )
 
 // ptTestByName returns the benchmark called name.
@@ -741,4 +742,53 @@ func TestPerftestUnsorted(t *testing.T) {
 		t.Fatalf("want 7 sorted samples (9 without the tail of 2), then the heading:\n%s", c)
 	}
 	checkLat(t, "client", c[strings.LastIndex(c, "#, usec"):], []uint64{2}, 10)
+}
+
+// TestPerftestSecure: --secure on both ends protects every QP (the tests
+// run as perftest's, data checks included); an end without it fails at
+// once on the other's key exchange instead of waiting for the exchange
+// timeout; UD is refused.
+func TestPerftestSecure(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"ib_write_bw", []string{"-n", "40", "-s", "5000", "-q", "2", "--secure", "encrypt"}},
+		{"ib_read_lat", []string{"-n", "20", "-s", "3000", "--secure", "auth"}},
+		{"ib_send_bw", []string{"-n", "30", "-s", "700", "-c", "UC", "--secure", "auth"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sides := runPTPair(t, tc.name, tc.args, tc.args, nil)
+			mode := tc.args[len(tc.args)-1]
+			for _, out := range []string{sides.server, sides.client} {
+				if !strings.Contains(out, " Packet protection: "+mode) {
+					t.Errorf("no %q line in:\n%s", "Packet protection: "+mode, out)
+				}
+			}
+		})
+	}
+	for _, secureSide := range []string{"server", "client"} {
+		t.Run("only the "+secureSide, func(t *testing.T) {
+			on := func(o *ptOptions) { o.secure = verbs.SecurityAuth }
+			srv, cli := on, (func(*ptOptions))(nil)
+			if secureSide == "client" {
+				srv, cli = nil, on
+			}
+			t0 := time.Now()
+			sides, errCli, errSrv := runPTPairErr(t, "ib_write_lat", []string{"-n", "10"}, []string{"-n", "10"}, srv, cli)
+			if errCli == nil || errSrv == nil {
+				t.Fatalf("client error %v, server error %v; want both to fail\n--- server:\n%s\n--- client:\n%s", errCli, errSrv, sides.server, sides.client)
+			}
+			if d := time.Since(t0); d > ptExchangeTimeout/2 {
+				t.Errorf("failing took %v: an end waited for the exchange timeout", d)
+			}
+			t.Logf("client: %v; server: %v", errCli, errSrv)
+		})
+	}
+	if _, err := parsePTArgs(ptTestByName(t, "ib_send_bw"), []string{"-c", "UD", "--secure", "auth"}, io.Discard); err == nil {
+		t.Error("--secure with UD was accepted")
+	}
+	if _, err := parsePTArgs(ptTestByName(t, "ib_send_bw"), []string{"--secure", "yes"}, io.Discard); err == nil {
+		t.Error("--secure yes was accepted")
+	}
 }
