@@ -45,24 +45,32 @@ type ptSides struct {
 // that share a UDP port no other test uses.
 func ptPairTestDevices(t *testing.T) (*soft.Device, *soft.Device) {
 	t.Helper()
+	da, db, _, _, _ := ptPairTestDevicesAt(t)
+	return da, db
+}
+
+// ptPairTestDevicesAt is ptPairTestDevices that also says where the
+// devices are: their addresses and their shared UDP port.
+func ptPairTestDevicesAt(t *testing.T) (da, db *soft.Device, a, b netip.Addr, port uint16) {
+	t.Helper()
 	for attempt := 0; ; attempt++ {
 		net3 := 100 + rand.IntN(150)
-		a := netip.AddrFrom4([4]byte{127, 0, byte(net3), 1})
-		b := netip.AddrFrom4([4]byte{127, 0, byte(net3), 2})
+		a = netip.AddrFrom4([4]byte{127, 0, byte(net3), 1})
+		b = netip.AddrFrom4([4]byte{127, 0, byte(net3), 2})
 		probe, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, 0)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		port := uint16(probe.LocalAddr().(*net.UDPAddr).Port)
+		port = uint16(probe.LocalAddr().(*net.UDPAddr).Port)
 		probe.Close()
-		da, err := soft.Open(soft.Config{Name: "softrdma_srv", Addr: a, Port: port})
+		da, err = soft.Open(soft.Config{Name: "softrdma_srv", Addr: a, Port: port})
 		if err != nil {
 			if attempt < 5 {
 				continue
 			}
 			t.Fatal(err)
 		}
-		db, err := soft.Open(soft.Config{Name: "softrdma_cli", Addr: b, Port: port})
+		db, err = soft.Open(soft.Config{Name: "softrdma_cli", Addr: b, Port: port})
 		if err != nil {
 			da.Close()
 			if attempt < 5 {
@@ -74,7 +82,7 @@ func ptPairTestDevices(t *testing.T) (*soft.Device, *soft.Device) {
 			db.Close()
 			da.Close()
 		})
-		return da, db
+		return da, db, a, b, port
 	}
 }
 
