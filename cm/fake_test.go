@@ -16,7 +16,9 @@ type fakeNet struct {
 	devs map[verbs.GID]*fakeDev
 	// filter decides how many copies of a MAD from src arrive (0 = lost).
 	filter func(src verbs.GID, attr wire.CMAttr, n int) int
-	count  map[wire.CMAttr]int
+	// rewrite, if set, may change a MAD on the way (a man in the middle).
+	rewrite func(attr wire.CMAttr, mad []byte)
+	count   map[wire.CMAttr]int
 }
 
 func newFakeNet() *fakeNet {
@@ -93,11 +95,15 @@ func (d *fakeDev) SendMAD(port uint8, dst verbs.GID, dstQP, qkey uint32, mad []b
 		copies = n.filter(verbs.GIDFromAddr(d.addr), attr, n.count[attr])
 	}
 	peer := n.devs[dst]
+	rewrite := n.rewrite
 	n.mu.Unlock()
 	if peer == nil || dstQP != 1 || qkey != verbs.GSIQKey {
 		return nil
 	}
 	b := append([]byte(nil), mad...)
+	if rewrite != nil {
+		rewrite(attr, b)
+	}
 	for range copies {
 		if h := peer.handler.Load(); h != nil {
 			(*h)(verbs.MADSource{GID: verbs.GIDFromAddr(d.addr), QPN: 1, PKey: 0xffff}, b)
