@@ -36,6 +36,7 @@ UNUSED=${UNUSED:-127.0.79.34}   # the control's target: no process there
 SCENARIOS=${SCENARIOS:-"control plain auth auth-spoof plain-spoof"}
 BIN=${SOFTRDMA_BIN:-}
 OUT=${OUT:-$(mktemp -d /tmp/softrdma-flood.XXXXXX)}
+mkdir -p "$OUT"
 
 cd "$(dirname "$0")/.."
 if [[ -z $BIN ]]; then
