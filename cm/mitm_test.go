@@ -153,11 +153,11 @@ func TestMITMWithoutPSK(t *testing.T) {
 func TestMITMWithPSK(t *testing.T) {
 	psk := randomPSK(t)
 	for _, tc := range []struct {
-		name              string
-		attack            func(m *mitm) // nil: no attacker
-		dialPSK, lstnPSK  []byte
-		dialMismatch      bool // Dial's own check fails (else the listener's REJ)
-		lstnFail          bool
+		name             string
+		attack           func(m *mitm) // nil: no attacker
+		dialPSK, lstnPSK []byte
+		dialMismatch     bool // Dial's own check fails (else the listener's REJ)
+		lstnFail         bool
 	}{
 		{"rewrite both keys", func(m *mitm) {}, psk, psk, false, true},
 		{"rewrite the REP's key", func(m *mitm) { m.onlyREP = true }, psk, psk, true, false},
