@@ -24,6 +24,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -93,7 +94,7 @@ func parseFloodArgs(args []string) (*floodOpts, error) {
 	o.qpn = uint32(n)
 	for _, k := range strings.Split(*kinds, ",") {
 		k = strings.TrimSpace(k)
-		if !contains(floodKinds, k) {
+		if !slices.Contains(floodKinds, k) {
 			return nil, fmt.Errorf("-kinds: unknown kind %q (have %s)", k, strings.Join(floodKinds, ", "))
 		}
 		o.kinds = append(o.kinds, k)
@@ -103,15 +104,6 @@ func parseFloodArgs(args []string) (*floodOpts, error) {
 	}
 	o.variants = 4096
 	return o, nil
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // floodPacket builds one forged packet of kind (without its ICRC, which
