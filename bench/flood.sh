@@ -96,7 +96,8 @@ run() {
 	wait "$scraper" || true
 	local bw
 	bw=$(awk '/BW average/{getline; print $4; exit}' "$OUT/$tag.cli")
-	[[ -n $bw ]] || bw=FAILED
+	# A run whose connection failed prints its error where the row goes.
+	[[ $bw =~ ^[0-9.]+$ ]] || bw=FAILED
 	local counters=""
 	for c in naks_sent drop_unknown_qp drop_wrong_source drop_out_of_window drop_bad_replay drop_unexpected drop_auth drop_replay out_of_seq_request duplicate_request rcvd_pkts sent_pkts; do
 		local v
