@@ -70,8 +70,7 @@ func parseFloodArgs(args []string) (*floodOpts, error) {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if *to == "" || *from == "" || *qpn == "" {
-		fs.Usage()
-		return nil, errors.New("-to, -from and -qpn are required")
+		return nil, errors.New("-to, -from and -qpn are required (softrdma flood -h)")
 	}
 	var err error
 	if o.to, err = netip.ParseAddrPort(*to); err != nil {
