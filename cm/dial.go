@@ -31,12 +31,15 @@ func Dial(ctx context.Context, network, address string, opts *Options) (*Conn, e
 		return nil, err
 	}
 	o := opts.withDefaults()
+	if err := o.checkSecurity(); err != nil {
+		return nil, err
+	}
 	limit := MaxReqPrivateData
 	if o.Security != 0 {
-		limit -= secBlockLen
+		limit -= blockLen(o.SecurityPSK)
 	}
 	if len(o.PrivateData) > limit {
-		return nil, fmt.Errorf("cm.Dial: %d bytes of private data; a REQ holds at most %d (with Options.Security: the key exchange takes %d)", len(o.PrivateData), limit, secBlockLen)
+		return nil, fmt.Errorf("cm.Dial: %d bytes of private data; a REQ holds at most %d (with Options.Security: the key exchange takes %d)", len(o.PrivateData), limit, blockLen(o.SecurityPSK))
 	}
 	r, err := resolveRoute(raddr.Addr(), &o)
 	if err != nil {
@@ -100,12 +103,14 @@ func dialRC(ctx context.Context, a *agent, r *route, o *Options, c *Conn) error 
 	}
 	user := o.PrivateData
 	var offer *secOffer
+	var reqBlock []byte
 	if o.Security != 0 {
 		var err error
-		if offer, err = newSecOffer(o.Security); err != nil {
+		if offer, err = newSecOffer(o.Security, o.SecurityPSK); err != nil {
 			return err
 		}
-		user = append(offer.block(), user...)
+		reqBlock = offer.reqBlock()
+		user = append(reqBlock, user...)
 	}
 	cmaPrivate(req.PrivateData[:], c.local, c.remote, user)
 
@@ -147,12 +152,14 @@ func dialRC(ctx context.Context, a *agent, r *route, o *Options, c *Conn) error 
 	c.PeerPrivateData = rep.PrivateData[:]
 	if offer != nil {
 		err := ErrNoSecurity
-		if mode, pub, rest, ok := parseSecBlock(rep.PrivateData[:]); ok && mode >= offer.mode {
+		if b, rest, ok := parseSecBlock(rep.PrivateData[:]); ok && b.mode >= offer.mode {
 			var secret [32]byte
-			if secret, err = offer.secret(pub, offer.pub, pub); err == nil {
-				err = secure(qp, mode, secret, true)
+			if err = offer.checkTag(b, "REP", reqBlock); err == nil {
+				if secret, err = offer.secret(b.pub, offer.pub, b.pub); err == nil {
+					err = secure(qp, b.mode, secret, true)
+				}
 			}
-			c.PeerPrivateData, c.Security = rest, mode
+			c.PeerPrivateData, c.Security = rest, b.mode
 		}
 		if err != nil {
 			a.mu.Lock()

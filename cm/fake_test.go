@@ -16,7 +16,9 @@ type fakeNet struct {
 	devs map[verbs.GID]*fakeDev
 	// filter decides how many copies of a MAD from src arrive (0 = lost).
 	filter func(src verbs.GID, attr wire.CMAttr, n int) int
-	count  map[wire.CMAttr]int
+	// rewrite, if set, may change a MAD on the way (a man in the middle).
+	rewrite func(attr wire.CMAttr, mad []byte)
+	count   map[wire.CMAttr]int
 }
 
 func newFakeNet() *fakeNet {
@@ -93,11 +95,15 @@ func (d *fakeDev) SendMAD(port uint8, dst verbs.GID, dstQP, qkey uint32, mad []b
 		copies = n.filter(verbs.GIDFromAddr(d.addr), attr, n.count[attr])
 	}
 	peer := n.devs[dst]
+	rewrite := n.rewrite
 	n.mu.Unlock()
 	if peer == nil || dstQP != 1 || qkey != verbs.GSIQKey {
 		return nil
 	}
 	b := append([]byte(nil), mad...)
+	if rewrite != nil {
+		rewrite(attr, b)
+	}
 	for range copies {
 		if h := peer.handler.Load(); h != nil {
 			(*h)(verbs.MADSource{GID: verbs.GIDFromAddr(d.addr), QPN: 1, PKey: 0xffff}, b)
@@ -141,6 +147,24 @@ type fakeRCQP struct {
 	state     verbs.QPState
 	attr      verbs.QPAttr // the union of what was set
 	destroyed bool
+	sec       *verbs.Security // what Secure was given
+}
+
+// Secure records s (verbs.Securer), in INIT or RTR as the real QPs.
+func (q *fakeRCQP) Secure(s verbs.Security) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.state != verbs.QPStateInit && q.state != verbs.QPStateRTR {
+		return verbs.ErrInvalidState
+	}
+	q.sec = &s
+	return nil
+}
+
+func (q *fakeRCQP) security() *verbs.Security {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.sec
 }
 
 func (q *fakeRCQP) QPNum() uint32      { return q.num }

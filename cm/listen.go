@@ -1,6 +1,7 @@
 package cm
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
@@ -36,6 +37,9 @@ func Listen(network, address string, opts *Options) (*Listener, error) {
 		return nil, err
 	}
 	o := opts.withDefaults()
+	if err := o.checkSecurity(); err != nil {
+		return nil, err
+	}
 	vctx, local, err := resolveLocal(laddr.Addr(), &o)
 	if err != nil {
 		return nil, err
@@ -127,7 +131,7 @@ type ConnRequest struct {
 	QPType verbs.QPType
 	// Security is the packet protection the dialer asks for (zero: none).
 	Security verbs.SecurityMode
-	peerPub  []byte // the dialer's X25519 key (Security)
+	sec      secBlock // the dialer's half of the key exchange (Security)
 
 	l   *Listener
 	id  *cmID
@@ -142,8 +146,10 @@ func newConnRequest(l *Listener, id *cmID, src verbs.MADSource, r *wire.CMReq) *
 		cr.Remote = netip.AddrPortFrom(h.Src, h.SrcPort)
 		cr.PrivateData = r.PrivateData[wire.CMAHeaderLen:]
 	}
-	if mode, pub, rest, ok := parseSecBlock(cr.PrivateData); ok {
-		cr.Security, cr.peerPub, cr.PrivateData = mode, pub, rest
+	if b, rest, ok := parseSecBlock(cr.PrivateData); ok {
+		b.raw = bytes.Clone(b.raw)
+		b.pub = b.raw[6:secBlockLen]
+		cr.Security, cr.sec, cr.PrivateData = b.mode, b, rest
 	}
 	return cr
 }
@@ -262,11 +268,17 @@ func (r *ConnRequest) Accept(ctx context.Context, opts *Options) (*Conn, error) 
 			return fail(fmt.Errorf("cm: the request offers no packet protection and the listener requires %v", o.Security))
 		}
 		mode := max(r.Security, o.Security)
-		offer, err := newSecOffer(mode)
+		if err := o.checkSecurity(); err != nil {
+			return fail(err)
+		}
+		offer, err := newSecOffer(mode, o.SecurityPSK)
 		if err != nil {
 			return fail(err)
 		}
-		secret, err := offer.secret(r.peerPub, r.peerPub, offer.pub)
+		if err := offer.checkTag(r.sec, "REQ", nil); err != nil {
+			return fail(err)
+		}
+		secret, err := offer.secret(r.sec.pub, r.sec.pub, offer.pub)
 		if err == nil {
 			if err = Init(c.QP, &p); err == nil {
 				err = secure(c.QP, mode, secret, false)
@@ -275,10 +287,10 @@ func (r *ConnRequest) Accept(ctx context.Context, opts *Options) (*Conn, error) 
 		if err != nil {
 			return fail(err)
 		}
-		if len(private)+secBlockLen > wire.RepPrivateLen {
-			return fail(fmt.Errorf("cm: %d bytes of private data; with the key exchange a REP holds at most %d", len(private), wire.RepPrivateLen-secBlockLen))
+		if n := blockLen(o.SecurityPSK); len(private)+n > wire.RepPrivateLen {
+			return fail(fmt.Errorf("cm: %d bytes of private data; with the key exchange a REP holds at most %d", len(private), wire.RepPrivateLen-n))
 		}
-		private = append(offer.block(), private...)
+		private = append(offer.repBlock(r.sec.raw), private...)
 		c.Security = mode
 	}
 	// rdma_cm's passive side is in RTS before it sends the REP, so the

@@ -5,7 +5,7 @@ package cm
 // rdma_cm peers never see it unless asked. The dialer puts a block at the
 // start of its REQ's private data (after rdma_cm's header):
 //
-//	"sRDM" | version 1 | mode | X25519 public key (32 bytes)
+//	"sRDM" | version 1 | mode | X25519 public key (32 bytes) [| tag (16)]
 //
 // A softrdma listener that finds it answers with the same block in its
 // REP, with its own public key and the mode it settled on (the stronger of
@@ -15,13 +15,24 @@ package cm
 // every packet then carries a MAC and a sequence number, and with
 // SecurityEncrypt its payload is encrypted. A dialer whose peer does not
 // answer with the block (rxe, or a listener that does not speak it) gets
-// ErrNoSecurity: asking for protection means requiring it. The keys are
-// ephemeral, so the exchange is secure against an eavesdropper, not
-// against an attacker who rewrites the CM exchange itself (there is no
-// identity to check; a pre-shared key would be the next step).
+// ErrNoSecurity: asking for protection means requiring it.
+//
+// Without more, the keys are ephemeral and nothing says whose they are:
+// the exchange is secure against an eavesdropper, not against an attacker
+// who rewrites the CM exchange itself (a man in the middle runs one
+// exchange with each side and relays). Options.SecurityPSK binds the
+// exchange to a key both applications hold: the mode byte's top bit
+// (secBound) says so, and the block ends with a tag, HMAC-SHA256 under the
+// PSK truncated to 16 bytes, over the REQ's block (in the REQ) or over
+// both blocks (in the REP). A listener checks the REQ's tag, the dialer
+// the REP's, and the PSK goes into the secret too: an attacker without it
+// can neither answer in place of either side nor learn the secret, and a
+// rewritten exchange fails at connect time (ErrSecurityMismatch) instead
+// of leaving two QPs that cannot understand each other.
 
 import (
 	"crypto/ecdh"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
@@ -34,10 +45,21 @@ import (
 // protected packets and the peer did not agree.
 var ErrNoSecurity = errors.New("cm: the peer did not agree to protect packets (it is not softrdma, or does not offer it)")
 
+// ErrSecurityMismatch is returned by Dial and ConnRequest.Accept when the
+// peer's key exchange is not bound to the same pre-shared key
+// (Options.SecurityPSK) as ours: the peer holds another key or none, or
+// someone rewrote the exchange on the way.
+var ErrSecurityMismatch = errors.New("cm: the peer's key exchange is not bound to our pre-shared key (another key, none, or a man in the middle)")
+
 const (
 	secMagic    = "sRDM"
 	secVersion  = 1
 	secBlockLen = 4 + 1 + 1 + 32
+	secTagLen   = 16
+	// secBound, in the mode byte, says a tag follows the public key.
+	secBound = 0x80
+	// MinSecurityPSK is the shortest Options.SecurityPSK accepted.
+	MinSecurityPSK = 16
 )
 
 // secOffer is one side's half of the exchange.
@@ -45,33 +67,120 @@ type secOffer struct {
 	mode verbs.SecurityMode
 	priv *ecdh.PrivateKey
 	pub  []byte // ours
+	psk  []byte // nil: unbound
 }
 
-func newSecOffer(mode verbs.SecurityMode) (*secOffer, error) {
+func newSecOffer(mode verbs.SecurityMode, psk []byte) (*secOffer, error) {
+	if psk != nil && len(psk) < MinSecurityPSK {
+		return nil, fmt.Errorf("cm: a %d-byte SecurityPSK; use at least %d random bytes", len(psk), MinSecurityPSK)
+	}
 	k, err := ecdh.X25519().GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("cm: generating a key: %w", err)
 	}
-	return &secOffer{mode: mode, priv: k, pub: k.PublicKey().Bytes()}, nil
+	return &secOffer{mode: mode, priv: k, pub: k.PublicKey().Bytes(), psk: psk}, nil
 }
 
-// block is the private-data block announcing o.
+// blockLen is the length of a block with or without a PSK's tag.
+func blockLen(psk []byte) int {
+	if psk != nil {
+		return secBlockLen + secTagLen
+	}
+	return secBlockLen
+}
+
+// block is the private-data block announcing o, without its tag.
 func (o *secOffer) block() []byte {
-	b := append([]byte(secMagic), secVersion, byte(o.mode))
+	m := byte(o.mode)
+	if o.psk != nil {
+		m |= secBound
+	}
+	b := append([]byte(secMagic), secVersion, m)
 	return append(b, o.pub...)
 }
 
-// parseSecBlock reads a block at the start of private data p: the mode,
-// the peer's public key, and the private data after it.
-func parseSecBlock(p []byte) (mode verbs.SecurityMode, pub, rest []byte, ok bool) {
+// reqBlock is the block of a REQ: block, and with a PSK its tag.
+func (o *secOffer) reqBlock() []byte {
+	b := o.block()
+	if o.psk == nil {
+		return b
+	}
+	return append(b, pskTag(o.psk, "REQ", b)...)
+}
+
+// repBlock is the block of a REP answering the REQ block req (as
+// received, tag included).
+func (o *secOffer) repBlock(req []byte) []byte {
+	b := o.block()
+	if o.psk == nil {
+		return b
+	}
+	return append(b, pskTag(o.psk, "REP", req, b)...)
+}
+
+// pskTag is HMAC-SHA256 under psk of the label and the blocks, truncated.
+func pskTag(psk []byte, label string, blocks ...[]byte) []byte {
+	m := hmac.New(sha256.New, psk)
+	m.Write([]byte("softrdma cm key exchange v1 " + label))
+	for _, b := range blocks {
+		m.Write(b)
+	}
+	return m.Sum(nil)[:secTagLen]
+}
+
+// secBlock is a parsed block.
+type secBlock struct {
+	mode  verbs.SecurityMode
+	pub   []byte
+	bound bool   // a tag follows
+	raw   []byte // the block as received, tag included
+}
+
+// parseSecBlock reads a block at the start of private data p, and
+// returns the private data after it.
+func parseSecBlock(p []byte) (b secBlock, rest []byte, ok bool) {
 	if len(p) < secBlockLen || string(p[:4]) != secMagic || p[4] != secVersion {
-		return 0, nil, p, false
+		return secBlock{}, p, false
 	}
-	mode = verbs.SecurityMode(p[5])
-	if mode != verbs.SecurityAuth && mode != verbs.SecurityEncrypt {
-		return 0, nil, p, false
+	b.bound = p[5]&secBound != 0
+	b.mode = verbs.SecurityMode(p[5] &^ secBound)
+	if b.mode != verbs.SecurityAuth && b.mode != verbs.SecurityEncrypt {
+		return secBlock{}, p, false
 	}
-	return mode, p[6:secBlockLen], p[secBlockLen:], true
+	n := secBlockLen
+	if b.bound {
+		n += secTagLen
+		if len(p) < n {
+			return secBlock{}, p, false
+		}
+	}
+	b.pub, b.raw = p[6:secBlockLen], p[:n]
+	return b, p[n:], true
+}
+
+// checkTag checks the tag of a received block b under our PSK: label
+// "REQ" (over b itself) or "REP" (over the REQ block req, then b). Both
+// sides must agree on binding: a bound block to an unbound side fails too.
+func (o *secOffer) checkTag(b secBlock, label string, req []byte) error {
+	switch {
+	case o.psk == nil && !b.bound:
+		return nil
+	case o.psk == nil:
+		return fmt.Errorf("%w: the peer binds its exchange to a pre-shared key and we have none", ErrSecurityMismatch)
+	case !b.bound:
+		return fmt.Errorf("%w: the peer's exchange is not bound to a pre-shared key", ErrSecurityMismatch)
+	}
+	body, tag := b.raw[:secBlockLen], b.raw[secBlockLen:]
+	var want []byte
+	if label == "REQ" {
+		want = pskTag(o.psk, label, body)
+	} else {
+		want = pskTag(o.psk, label, req, body)
+	}
+	if !hmac.Equal(tag, want) {
+		return fmt.Errorf("%w: the %s's tag does not check", ErrSecurityMismatch, label)
+	}
+	return nil
 }
 
 // secret derives the QPs' shared secret from our key and the peer's
@@ -90,6 +199,10 @@ func (o *secOffer) secret(peerPub, initiatorPub, responderPub []byte) ([32]byte,
 	h.Write(shared)
 	h.Write(initiatorPub)
 	h.Write(responderPub)
+	if o.psk != nil {
+		h.Write([]byte("psk"))
+		h.Write(o.psk)
+	}
 	var s [32]byte
 	copy(s[:], h.Sum(nil))
 	return s, nil
@@ -102,4 +215,65 @@ func secure(qp verbs.QP, mode verbs.SecurityMode, secret [32]byte, initiator boo
 		return fmt.Errorf("cm: this provider's QPs cannot protect packets: %w", verbs.ErrNotSupported)
 	}
 	return sq.Secure(verbs.Security{Mode: mode, Secret: secret, Initiator: initiator})
+}
+
+// KeyExchange is the exchange Dial and Accept carry in the private data,
+// for QPs brought up by other means (perftest's TCP exchange, an
+// application's own): each side sends Offer to the other, then calls
+// Secure with the offer it received. Like Dial's, the exchange protects
+// against an eavesdropper of the channel that carries the offers, not
+// against one who can rewrite them. A KeyExchange is used once, by one
+// goroutine.
+type KeyExchange struct {
+	o *secOffer
+}
+
+// NewKeyExchange starts an exchange asking for mode (SecurityAuth or
+// SecurityEncrypt) with a fresh X25519 key.
+func NewKeyExchange(mode verbs.SecurityMode) (*KeyExchange, error) {
+	if mode != verbs.SecurityAuth && mode != verbs.SecurityEncrypt {
+		return nil, fmt.Errorf("cm: security mode %v: use SecurityAuth or SecurityEncrypt", mode)
+	}
+	o, err := newSecOffer(mode, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &KeyExchange{o: o}, nil
+}
+
+// Offer is this side's half, OfferLen bytes, to send to the peer.
+func (k *KeyExchange) Offer() []byte { return k.o.block() }
+
+// OfferLen is the length of an Offer.
+const OfferLen = secBlockLen
+
+// Secure derives the shared secret from the peer's offer and protects
+// qps (in INIT or RTR) with it: the stronger of the two sides' modes,
+// which it returns. Exactly one side passes initiator; the peer must pass
+// its QPs in the same order. Each QP gets a secret of its own (so no two
+// QPs' keys meet the same packet sequence numbers).
+func (k *KeyExchange) Secure(peerOffer []byte, initiator bool, qps ...verbs.QP) (verbs.SecurityMode, error) {
+	b, _, ok := parseSecBlock(peerOffer)
+	if !ok || b.bound || len(peerOffer) != secBlockLen {
+		return 0, fmt.Errorf("cm: the peer's offer (%d bytes) is not a softrdma key exchange block: %w", len(peerOffer), ErrNoSecurity)
+	}
+	mode, pub := max(b.mode, k.o.mode), b.pub
+	ipub, rpub := k.o.pub, pub
+	if !initiator {
+		ipub, rpub = pub, k.o.pub
+	}
+	secret, err := k.o.secret(pub, ipub, rpub)
+	if err != nil {
+		return 0, err
+	}
+	for i, qp := range qps {
+		m := hmac.New(sha256.New, secret[:])
+		fmt.Fprintf(m, "softrdma QP secret v1: %d", i)
+		var s [32]byte
+		copy(s[:], m.Sum(nil))
+		if err := secure(qp, mode, s, initiator); err != nil {
+			return 0, err
+		}
+	}
+	return mode, nil
 }

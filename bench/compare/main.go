@@ -44,6 +44,7 @@ type config struct {
 	softrdmaBin      string
 	verbose          bool
 	from             string
+	secure           []string // softrdma's protected modes to measure too
 }
 
 const (
@@ -95,6 +96,7 @@ when missing (root); a stack that cannot be set up is skipped with a reason.
 	fs.StringVar(&c.srMode, "softrdma-mode", "auto", "auto, perftest (two processes: softrdma ib_write_bw ...) or bench (one process: softrdma bench)")
 	addrs := fs.String("addrs", "127.0.79.2,127.0.79.3", "softrdma server,client device addresses (RoCEv2 uses UDP 4791 on each)")
 	fs.StringVar(&c.softrdmaBin, "softrdma-bin", "", "use this softrdma binary instead of building ./cmd/softrdma")
+	secure := fs.String("secure", "auth,encrypt", "also measure softrdma's protected modes (--secure; docs/security.md): 8-byte WRITE latency and 1 MiB WRITE bandwidth, interleaved with the plain runs (empty: none)")
 	fs.BoolVar(&c.verbose, "v", false, "print every measurement")
 	fs.StringVar(&c.from, "from", "", "measure nothing: reprint the tables and redraw the plot from this JSON file of an earlier run")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -144,6 +146,17 @@ when missing (root); a stack that cannot be set up is skipped with a reason.
 	c.budget = int64(*budget) << 20
 	if c.rounds < 1 || c.latN < 5 || c.maxMsgs < 5 || c.minIter < 5 || c.budget <= 0 {
 		return nil, fmt.Errorf("-rounds must be ≥ 1, -lat-n, -max-msgs and -min-msgs ≥ 5 (perftest's minimum), -budget-mib > 0")
+	}
+	for _, m := range strings.Split(*secure, ",") {
+		switch m = strings.TrimSpace(m); m {
+		case "":
+		case "auth", "encrypt":
+			if !slices.Contains(c.secure, m) {
+				c.secure = append(c.secure, m)
+			}
+		default:
+			return nil, fmt.Errorf("-secure: unknown mode %q (have auth, encrypt)", m)
+		}
 	}
 	c.stacks = map[string]bool{}
 	for _, s := range strings.Split(*stacks, ",") {
@@ -338,6 +351,18 @@ func run(cfg *config) int {
 						return sr.perftest(ctx, t, s, cfg.srIters(s))
 					})
 				}
+			}
+			// The protected modes: the same WRITE tests, both ends passing
+			// --secure; they share the plain runs' slots, so each round
+			// measures plain and protected back to back.
+			for _, mode := range cfg.secure {
+				series := seriesWrite + " " + mode
+				add(series, tool("ib_write_lat")+" --secure "+mode, "lat", latSize, func(ctx context.Context) (metrics, runInfo, error) {
+					return sr.perftest(ctx, "ib_write_lat", latSize, cfg.latN, "--secure", mode)
+				})
+				add(series, tool("ib_write_bw")+" --secure "+mode, "bw", refSize, func(ctx context.Context) (metrics, runInfo, error) {
+					return sr.perftest(ctx, "ib_write_bw", refSize, cfg.srIters(refSize), "--secure", mode)
+				})
 			}
 		}
 	}

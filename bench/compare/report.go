@@ -309,6 +309,8 @@ func (r *report) print(w io.Writer) {
 		table(w, 2, rows)
 	}
 
+	r.printProtection(w)
+
 	// The sweep.
 	fmt.Fprintf(w, "\nbandwidth sweep, MB/s (2^20), medians\n")
 	rows = [][]string{{"series"}}
@@ -344,6 +346,36 @@ func (r *report) print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  [%s] %s: %s\n", status, t.Name, detail)
 	}
+}
+
+// printProtection is the cost of softrdma's protected modes (the series
+// "softrdma WRITE <mode>", run with --secure <mode> in the same slots as
+// the plain WRITE runs): medians, and protected / plain.
+func (r *report) printProtection(w io.Writer) {
+	rows := [][]string{{"mode", "8 B WRITE p50 µs", "× plain", "1 MiB WRITE MB/s", "× plain"}}
+	lat0, okL0 := r.get(seriesWrite, "lat", latSize, "lat_p50_us")
+	bw0, okB0 := r.get(seriesWrite, "bw", refSize, "bw_MiBps")
+	rows = append(rows, []string{"plain", num(lat0, okL0), "1", num(bw0, okB0), "1"})
+	x := func(v, base float64, ok, okBase bool) string {
+		if !ok || !okBase || base == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2fx", v/base)
+	}
+	for _, mode := range []string{"auth", "encrypt"} {
+		series := seriesWrite + " " + mode
+		lat, okL := r.get(series, "lat", latSize, "lat_p50_us")
+		bw, okB := r.get(series, "bw", refSize, "bw_MiBps")
+		if !okL && !okB {
+			continue
+		}
+		rows = append(rows, []string{mode, num(lat, okL), x(lat, lat0, okL, okL0), num(bw, okB), x(bw, bw0, okB, okB0)})
+	}
+	if len(rows) == 2 {
+		return
+	}
+	fmt.Fprintf(w, "\ncost of softrdma's packet protection (--secure, both ends softrdma), medians; × plain = protected / plain\n")
+	table(w, 1, rows)
 }
 
 func sortedKeys(m map[string]string) []string {

@@ -71,16 +71,17 @@ func probePerftest(ctx context.Context, bin string) (bool, string) {
 }
 
 // perftest runs test (ib_write_bw, ib_send_lat, ...) with server and client
-// in two processes, each with its own device address.
-func (s *softrdma) perftest(ctx context.Context, test string, size, iters int) (metrics, runInfo, error) {
+// in two processes, each with its own device address; both get extra
+// (e.g. --secure auth).
+func (s *softrdma) perftest(ctx context.Context, test string, size, iters int, extra ...string) (metrics, runInfo, error) {
 	if !s.twoProc {
-		return s.bench(ctx, test, size, iters)
+		return s.bench(ctx, test, size, iters, extra...)
 	}
 	port, err := freePort()
 	if err != nil {
 		return nil, runInfo{}, err
 	}
-	args := []string{test, "-p", itoa(port), "-s", itoa(size), "-n", itoa(iters)}
+	args := append([]string{test, "-p", itoa(port), "-s", itoa(size), "-n", itoa(iters)}, extra...)
 	r, err := runPair(ctx, s.timeout, pairSpec{
 		srvEnv: []string{"SOFTRDMA_ADDR=" + s.srvAddr}, cliEnv: []string{"SOFTRDMA_ADDR=" + s.cliAddr},
 		srvName: s.bin, srvArgs: args,
@@ -97,12 +98,15 @@ func (s *softrdma) perftest(ctx context.Context, test string, size, iters int) (
 }
 
 // bench is the one-process fallback: `softrdma bench` for one operation and
-// one size.
-func (s *softrdma) bench(ctx context.Context, test string, size, iters int) (metrics, runInfo, error) {
+// one size; extra is perftest's --secure <mode>, if any.
+func (s *softrdma) bench(ctx context.Context, test string, size, iters int, extra ...string) (metrics, runInfo, error) {
 	op := strings.Split(strings.TrimPrefix(test, "ib_"), "_") // write, bw
 	f := filepath.Join(s.tmp, "bench.json")
 	os.Remove(f)
 	args := []string{"bench", "-ops", op[0], "-sizes", itoa(size), "-json", f, "-plot", "", "-a", s.srvAddr, "-b", s.cliAddr}
+	if len(extra) == 2 && extra[0] == "--secure" {
+		args = append(args, "-secure", extra[1])
+	}
 	if op[1] == "lat" {
 		args = append(args, "-no-bw", "-lat-n", itoa(iters))
 	} else {

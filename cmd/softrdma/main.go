@@ -34,6 +34,7 @@ var commands = map[string]command{
 	"rstream":         {"stream bandwidth and latency over rsockets, compatible with librdmacm's rstream", runRstream},
 	"riostream":       {"stream tests by riowrite into riomap'd buffers, compatible with librdmacm's riostream", runRiostream},
 	"udaddy":          {"UD SENDs to a peer resolved with SIDR, compatible with librdmacm's udaddy", runUdaddy},
+	"flood":           {"flood a RoCEv2 endpoint with forged packets (an attacker, for measuring; docs/security.md)", runFlood},
 }
 
 func usage() {

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/softrdma/softrdma/internal/perftest"
+	"github.com/softrdma/softrdma/verbs"
 )
 
 // perftest 4.5's limits and defaults (perftest_parameters.h).
@@ -104,6 +105,10 @@ type ptOptions struct {
 	// softrdma's additions.
 	csvFile  string // --out_csv: the table as CSV
 	plotFile string // --plot: a PNG of the table against message size
+	// secure is --secure: the QPs protect their packets (softrdma on
+	// both ends, both passing it); a key exchange follows the negotiation
+	// on the TCP connection.
+	secure verbs.SecurityMode
 
 	// maxAllSize caps the sizes of -a. perftest has no such option; tests
 	// set it to keep -a short. 0 means 8 MiB, as perftest.
@@ -248,6 +253,7 @@ func ptOptionTable() []ptOption {
 		{0, "log", false, func(o *ptOptions, a string) error { toolObs.log = true; return nil }},
 		{0, "out_csv", true, func(o *ptOptions, a string) error { o.csvFile = a; return nil }},
 		{0, "plot", true, func(o *ptOptions, a string) error { o.plotFile = a; return nil }},
+		{0, "secure", true, (*ptOptions).setSecure},
 	}
 }
 
@@ -298,6 +304,20 @@ func (o *ptOptions) setConnection(a string) error {
 		return fmt.Errorf(" Connection type %s is not supported by softrdma (RC, UC and UD are)", a)
 	default:
 		return errors.New(" Invalid Connection type. Please choose from {RC,UC,UD,XRC,DC,SRD}")
+	}
+	return nil
+}
+
+// setSecure parses --secure: auth or encrypt, on RC and UC (UD packets
+// have no peer to share a key with).
+func (o *ptOptions) setSecure(a string) error {
+	switch a {
+	case "auth":
+		o.secure = verbs.SecurityAuth
+	case "encrypt":
+		o.secure = verbs.SecurityEncrypt
+	default:
+		return fmt.Errorf(" --secure %q: use auth or encrypt", a)
 	}
 	return nil
 }
@@ -483,6 +503,9 @@ func (o *ptOptions) role() perftest.Role {
 // perftest prints go to w.
 func (o *ptOptions) forceDependencies(w io.Writer) error {
 	verb, kind := o.test.verb, o.test.kind
+	if o.secure != 0 && o.conn == perftest.UD {
+		return errors.New(" --secure protects RC and UC connections, not UD")
+	}
 	if o.duration == 0 {
 		if o.txDepth > o.iters {
 			o.txDepth = o.iters
@@ -691,5 +714,6 @@ func ptUsage(w io.Writer, t ptTest) {
 	p("      --plot=<file.png>  Plot the table against message size (for -a sweeps)\n")
 	p("      --pcap=<file>  Write every RoCEv2 packet the device sends and receives to <file> (pcapng; tshark/Wireshark dissect it)\n")
 	p("      --metrics=<host:port>  Serve the device's counters for Prometheus on http://<host:port>/metrics while the test runs\n")
+	p("      --secure=auth|encrypt  Protect every packet with a MAC and a sequence number (auth), and encrypt payloads (encrypt): a softrdma extension, RC and UC only; both ends must pass it (docs/security.md)\n")
 	p("  A progress bar is drawn on stderr when it is a terminal (SOFTRDMA_NO_PROGRESS=1: never)\n")
 }

@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/internal/bench"
 	"github.com/softrdma/softrdma/internal/perftest"
 	"github.com/softrdma/softrdma/verbs"
@@ -288,6 +289,11 @@ func (r *ptRun) run(conn net.Conn) error {
 		o.onResources(r.res)
 	}
 	r.local = r.res.localDests(r.port.LID, r.outReads, r.gid, psns)
+	if o.secure != 0 {
+		if err := r.secure(); err != nil {
+			return err
+		}
+	}
 
 	r.ti = perftest.TestInfo{
 		Verb: o.test.verb, AtomicOp: o.atomicOp, Kind: o.test.kind, Role: o.role(), Duplex: o.duplex,
@@ -330,6 +336,33 @@ func (r *ptRun) run(conn net.Conn) error {
 		return err
 	}
 	return r.writeOutputs()
+}
+
+// secure is --secure: a key exchange over the TCP connection (cm's, see
+// cm.KeyExchange), then every QP protects its packets before it leaves
+// INIT. Both ends must pass --secure (the stronger mode wins); an end
+// without it fails on the offer as on a malformed key.
+func (r *ptRun) secure() error {
+	kx, err := cm.NewKeyExchange(r.o.secure)
+	if err != nil {
+		return err
+	}
+	// The offer travels padded to the size of a key message, so a peer
+	// without --secure reads it as its first key (and fails at once on
+	// it) rather than waiting for the rest of a longer message.
+	offer := make([]byte, perftest.KeyMsgSizeGID)
+	copy(offer, kx.Offer())
+	sctx, done := r.step("while exchanging packet protection keys", false, 0)
+	peer, err := r.sess.Swap(sctx, offer, "the key exchange of --secure")
+	if err = done(err); err != nil {
+		return err
+	}
+	mode, err := kx.Secure(peer[:cm.OfferLen], r.o.role() == perftest.Client, r.res.qps...)
+	if err != nil {
+		return fmt.Errorf(" --secure: %w (the peer must be softrdma with --secure too)", err)
+	}
+	fmt.Fprintf(r.out, " Packet protection: %v (softrdma --secure)\n", mode)
+	return nil
 }
 
 // checkUDSize is check_mtu's rule for UD: a message is at most one path

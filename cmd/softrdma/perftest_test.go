@@ -20,6 +20,7 @@ import (
 
 	"github.com/softrdma/softrdma/internal/perftest"
 	"github.com/softrdma/softrdma/provider/soft"
+	"github.com/softrdma/softrdma/verbs"
 )
 
 // ptTestByName returns the benchmark called name.
@@ -44,24 +45,32 @@ type ptSides struct {
 // that share a UDP port no other test uses.
 func ptPairTestDevices(t *testing.T) (*soft.Device, *soft.Device) {
 	t.Helper()
+	da, db, _, _, _ := ptPairTestDevicesAt(t)
+	return da, db
+}
+
+// ptPairTestDevicesAt is ptPairTestDevices that also says where the
+// devices are: their addresses and their shared UDP port.
+func ptPairTestDevicesAt(t *testing.T) (da, db *soft.Device, a, b netip.Addr, port uint16) {
+	t.Helper()
 	for attempt := 0; ; attempt++ {
 		net3 := 100 + rand.IntN(150)
-		a := netip.AddrFrom4([4]byte{127, 0, byte(net3), 1})
-		b := netip.AddrFrom4([4]byte{127, 0, byte(net3), 2})
+		a = netip.AddrFrom4([4]byte{127, 0, byte(net3), 1})
+		b = netip.AddrFrom4([4]byte{127, 0, byte(net3), 2})
 		probe, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, 0)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		port := uint16(probe.LocalAddr().(*net.UDPAddr).Port)
+		port = uint16(probe.LocalAddr().(*net.UDPAddr).Port)
 		probe.Close()
-		da, err := soft.Open(soft.Config{Name: "softrdma_srv", Addr: a, Port: port})
+		da, err = soft.Open(soft.Config{Name: "softrdma_srv", Addr: a, Port: port})
 		if err != nil {
 			if attempt < 5 {
 				continue
 			}
 			t.Fatal(err)
 		}
-		db, err := soft.Open(soft.Config{Name: "softrdma_cli", Addr: b, Port: port})
+		db, err = soft.Open(soft.Config{Name: "softrdma_cli", Addr: b, Port: port})
 		if err != nil {
 			da.Close()
 			if attempt < 5 {
@@ -73,7 +82,7 @@ func ptPairTestDevices(t *testing.T) (*soft.Device, *soft.Device) {
 			db.Close()
 			da.Close()
 		})
-		return da, db
+		return da, db, a, b, port
 	}
 }
 
@@ -741,4 +750,53 @@ func TestPerftestUnsorted(t *testing.T) {
 		t.Fatalf("want 7 sorted samples (9 without the tail of 2), then the heading:\n%s", c)
 	}
 	checkLat(t, "client", c[strings.LastIndex(c, "#, usec"):], []uint64{2}, 10)
+}
+
+// TestPerftestSecure: --secure on both ends protects every QP (the tests
+// run as perftest's, data checks included); an end without it fails at
+// once on the other's key exchange instead of waiting for the exchange
+// timeout; UD is refused.
+func TestPerftestSecure(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"ib_write_bw", []string{"-n", "40", "-s", "5000", "-q", "2", "--secure", "encrypt"}},
+		{"ib_read_lat", []string{"-n", "20", "-s", "3000", "--secure", "auth"}},
+		{"ib_send_bw", []string{"-n", "30", "-s", "700", "-c", "UC", "--secure", "auth"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sides := runPTPair(t, tc.name, tc.args, tc.args, nil)
+			mode := tc.args[len(tc.args)-1]
+			for _, out := range []string{sides.server, sides.client} {
+				if !strings.Contains(out, " Packet protection: "+mode) {
+					t.Errorf("no %q line in:\n%s", "Packet protection: "+mode, out)
+				}
+			}
+		})
+	}
+	for _, secureSide := range []string{"server", "client"} {
+		t.Run("only the "+secureSide, func(t *testing.T) {
+			on := func(o *ptOptions) { o.secure = verbs.SecurityAuth }
+			srv, cli := on, (func(*ptOptions))(nil)
+			if secureSide == "client" {
+				srv, cli = nil, on
+			}
+			t0 := time.Now()
+			sides, errCli, errSrv := runPTPairErr(t, "ib_write_lat", []string{"-n", "10"}, []string{"-n", "10"}, srv, cli)
+			if errCli == nil || errSrv == nil {
+				t.Fatalf("client error %v, server error %v; want both to fail\n--- server:\n%s\n--- client:\n%s", errCli, errSrv, sides.server, sides.client)
+			}
+			if d := time.Since(t0); d > ptExchangeTimeout/2 {
+				t.Errorf("failing took %v: an end waited for the exchange timeout", d)
+			}
+			t.Logf("client: %v; server: %v", errCli, errSrv)
+		})
+	}
+	if _, err := parsePTArgs(ptTestByName(t, "ib_send_bw"), []string{"-c", "UD", "--secure", "auth"}, io.Discard); err == nil {
+		t.Error("--secure with UD was accepted")
+	}
+	if _, err := parsePTArgs(ptTestByName(t, "ib_send_bw"), []string{"--secure", "yes"}, io.Discard); err == nil {
+		t.Error("--secure yes was accepted")
+	}
 }

@@ -411,6 +411,23 @@ func (s *Session) SwapReports(ctx context.Context, local BWReport) (BWReport, er
 	return r, err
 }
 
+// Swap is an extension step between Negotiate and ExchangeKeys, not
+// perftest's (softrdma's --secure key exchange uses it; a perftest peer
+// would read it as keys and fail): it sends mine and receives as many
+// bytes, the client first. what names the step in errors.
+func (s *Session) Swap(ctx context.Context, mine []byte, what string) ([]byte, error) {
+	if s.state != stateNegotiated {
+		return nil, fmt.Errorf("%w: Swap outside Negotiate..ExchangeKeys", ErrOutOfOrder)
+	}
+	var theirs []byte
+	err := withContext(ctx, s.conn, func() error {
+		var err error
+		theirs, err = s.swap(mine, what)
+		return err
+	})
+	return theirs, err
+}
+
 // swap sends mine and receives as many bytes, in the role's order.
 func (s *Session) swap(mine []byte, what string) ([]byte, error) {
 	theirs := make([]byte, len(mine))

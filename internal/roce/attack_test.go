@@ -203,6 +203,35 @@ func TestAttackForgedReplay(t *testing.T) {
 	}
 }
 
+// TestAttackEarlyDuplicate: before the peer's first request (and so
+// before its source port is pinned) a "duplicate" request, which anyone on
+// the peer's address can send, draws no ACK: nothing can be repeated yet.
+// Once a request came in, a genuine duplicate is acknowledged again.
+func TestAttackEarlyDuplicate(t *testing.T) {
+	f := newFuzzTarget(t)
+	defer f.destroy()
+	c := f.dev.tr.(*capture)
+	qpn := f.rc.QPNum()
+	write := func(psn wire.PSN) []byte {
+		return buildPacket(wire.RCWriteOnly, wire.BTHFields{DestQP: qpn, PSN: psn, AckReq: true}, make([]byte, 16), func(b []byte, info *wire.OpInfo) {
+			wire.RETH(b[info.RETHOff:]).Encode(&wire.RETHFields{VA: f.mr.Addr(), RKey: f.mr.RKey(), DMALen: 16})
+		})
+	}
+	sent := func() int { c.mu.Lock(); defer c.mu.Unlock(); return len(c.sent) }
+	send := func(pkt []byte) { f.handle([]transport.Datagram{{Buf: pkt, Peer: f.peer, ICRC: transport.ICRCOK}}) }
+	for _, psn := range []wire.PSN{99, 50, 0xFFFF00} { // behind the expected 100
+		send(write(psn))
+	}
+	if sent() != 0 || f.dev.Counters.DropEarlyDuplicate.Load() != 3 {
+		t.Fatalf("early duplicates: %d packets sent, drop_early_duplicate %d; want 0 and 3", sent(), f.dev.Counters.DropEarlyDuplicate.Load())
+	}
+	send(write(100)) // the peer's first request: ACKed
+	send(write(100)) // its retry, a genuine duplicate: ACKed again
+	if sent() != 2 || f.dev.Counters.DuplicateRequest.Load() != 1 {
+		t.Fatalf("after the first request: %d ACKs, duplicate_request %d; want 2 and 1", sent(), f.dev.Counters.DuplicateRequest.Load())
+	}
+}
+
 // TestAttackOversized: a READ longer than a message may be is refused
 // before anything is read, and a UD payload longer than the path MTU is
 // dropped.

@@ -45,6 +45,7 @@ type Counters struct {
 	DropReplay         atomic.Uint64 // protected QP: the packet's sequence number was seen before
 	DropUnexpected     atomic.Uint64 // responses that match no outstanding request
 	DropUC             atomic.Uint64 // UC packets dropped because of a PSN gap
+	DropEarlyDuplicate atomic.Uint64 // RC "duplicate" requests before any request came in: nothing can be repeated yet
 	NAKsSent           atomic.Uint64 // NAKs other than RNR and sequence
 	NAKsRcvd           atomic.Uint64
 	CQOverrun          atomic.Uint64 // completions lost because a CQ was full
@@ -96,6 +97,7 @@ func (c *Counters) Snapshot() []Counter {
 		{"drop_replay", c.DropReplay.Load()},
 		{"drop_unexpected", c.DropUnexpected.Load()},
 		{"drop_uc", c.DropUC.Load()},
+		{"drop_early_duplicate", c.DropEarlyDuplicate.Load()},
 		{"naks_sent", c.NAKsSent.Load()},
 		{"naks_rcvd", c.NAKsRcvd.Load()},
 		{"cq_overrun", c.CQOverrun.Load()},

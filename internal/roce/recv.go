@@ -200,7 +200,14 @@ func (d *Device) HandleBatch(rx *RxBatch, pkts []transport.Datagram, now time.Ti
 		}
 		if qp.sec != nil {
 			// A protected QP checks and strips the trailer before it
-			// believes anything in the packet.
+			// believes anything in the packet; the source check comes
+			// first, as it costs nothing and the UDP source is not in
+			// the packet: a flood from anywhere but the peer's port then
+			// costs no cryptography.
+			if !qp.fromPeerLocked(pk) {
+				d.Counters.DropWrongSource.Add(1)
+				continue
+			}
 			b, ok := qp.sec.open(pk.Buf, &d.Counters)
 			if !ok {
 				continue
@@ -264,7 +271,7 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 		// QP's packets from one port (rxe: 0xC000 + a hash of the QPN;
 		// softrdma: the socket its flow maps to), so a packet from another
 		// port, even from the peer's host, is not the peer's QP.
-		if pk.Peer.Addr().Unmap() != qp.destAddr || (qp.peerPort != 0 && pk.Peer.Port() != qp.peerPort) {
+		if !qp.fromPeerLocked(pk) {
 			c.DropWrongSource.Add(1)
 			return false
 		}
@@ -294,6 +301,12 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 	r := qp.comp.onResponse(qp, p, now)
 	qp.learnPeerPortLocked(r.inWindow, pk)
 	return qp.applyCompLocked(r, now)
+}
+
+// fromPeerLocked reports whether an RC/UC packet comes from the QP's
+// peer: its address, and the UDP source port once one is pinned.
+func (qp *QP) fromPeerLocked(pk *transport.Datagram) bool {
+	return pk.Peer.Addr().Unmap() == qp.destAddr && (qp.peerPort == 0 || pk.Peer.Port() == qp.peerPort)
 }
 
 // learnPeerPortLocked pins an RC/UC QP to the UDP port its peer sends

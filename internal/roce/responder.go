@@ -46,6 +46,11 @@ type responder struct {
 	writeLeft uint64
 	writeLen  uint64
 	ucDrop    bool // UC: dropping the rest of a message after a gap
+	// started: a request with the expected PSN has come in. Until then
+	// no request can be repeated, so a "duplicate" is a forgery (before
+	// the peer's first packet pins its source port, anyone on the
+	// peer's address can send one) and gets no ACK.
+	started bool
 
 	ackPending  bool
 	ackPSN      wire.PSN
@@ -126,7 +131,7 @@ func (qp *QP) onRequestLocked(p *wire.Packet) (expected bool) {
 		qp.onDuplicateLocked(p, psn)
 		return false
 	}
-	r.nakSent = false
+	r.nakSent, r.started = false, true
 	v, recvStatus := qp.executeLocked(p, psn)
 	switch v {
 	case vOK:
@@ -500,8 +505,12 @@ func (qp *QP) sendAtomicAckLocked(psn wire.PSN, orig uint64) {
 // — it is not the requester's retry but a forgery or a confused peer, and
 // answering it would read memory nobody asked for.
 func (qp *QP) onDuplicateLocked(p *wire.Packet, psn wire.PSN) {
-	qp.dev.Counters.DuplicateRequest.Add(1)
 	r := &qp.resp
+	if !r.started {
+		qp.dev.Counters.DropEarlyDuplicate.Add(1)
+		return
+	}
+	qp.dev.Counters.DuplicateRequest.Add(1)
 	info := p.Info
 	switch {
 	case info.Has(wire.FlagSend) || info.Has(wire.FlagWrite):

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -107,7 +108,7 @@ func TestSecureAttacks(t *testing.T) {
 	bl.mu.Lock()
 	first := bytes.Clone(bl.raw[0]) // b's WRITE, as sent
 	bl.mu.Unlock()
-	from := b.dev.tr.LocalAddr() // the right source: the attacker is on the path
+	from := pinnedPeer(a) // the right source: the attacker is on the path
 	inject := func(pkt []byte) {
 		a.dev.HandleBatch(nil, []transport.Datagram{{Buf: bytes.Clone(pkt), Peer: from, ICRC: transport.ICRCOK}}, time.Now())
 	}
@@ -133,6 +134,14 @@ func TestSecureAttacks(t *testing.T) {
 	if a.qp.State() != verbs.QPStateRTS {
 		t.Fatalf("QP %v after the attacks", a.qp.State())
 	}
+}
+
+// pinnedPeer is the address and UDP port n's QP takes packets from.
+func pinnedPeer(n *node) netip.AddrPort {
+	qp := n.qp.(*QP)
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return netip.AddrPortFrom(qp.destAddr, qp.peerPort)
 }
 
 // TestSecureWindow: the replay window takes packets out of order inside
@@ -197,5 +206,29 @@ func BenchmarkSecure4KiB(b *testing.B) {
 				rx.open(buf, &c)
 			}
 		})
+	}
+}
+
+// TestSecureWrongSourceNoCrypto: a packet to a protected QP from anywhere
+// but its peer's address and port is dropped by the source check before
+// any cryptography (drop_wrong_source, not drop_auth): a flood from
+// another port costs the victim no AES-GCM per packet.
+func TestSecureWrongSourceNoCrypto(t *testing.T) {
+	a, b, _ := securePair(t, verbs.SecurityAuth, verbs.MTU1024)
+	b.post(&verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{b.mr.SGE(0, 64)},
+		RemoteAddr: a.mr.Addr(), RKey: a.mr.RKey()})
+	expectWC(t, b.waitWC(b.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite) // pins b's port
+	peer := pinnedPeer(a)
+	other := netip.AddrPortFrom(peer.Addr(), peer.Port()+1)
+	forged := buildPacket(wire.RCWriteOnly, wire.BTHFields{DestQP: a.qp.QPNum(), PSN: 0x20}, make([]byte, 1024+secTrailerLen), func(p []byte, info *wire.OpInfo) {
+		wire.RETH(p[info.RETHOff:]).Encode(&wire.RETHFields{VA: a.mr.Addr(), RKey: a.mr.RKey(), DMALen: 1024})
+	})
+	binary.BigEndian.PutUint64(forged[len(forged)-wire.ICRCLen-secTrailerLen:], 7) // a fresh sequence number
+	c := &a.dev.Counters
+	ws, auth := c.DropWrongSource.Load(), c.DropAuth.Load()
+	a.dev.HandleBatch(nil, []transport.Datagram{{Buf: forged, Peer: other, ICRC: transport.ICRCOK}}, time.Now())
+	if c.DropWrongSource.Load() != ws+1 || c.DropAuth.Load() != auth {
+		t.Fatalf("a packet from another port: drop_wrong_source +%d, drop_auth +%d; want +1 and +0 (no tag check)",
+			c.DropWrongSource.Load()-ws, c.DropAuth.Load()-auth)
 	}
 }
