@@ -2,7 +2,8 @@
 
 // Command compare measures softrdma side by side with UCX (ucx_perftest over
 // its tcp transport), libfabric (fi_pingpong over the tcp and udp providers)
-// and plain Go TCP/UDP sockets, all as two processes on loopback, in one run:
+// and plain Go TCP/UDP sockets, all as two processes on loopback, and its
+// shared-memory provider against UCX over POSIX shared memory, in one run:
 // every round runs every measurement once, alternating the order of the
 // stacks (A/B, then B/A), and the report is the median over rounds with
 // softrdma/anchor ratios, a JSON file with every sample and a PNG plot.
@@ -51,7 +52,7 @@ const (
 	quickSizes    = "2,8,4096,65536,1048576,8388608"
 	defRSSizes    = "8,65536,1048576"
 	quickRSSizes  = "8,1048576"
-	allStacks     = "softrdma,ucx,libfabric,go"
+	allStacks     = "softrdma,ucx,libfabric,go,shm"
 	latSize       = 8
 	refSize       = 1 << 20
 	rateTargetM   = 1.0 // 8-byte message rate target, million messages/s
@@ -68,8 +69,10 @@ func parseFlags() (*config, error) {
 
 Measures softrdma (two processes over loopback UDP) against UCX
 ucx_perftest (UCX_TLS=tcp), libfabric fi_pingpong (tcp, udp) and plain Go
-TCP/UDP, interleaved over rounds; prints medians and softrdma/anchor ratios,
-writes JSON and a PNG. Installs ucx-utils and libfabric-bin with apt-get
+TCP/UDP, and (stack shm) softrdma's shared-memory provider (-d shm0)
+against UCX over POSIX shared memory (UCX_TLS=posix,self), interleaved
+over rounds; prints medians and softrdma/anchor ratios, writes JSON and a
+PNG. Installs ucx-utils and libfabric-bin with apt-get
 when missing (root); a stack that cannot be set up is skipped with a reason.
 
 `)
@@ -287,13 +290,14 @@ func run(cfg *config) int {
 	}
 
 	// softrdma
+	sr := &softrdma{bin: cfg.softrdmaBin, srvAddr: cfg.srvAddr, cliAddr: cfg.cliAddr, tmp: tmp, timeout: cfg.timeout}
+	var buildErr error
+	if sr.bin == "" && (cfg.stacks["softrdma"] || cfg.stacks["shm"]) {
+		fmt.Println("building ./cmd/softrdma ...")
+		sr.bin, buildErr = buildSoftrdma(ctx, tmp)
+	}
 	if cfg.stacks["softrdma"] {
-		sr := &softrdma{bin: cfg.softrdmaBin, srvAddr: cfg.srvAddr, cliAddr: cfg.cliAddr, tmp: tmp, timeout: cfg.timeout}
-		if sr.bin == "" {
-			fmt.Println("building ./cmd/softrdma ...")
-			sr.bin, err = buildSoftrdma(ctx, tmp)
-		}
-		if err != nil {
+		if err := buildErr; err != nil {
 			skip("softrdma", err.Error())
 		} else {
 			ok, why := probePerftest(ctx, sr.bin)
@@ -360,6 +364,28 @@ func run(cfg *config) int {
 					return u.run(ctx, "ucp_put_bw", s, cfg.putIters(s), 0)
 				})
 			}
+		}
+	}
+
+	// shared memory: softrdma over provider/shm, UCX over posix
+	if cfg.stacks["shm"] {
+		ok, why := false, ""
+		if buildErr != nil {
+			why = buildErr.Error()
+		} else {
+			ok, why = probePerftest(ctx, sr.bin)
+		}
+		if !ok {
+			skip("shm", why)
+		} else {
+			u, why := setupPosixUCX(ctx, cfg.install)
+			if u == nil {
+				skip("UCX posix", why)
+			} else {
+				u.timeout = cfg.timeout
+				out.Versions["ucx"] = u.version
+			}
+			shmJobs(cfg, sr, u, add)
 		}
 	}
 
