@@ -45,6 +45,7 @@ type config struct {
 	softrdmaBin      string
 	verbose          bool
 	from             string
+	shmPin           bool
 }
 
 const (
@@ -96,6 +97,7 @@ when missing (root); a stack that cannot be set up is skipped with a reason.
 	addrs := fs.String("addrs", "127.0.79.2,127.0.79.3", "softrdma server,client device addresses (RoCEv2 uses UDP 4791 on each)")
 	fs.StringVar(&c.softrdmaBin, "softrdma-bin", "", "use this softrdma binary instead of building ./cmd/softrdma")
 	fs.BoolVar(&c.verbose, "v", false, "print every measurement")
+	fs.BoolVar(&c.shmPin, "shm-pin", true, "shm stack: run servers on CPU 0 and clients on CPU 1 (taskset), softrdma and UCX alike")
 	fs.StringVar(&c.from, "from", "", "measure nothing: reprint the tables and redraw the plot from this JSON file of an earlier run")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return nil, err
@@ -378,14 +380,18 @@ func run(cfg *config) int {
 		if !ok {
 			skip("shm", why)
 		} else {
+			pin, note := shmPin(cfg.shmPin)
+			out.Notes = append(out.Notes, note)
+			shm := *sr
+			shm.pinShm = pin
 			u, why := setupPosixUCX(ctx, cfg.install)
 			if u == nil {
 				skip("UCX posix", why)
 			} else {
-				u.timeout = cfg.timeout
+				u.timeout, u.pin = cfg.timeout, pin
 				out.Versions["ucx"] = u.version
 			}
-			shmJobs(cfg, sr, u, add)
+			shmJobs(cfg, &shm, u, add)
 		}
 	}
 

@@ -32,6 +32,7 @@ type softrdma struct {
 	twoProc          bool // perftest-compatible commands (else `softrdma bench`)
 	tmp              string
 	timeout          time.Duration
+	pinShm           bool // shm runs: server on CPU 0, client on CPU 1
 }
 
 // buildSoftrdma builds the CLI once into dir.
@@ -181,6 +182,7 @@ type ucx struct {
 	timeout time.Duration
 	env     []string
 	version string
+	pin     bool // server on CPU 0, client on CPU 1
 }
 
 // setupUCX checks for ucx_perftest and its tcp transport on lo.
@@ -217,7 +219,7 @@ func (u *ucx) run(ctx context.Context, test string, size, iters int, pct float64
 		env:     u.env,
 		srvName: "ucx_perftest", srvArgs: []string{"-p", itoa(port)},
 		cliName: "ucx_perftest", cliArgs: args,
-		port: port,
+		port: port, pin: u.pin,
 	})
 	envs := strings.Join(u.env[:2], " ") + " "
 	info := runInfo{Cmds: []string{envs + r.srvCmd, envs + r.cliCmd}}
