@@ -229,11 +229,11 @@ const (
 )
 
 // linger waits until the device has received nothing for quiet, or max
-// has passed. A device without a packet counter (shared memory, where
-// nothing is lost and nothing retransmitted) does not linger.
+// has passed. A shared-memory device lingers quiet (lingerShm).
 func (r *resources) linger(quiet, max time.Duration) {
 	dev, ok := r.dev.(interface{ Counter(string) (uint64, bool) })
 	if !ok {
+		lingerShm(r.dev, quiet)
 		return
 	}
 	deadline := time.Now().Add(max)
@@ -249,6 +249,19 @@ func (r *resources) linger(quiet, max time.Duration) {
 		if time.Since(since) >= quiet {
 			return
 		}
+	}
+}
+
+// lingerShm keeps a shared-memory device's QPs up for d after a run:
+// the peer's last SEND is acknowledged only when this process consumes it
+// from the ring (a NIC acknowledges on arrival), which the device's
+// progress goroutine does within milliseconds once the tool stops
+// polling; a QP destroyed first fails that SEND at the peer with
+// WCRetryExcErr. A pingpong's last messages can be ones this side no
+// longer waits for (ibv_srq_pingpong's, one per QP).
+func lingerShm(dev verbs.Context, d time.Duration) {
+	if isShm(dev) {
+		time.Sleep(d)
 	}
 }
 
