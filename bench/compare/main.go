@@ -391,7 +391,14 @@ func run(cfg *config) int {
 				u.timeout, u.pin = cfg.timeout, pin
 				out.Versions["ucx"] = u.version
 			}
-			shmJobs(cfg, &shm, u, add)
+			f, why := setupFabricShm(ctx, cfg.install)
+			if f == nil {
+				skip("libfabric shm", why)
+			} else {
+				f.timeout, f.pin = cfg.timeout, pin
+				out.Versions["libfabric"] = f.version
+			}
+			shmJobs(cfg, &shm, u, f, add)
 		}
 	}
 

@@ -4,7 +4,8 @@ package main
 
 // The shared-memory comparison: softrdma's perftest tools over provider/shm
 // (`-d shm0`, two processes on this host) against UCX over POSIX shared
-// memory (UCX_TLS=posix,self), with issue 12's targets:
+// memory (UCX_TLS=posix,self) and libfabric's shm provider (fi_pingpong,
+// latency only), with issue 12's targets:
 //
 //	8 B WRITE latency        ≤ 1.2 × UCX posix ucp_put_lat
 //	64 KiB WRITE bandwidth   ≥ 0.9 × UCX posix ucp_put_bw
@@ -30,6 +31,7 @@ const (
 	seriesShmSend  = "softrdma shm SEND"
 	seriesPosixPut = "UCX posix put"
 	seriesPosixTag = "UCX posix tag"
+	seriesFabShm   = "libfabric shm"
 	shmBWSize      = 64 << 10 // the bandwidth target's size
 	shmLatFactor   = 1.2      // WRITE latency target: at most this times UCX's put latency
 	shmBWFactor    = 0.9      // bandwidth target: at least this times UCX's put bandwidth
@@ -38,7 +40,7 @@ const (
 
 // isShmSeries reports whether a series belongs to the shared-memory table.
 func isShmSeries(s string) bool {
-	return strings.HasPrefix(s, "softrdma shm ") || strings.HasPrefix(s, "UCX posix ")
+	return strings.HasPrefix(s, "softrdma shm ") || strings.HasPrefix(s, "UCX posix ") || s == seriesFabShm
 }
 
 // shmPerftest runs a softrdma perftest tool over the shared-memory device:
@@ -64,8 +66,15 @@ func (s *softrdma) shmPerftest(ctx context.Context, test string, size, iters int
 }
 
 // shmJobs adds the shared-memory measurements: softrdma's over
-// provider/shm, and UCX posix's if u is not nil.
-func shmJobs(cfg *config, sr *softrdma, u *ucx, add func(series, tool, kind string, size int, run func(context.Context) (metrics, runInfo, error))) {
+// provider/shm, UCX posix's if u is not nil and libfabric shm's
+// fi_pingpong (a SEND ping-pong; it reports the average only) if f is not
+// nil.
+func shmJobs(cfg *config, sr *softrdma, u *ucx, f *fabric, add func(series, tool, kind string, size int, run func(context.Context) (metrics, runInfo, error))) {
+	if f != nil {
+		add(seriesFabShm, "fi_pingpong -p shm -e rdm", "lat", latSize, func(ctx context.Context) (metrics, runInfo, error) {
+			return f.run(ctx, "shm", latSize, cfg.latN)
+		})
+	}
 	tool := func(t string) string { return t + " -d " + shmDevice }
 	for _, j := range []struct {
 		series, test, kind string
@@ -121,6 +130,21 @@ func shmPin(want bool) (bool, string) {
 		return false, "shm stack unpinned: no taskset (util-linux)"
 	}
 	return true, "shm stack pinned, softrdma and UCX alike: servers on CPU 0, clients on CPU 1 (taskset)"
+}
+
+// setupFabricShm checks for fi_pingpong and libfabric's shm provider.
+func setupFabricShm(ctx context.Context, install bool) (*fabric, string) {
+	if why := ensureTools(ctx, install, "libfabric-bin", "fi_pingpong", "fi_info"); why != "" {
+		return nil, why
+	}
+	f := &fabric{why: map[string]string{}}
+	if out, err := runOne(ctx, 20*time.Second, nil, "fi_info", "--version"); err == nil {
+		f.version = strings.Join(strings.Fields(out), " ")
+	}
+	if _, err := runOne(ctx, 20*time.Second, nil, "fi_info", "-p", "shm", "-t", "FI_EP_RDM"); err != nil {
+		return nil, "fi_info -p shm -t FI_EP_RDM: no shm provider with rdm endpoints"
+	}
+	return f, ""
 }
 
 // shmBWIters is the number of 64 KiB messages of a shared-memory
@@ -189,7 +213,7 @@ func (r *report) printShm(w io.Writer) {
 	if len(series) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nshared memory, two processes on this host: softrdma `-d %s` (provider/shm) vs UCX_TLS=posix,self; medians (min..max over rounds)\n", shmDevice)
+	fmt.Fprintf(w, "\nshared memory, two processes on this host: softrdma `-d %s` (provider/shm) vs UCX_TLS=posix,self and libfabric shm; medians (min..max over rounds)\n", shmDevice)
 	rows := [][]string{{"series", "tools", "8 B lat p50 µs", "8 B lat avg µs", "8 B rate M/s", "64 KiB MB/s"}}
 	cell := func(s, kind string, size int, metric string) string {
 		m, ok := r.find(s, kind, size, metric)

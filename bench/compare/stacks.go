@@ -235,6 +235,7 @@ func (u *ucx) run(ctx context.Context, test string, size, iters int, pct float64
 
 type fabric struct {
 	timeout  time.Duration
+	pin      bool // server on CPU 0, client on CPU 1
 	version  string
 	tcp, udp bool
 	udpMax   int // the udp provider's max_msg_size (dgram)
@@ -280,13 +281,16 @@ func (f *fabric) run(ctx context.Context, prov string, size, iters int) (metrics
 		return nil, runInfo{}, err
 	}
 	args := []string{"-p", prov, "-S", itoa(size), "-I", itoa(iters)}
-	if prov == "tcp" {
+	switch prov {
+	case "tcp":
 		args = append(args, "-e", "msg")
+	case "shm":
+		args = append(args, "-e", "rdm")
 	}
 	r, err := runPair(ctx, f.timeout, pairSpec{
 		srvName: "fi_pingpong", srvArgs: append(append([]string{}, args...), "-B", itoa(port)),
 		cliName: "fi_pingpong", cliArgs: append(append([]string{}, args...), "-P", itoa(port), "127.0.0.1"),
-		port: port,
+		port: port, pin: f.pin,
 	})
 	info := runInfo{Cmds: []string{r.srvCmd, r.cliCmd}}
 	if err != nil {
