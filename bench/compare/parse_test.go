@@ -171,3 +171,13 @@ func TestShmTargets(t *testing.T) {
 		}
 	}
 }
+
+func TestPinned(t *testing.T) {
+	name, args := pinned(true, 1, "ucx_perftest", []string{"-p", "9"})
+	if name != "taskset" || strings.Join(args, " ") != "-c 1 ucx_perftest -p 9" {
+		t.Errorf("pinned: %s %q", name, args)
+	}
+	if name, args := pinned(false, 1, "ucx_perftest", []string{"-p", "9"}); name != "ucx_perftest" || len(args) != 2 {
+		t.Errorf("unpinned: %s %q", name, args)
+	}
+}
