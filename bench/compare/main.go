@@ -2,7 +2,8 @@
 
 // Command compare measures softrdma side by side with UCX (ucx_perftest over
 // its tcp transport), libfabric (fi_pingpong over the tcp and udp providers)
-// and plain Go TCP/UDP sockets, all as two processes on loopback, in one run:
+// and plain Go TCP/UDP sockets, all as two processes on loopback, and its
+// shared-memory provider against UCX over POSIX shared memory, in one run:
 // every round runs every measurement once, alternating the order of the
 // stacks (A/B, then B/A), and the report is the median over rounds with
 // softrdma/anchor ratios, a JSON file with every sample and a PNG plot.
@@ -45,6 +46,7 @@ type config struct {
 	verbose          bool
 	from             string
 	secure           []string // softrdma's protected modes to measure too
+	shmPin           bool
 }
 
 const (
@@ -52,7 +54,7 @@ const (
 	quickSizes    = "2,8,4096,65536,1048576,8388608"
 	defRSSizes    = "8,65536,1048576"
 	quickRSSizes  = "8,1048576"
-	allStacks     = "softrdma,ucx,libfabric,go"
+	allStacks     = "softrdma,ucx,libfabric,go,shm"
 	latSize       = 8
 	refSize       = 1 << 20
 	rateTargetM   = 5.0 // 8-byte message rate target, million messages/s (issue 15; was 1)
@@ -72,8 +74,10 @@ func parseFlags() (*config, error) {
 
 Measures softrdma (two processes over loopback UDP) against UCX
 ucx_perftest (UCX_TLS=tcp), libfabric fi_pingpong (tcp, udp) and plain Go
-TCP/UDP, interleaved over rounds; prints medians and softrdma/anchor ratios,
-writes JSON and a PNG. Installs ucx-utils and libfabric-bin with apt-get
+TCP/UDP, and (stack shm) softrdma's shared-memory provider (-d shm0)
+against UCX over POSIX shared memory (UCX_TLS=posix,self), interleaved
+over rounds; prints medians and softrdma/anchor ratios, writes JSON and a
+PNG. Installs ucx-utils and libfabric-bin with apt-get
 when missing (root); a stack that cannot be set up is skipped with a reason.
 
 `)
@@ -98,6 +102,7 @@ when missing (root); a stack that cannot be set up is skipped with a reason.
 	fs.StringVar(&c.softrdmaBin, "softrdma-bin", "", "use this softrdma binary instead of building ./cmd/softrdma")
 	secure := fs.String("secure", "auth,encrypt", "also measure softrdma's protected modes (--secure; docs/security.md): 8-byte WRITE latency and 1 MiB WRITE bandwidth, interleaved with the plain runs (empty: none)")
 	fs.BoolVar(&c.verbose, "v", false, "print every measurement")
+	fs.BoolVar(&c.shmPin, "shm-pin", true, "shm stack: run servers on CPU 0 and clients on CPU 1 (taskset), softrdma and UCX alike")
 	fs.StringVar(&c.from, "from", "", "measure nothing: reprint the tables and redraw the plot from this JSON file of an earlier run")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return nil, err
@@ -303,13 +308,14 @@ func run(cfg *config) int {
 	}
 
 	// softrdma
+	sr := &softrdma{bin: cfg.softrdmaBin, srvAddr: cfg.srvAddr, cliAddr: cfg.cliAddr, tmp: tmp, timeout: cfg.timeout}
+	var buildErr error
+	if sr.bin == "" && (cfg.stacks["softrdma"] || cfg.stacks["shm"]) {
+		fmt.Println("building ./cmd/softrdma ...")
+		sr.bin, buildErr = buildSoftrdma(ctx, tmp)
+	}
 	if cfg.stacks["softrdma"] {
-		sr := &softrdma{bin: cfg.softrdmaBin, srvAddr: cfg.srvAddr, cliAddr: cfg.cliAddr, tmp: tmp, timeout: cfg.timeout}
-		if sr.bin == "" {
-			fmt.Println("building ./cmd/softrdma ...")
-			sr.bin, err = buildSoftrdma(ctx, tmp)
-		}
-		if err != nil {
+		if err := buildErr; err != nil {
 			skip("softrdma", err.Error())
 		} else {
 			ok, why := probePerftest(ctx, sr.bin)
@@ -388,6 +394,39 @@ func run(cfg *config) int {
 					return u.run(ctx, "ucp_put_bw", s, cfg.putIters(s), 0)
 				})
 			}
+		}
+	}
+
+	// shared memory: softrdma over provider/shm, UCX over posix
+	if cfg.stacks["shm"] {
+		ok, why := false, ""
+		if buildErr != nil {
+			why = buildErr.Error()
+		} else {
+			ok, why = probePerftest(ctx, sr.bin)
+		}
+		if !ok {
+			skip("shm", why)
+		} else {
+			pin, note := shmPin(cfg.shmPin)
+			out.Notes = append(out.Notes, note)
+			shm := *sr
+			shm.pinShm = pin
+			u, why := setupPosixUCX(ctx, cfg.install)
+			if u == nil {
+				skip("UCX posix", why)
+			} else {
+				u.timeout, u.pin = cfg.timeout, pin
+				out.Versions["ucx"] = u.version
+			}
+			f, why := setupFabricShm(ctx, cfg.install)
+			if f == nil {
+				skip("libfabric shm", why)
+			} else {
+				f.timeout, f.pin = cfg.timeout, pin
+				out.Versions["libfabric"] = f.version
+			}
+			shmJobs(cfg, &shm, u, f, add)
 		}
 	}
 

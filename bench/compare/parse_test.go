@@ -144,3 +144,73 @@ func TestAddCPU(t *testing.T) {
 		t.Fatal(m)
 	}
 }
+
+// TestShmTargets checks issue 12's targets: the factors, a reported-only
+// rate, and that the shared-memory series get their own table and stay
+// out of the loopback tables' ratios.
+func TestShmTargets(t *testing.T) {
+	r := &report{Sizes: []int{8, refSize}}
+	add := func(series, kind string, size int, m metrics) {
+		r.Samples = append(r.Samples, sample{Series: series, Tool: "t", Kind: kind, Size: size, Metrics: m})
+	}
+	add(seriesWrite, "lat", 8, metrics{"lat_p50_us": 20})
+	add(seriesShmWrite, "lat", 8, metrics{"lat_p50_us": 0.07})             // ≤ 1.2 × 0.06: met
+	add(seriesPosixPut, "lat", 8, metrics{"lat_p50_us": 0.06})             //
+	add(seriesShmWrite, "bw", shmBWSize, metrics{"bw_MiBps": 85})          // < 0.9 × 100: missed
+	add(seriesPosixPut, "bw", shmBWSize, metrics{"bw_MiBps": 100})         //
+	add(seriesShmSend, "lat", 8, metrics{"lat_p50_us": 0.2})               // > 0.16: missed
+	add(seriesPosixTag, "lat", 8, metrics{"lat_p50_us": 0.16})             //
+	add(seriesShmWrite, "bw", 8, metrics{"msg_rate_M": 5, "bw_MiBps": 40}) // reported
+	r.summarize()
+	byName := map[string]target{}
+	for _, tg := range r.Targets {
+		byName[tg.Name] = tg
+	}
+	want := []struct {
+		prefix string
+		met    bool
+	}{{"shm: 8 B RDMA WRITE one-way", true}, {"shm: 64 KiB", false}, {"shm: 8 B SEND/RECV", false}}
+	for _, w := range want {
+		found := false
+		for name, tg := range byName {
+			if strings.HasPrefix(name, w.prefix) {
+				found = true
+				if tg.Met == nil || *tg.Met != w.met {
+					t.Errorf("%s: met %v, want %v", name, tg.Met, w.met)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no target %q", w.prefix)
+		}
+	}
+	rate := byName["shm: 8 B WRITE message rate (reported)"]
+	if !rate.Reported || rate.Met != nil || rate.Softrdma != 5 {
+		t.Errorf("WRITE message rate target %+v, want reported 5 with no verdict", rate)
+	}
+	var b strings.Builder
+	r.print(&b)
+	out := b.String()
+	shmAt := strings.Index(out, "shared memory, two processes")
+	if shmAt < 0 {
+		t.Fatalf("no shared-memory table in\n%s", out)
+	}
+	if i := strings.Index(out, seriesShmWrite); i < shmAt {
+		t.Errorf("shm series in the loopback tables:\n%s", out)
+	}
+	for _, s := range []string{"[MET ] shm: 8 B RDMA WRITE", "[MISS] shm: 64 KiB", "target ≥ 0.9x", "[INFO] shm: 8 B WRITE message rate"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("no %q in\n%s", s, out)
+		}
+	}
+}
+
+func TestPinned(t *testing.T) {
+	name, args := pinned(true, 1, "ucx_perftest", []string{"-p", "9"})
+	if name != "taskset" || strings.Join(args, " ") != "-c 1 ucx_perftest -p 9" {
+		t.Errorf("pinned: %s %q", name, args)
+	}
+	if name, args := pinned(false, 1, "ucx_perftest", []string{"-p", "9"}); name != "ucx_perftest" || len(args) != 2 {
+		t.Errorf("unpinned: %s %q", name, args)
+	}
+}

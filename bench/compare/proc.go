@@ -290,6 +290,16 @@ type pairSpec struct {
 	port      int    // TCP port the server listens on, 0: use ready
 	ready     string // output line that says the server is ready
 	serverOut bool   // parse the server's output rather than the client's
+	// pin runs the server on CPU 0 and the client on CPU 1 (taskset).
+	pin bool
+}
+
+// pinned returns name and args run on CPU cpu with taskset, if pin.
+func pinned(pin bool, cpu int, name string, args []string) (string, []string) {
+	if !pin {
+		return name, args
+	}
+	return "taskset", append([]string{"-c", itoa(cpu), name}, args...)
 }
 
 // pairResult is what a pair run leaves behind.
@@ -304,7 +314,9 @@ type pairResult struct {
 // after the client ends.
 func runPair(ctx context.Context, timeout time.Duration, p pairSpec) (pairResult, error) {
 	var r pairResult
-	srv, err := start(ctx, timeout, append(append([]string{}, p.env...), p.srvEnv...), p.srvName, p.srvArgs...)
+	srvName, srvArgs := pinned(p.pin, 0, p.srvName, p.srvArgs)
+	cliName, cliArgs := pinned(p.pin, 1, p.cliName, p.cliArgs)
+	srv, err := start(ctx, timeout, append(append([]string{}, p.env...), p.srvEnv...), srvName, srvArgs...)
 	if err != nil {
 		return r, err
 	}
@@ -318,7 +330,7 @@ func runPair(ctx context.Context, timeout time.Duration, p pairSpec) (pairResult
 	if err != nil {
 		return r, err
 	}
-	cli, err := start(ctx, timeout, append(append([]string{}, p.env...), p.cliEnv...), p.cliName, p.cliArgs...)
+	cli, err := start(ctx, timeout, append(append([]string{}, p.env...), p.cliEnv...), cliName, cliArgs...)
 	if err != nil {
 		return r, err
 	}

@@ -43,9 +43,32 @@ type target struct {
 	Softrdma float64 `json:"softrdma"`
 	Anchor   float64 `json:"anchor"`
 	AnchorOf string  `json:"anchor_of"`
-	Unit     string  `json:"unit"`
-	Better   string  `json:"better"` // "lower" or "higher"
-	Met      *bool   `json:"met"`    // null when a side is missing
+	// Factor scales the anchor: met is softrdma ≤ Factor × anchor (or ≥
+	// for "higher"); 0 means 1.
+	Factor float64 `json:"factor,omitempty"`
+	Unit   string  `json:"unit"`
+	Better string  `json:"better"` // "lower" or "higher"
+	Met    *bool   `json:"met"`    // null when a side is missing, or when only reported
+	// Reported marks a figure the target asks to be reported, not
+	// compared: the anchor is shown beside it.
+	Reported bool `json:"reported,omitempty"`
+}
+
+// mkTarget compares softrdma's figure sr with factor × anchor; okS and okA
+// say whether each side was measured.
+func mkTarget(name, unit, better, anchorOf string, factor, sr, anchor float64, okS, okA bool) target {
+	t := target{Name: name, Unit: unit, Better: better, AnchorOf: anchorOf, Softrdma: sr, Anchor: anchor}
+	if factor != 1 {
+		t.Factor = factor
+	}
+	if okS && okA {
+		met := sr <= factor*anchor
+		if better == "higher" {
+			met = sr >= factor*anchor
+		}
+		t.Met = &met
+	}
+	return t
 }
 
 type report struct {
@@ -159,15 +182,7 @@ func (r *report) summarize() {
 	})
 
 	mk := func(name, unit, better, anchorOf string, sr, anchor float64, okS, okA bool) target {
-		t := target{Name: name, Unit: unit, Better: better, AnchorOf: anchorOf, Softrdma: sr, Anchor: anchor}
-		if okS && okA {
-			met := sr <= anchor
-			if better == "higher" {
-				met = sr >= anchor
-			}
-			t.Met = &met
-		}
-		return t
+		return mkTarget(name, unit, better, anchorOf, 1, sr, anchor, okS, okA)
 	}
 	// scaled is an anchor's median times f (f ≠ 1 names the factor).
 	scaled := func(series, kind string, size int, metric string, f float64) (float64, bool) {
@@ -200,6 +215,7 @@ func (r *report) summarize() {
 	sendLat, ok := r.get(seriesSend, "lat", latSize, "lat_p50_us")
 	srLat0, okL := r.get(seriesWrite, "lat", latSize, "lat_p50_us")
 	r.Targets = append(r.Targets, mk("SEND 8 B latency (median) ≤ 1.1× WRITE's", "µs", "lower", "1.1 × softrdma WRITE 8 B median", sendLat, srLat0*1.1, ok, okL))
+	r.Targets = append(r.Targets, r.shmTargets()...)
 }
 
 // get returns a median.
@@ -246,10 +262,13 @@ func (r *report) print(w io.Writer) {
 	}
 
 	// Latency.
-	fmt.Fprintf(w, "\n8-byte latency, µs, one-way (READ: round trip); lower is better; ratio = softrdma WRITE p50 / this\n")
+	latTitle := "8-byte latency, µs, one-way (READ: round trip); lower is better; ratio = softrdma WRITE p50 / this"
 	rows := [][]string{{"series", "tool", "p50", "avg", "p99", "p99.9", "over rounds", "ratio"}}
 	srLat, okS := r.get(seriesWrite, "lat", latSize, "lat_p50_us")
 	for _, s := range r.series {
+		if isShmSeries(s) {
+			continue
+		}
 		if _, ok := r.find(s, "lat", latSize, "lat_avg_us"); !ok {
 			if _, ok := r.find(s, "lat", latSize, "lat_p50_us"); !ok {
 				continue
@@ -276,7 +295,7 @@ func (r *report) print(w io.Writer) {
 		}
 		rows = append(rows, []string{s, r.tools[s+"|lat"], num(p50.Median, ok50), num(avg, okA), num(p99, ok99), num(p999, ok999), sp, rt})
 	}
-	table(w, 2, rows)
+	section(w, latTitle, 2, rows)
 
 	// Bandwidth at 1 MiB and message rate at 8 B.
 	for _, t := range []struct {
@@ -287,10 +306,12 @@ func (r *report) print(w io.Writer) {
 		{"1 MiB bandwidth, MB/s (2^20); higher is better; ratio = softrdma WRITE / this; CPU: both processes' CPU seconds per GB moved", "bw_MiBps", refSize, "cpu_s_per_GB", "CPU s/GB"},
 		{"8-byte message rate, M msgs/s; higher is better; ratio = softrdma WRITE / this (libfabric: ping-pong, one in flight); CPU: per million messages", "msg_rate_M", latSize, "cpu_s_per_Mmsg", "CPU s/M msgs"},
 	} {
-		fmt.Fprintf(w, "\n%s\n", t.title)
 		rows := [][]string{{"series", "tool", "median", "over rounds", "ratio", t.cpuHead}}
 		sr, okS := r.get(seriesWrite, "bw", t.size, t.metric)
 		for _, s := range r.series {
+			if isShmSeries(s) {
+				continue
+			}
 			m, ok := r.find(s, "bw", t.size, t.metric)
 			if !ok {
 				continue
@@ -306,18 +327,20 @@ func (r *report) print(w io.Writer) {
 			c, okC := r.get(s, "bw", t.size, t.cpu)
 			rows = append(rows, []string{s, r.tools[s+"|bw"], num(m.Median, true) + extra, spread(m, true), rt, num(c, okC)})
 		}
-		table(w, 2, rows)
+		section(w, t.title, 2, rows)
 	}
 
 	r.printProtection(w)
 
 	// The sweep.
-	fmt.Fprintf(w, "\nbandwidth sweep, MB/s (2^20), medians\n")
 	rows = [][]string{{"series"}}
 	for _, s := range r.Sizes {
 		rows[0] = append(rows[0], sizeStr(s))
 	}
 	for _, s := range r.series {
+		if isShmSeries(s) {
+			continue
+		}
 		row, any := []string{s}, false
 		for _, size := range r.Sizes {
 			v, ok := r.get(s, "bw", size, "bw_MiBps")
@@ -328,21 +351,35 @@ func (r *report) print(w io.Writer) {
 			rows = append(rows, row)
 		}
 	}
-	table(w, 1, rows)
+	section(w, "bandwidth sweep, MB/s (2^20), medians", 1, rows)
+
+	r.printShm(w)
 
 	fmt.Fprintf(w, "\ntargets\n")
 	for _, t := range r.Targets {
 		status := "n/a "
-		if t.Met != nil {
+		switch {
+		case t.Reported:
+			status = "INFO"
+		case t.Met != nil:
 			status = "MISS"
 			if *t.Met {
 				status = "MET "
 			}
 		}
 		detail := "a side is missing"
-		if t.Met != nil {
+		switch {
+		case t.Met != nil:
 			q := t.Softrdma / t.Anchor
-			detail = fmt.Sprintf("softrdma %s %s vs %s %s (%s); softrdma/anchor %.2fx, %s is better", num(t.Softrdma, true), t.Unit, num(t.Anchor, true), t.Unit, t.AnchorOf, q, t.Better)
+			goal := ""
+			if t.Factor != 0 {
+				goal = fmt.Sprintf(" (target %s %.2gx)", map[string]string{"lower": "≤", "higher": "≥"}[t.Better], t.Factor)
+			}
+			detail = fmt.Sprintf("softrdma %s %s vs %s %s (%s); softrdma/anchor %.2fx%s, %s is better", num(t.Softrdma, true), t.Unit, num(t.Anchor, true), t.Unit, t.AnchorOf, q, goal, t.Better)
+		case t.Reported && t.Anchor != 0:
+			detail = fmt.Sprintf("softrdma %s %s; %s %s %s (softrdma/that %.2fx)", num(t.Softrdma, true), t.Unit, t.AnchorOf, num(t.Anchor, true), t.Unit, t.Softrdma/t.Anchor)
+		case t.Reported:
+			detail = fmt.Sprintf("softrdma %s %s", num(t.Softrdma, true), t.Unit)
 		}
 		fmt.Fprintf(w, "  [%s] %s: %s\n", status, t.Name, detail)
 	}
@@ -393,6 +430,16 @@ func (r *report) writeJSON(path string) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// section prints a title and its table, unless the table has no rows
+// below its header (a run of other stacks only).
+func section(w io.Writer, title string, left int, rows [][]string) {
+	if len(rows) < 2 {
+		return
+	}
+	fmt.Fprintf(w, "\n%s\n", title)
+	table(w, left, rows)
 }
 
 // table prints rows with the first left columns left-aligned and the rest

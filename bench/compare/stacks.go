@@ -32,6 +32,7 @@ type softrdma struct {
 	twoProc          bool // perftest-compatible commands (else `softrdma bench`)
 	tmp              string
 	timeout          time.Duration
+	pinShm           bool // shm runs: server on CPU 0, client on CPU 1
 }
 
 // buildSoftrdma builds the CLI once into dir.
@@ -185,6 +186,7 @@ type ucx struct {
 	timeout time.Duration
 	env     []string
 	version string
+	pin     bool // server on CPU 0, client on CPU 1
 }
 
 // setupUCX checks for ucx_perftest and its tcp transport on lo.
@@ -221,7 +223,7 @@ func (u *ucx) run(ctx context.Context, test string, size, iters int, pct float64
 		env:     u.env,
 		srvName: "ucx_perftest", srvArgs: []string{"-p", itoa(port)},
 		cliName: "ucx_perftest", cliArgs: args,
-		port: port,
+		port: port, pin: u.pin,
 	})
 	envs := strings.Join(u.env[:2], " ") + " "
 	info := runInfo{Cmds: []string{envs + r.srvCmd, envs + r.cliCmd}}
@@ -237,6 +239,7 @@ func (u *ucx) run(ctx context.Context, test string, size, iters int, pct float64
 
 type fabric struct {
 	timeout  time.Duration
+	pin      bool // server on CPU 0, client on CPU 1
 	version  string
 	tcp, udp bool
 	udpMax   int // the udp provider's max_msg_size (dgram)
@@ -282,13 +285,16 @@ func (f *fabric) run(ctx context.Context, prov string, size, iters int) (metrics
 		return nil, runInfo{}, err
 	}
 	args := []string{"-p", prov, "-S", itoa(size), "-I", itoa(iters)}
-	if prov == "tcp" {
+	switch prov {
+	case "tcp":
 		args = append(args, "-e", "msg")
+	case "shm":
+		args = append(args, "-e", "rdm")
 	}
 	r, err := runPair(ctx, f.timeout, pairSpec{
 		srvName: "fi_pingpong", srvArgs: append(append([]string{}, args...), "-B", itoa(port)),
 		cliName: "fi_pingpong", cliArgs: append(append([]string{}, args...), "-P", itoa(port), "127.0.0.1"),
-		port: port,
+		port: port, pin: f.pin,
 	})
 	info := runInfo{Cmds: []string{r.srvCmd, r.cliCmd}}
 	if err != nil {

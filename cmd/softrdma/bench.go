@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/internal/bench"
+	"github.com/softrdma/softrdma/provider/shm"
 	"github.com/softrdma/softrdma/provider/soft"
 	"github.com/softrdma/softrdma/transport/udp"
 	"github.com/softrdma/softrdma/verbs"
@@ -21,13 +22,14 @@ import (
 
 // benchReport is what bench writes as JSON.
 type benchReport struct {
-	Time    time.Time         `json:"time"`
-	AddrA   string            `json:"addr_a"`
-	AddrB   string            `json:"addr_b"`
-	MTU     int               `json:"mtu"`
-	BW      []bench.BWResult  `json:"bw"`
-	Lat     []bench.LatResult `json:"lat"`
-	Counter map[string]uint64 `json:"counters,omitempty"`
+	Time     time.Time         `json:"time"`
+	Provider string            `json:"provider"`
+	AddrA    string            `json:"addr_a"`
+	AddrB    string            `json:"addr_b"`
+	MTU      int               `json:"mtu"`
+	BW       []bench.BWResult  `json:"bw"`
+	Lat      []bench.LatResult `json:"lat"`
+	Counter  map[string]uint64 `json:"counters,omitempty"`
 }
 
 func runBench(args []string) error {
@@ -40,6 +42,7 @@ func runBench(args []string) error {
 	addrA := fs.String("a", "127.0.0.1", "address of the first device")
 	addrB := fs.String("b", "127.0.0.2", "address of the second device")
 	port := fs.Uint("port", 4791, "UDP port both devices use")
+	provider := fs.String("provider", "soft", "soft (RoCEv2 over UDP between -a and -b) or shm (shared memory: two provider/shm devices)")
 	block := fs.Bool("block", false, "wait for completions (spin, then sleep) instead of busy polling")
 	plotFile := fs.String("plot", "softrdma-bench.png", "write a plot of the results to this PNG file (empty: none)")
 	jsonFile := fs.String("json", "", "write the results as JSON to this file")
@@ -88,9 +91,30 @@ func runBench(args []string) error {
 	if pmtu.Bytes() != *mtu {
 		return fmt.Errorf("-m %d: the IB MTU is one of 256, 512, 1024, 2048, 4096", *mtu)
 	}
-	a, b, err := openPair(*addrA, *addrB, uint16(*port), *noGSO)
-	if err != nil {
-		return err
+	var a, b verbs.Context
+	var over string // what connects the devices, for the headers
+	switch *provider {
+	case "soft":
+		sa, sb, err := openPair(*addrA, *addrB, uint16(*port), *noGSO)
+		if err != nil {
+			return err
+		}
+		a, b, over = sa, sb, fmt.Sprintf("over UDP port %d", *port)
+	case "shm":
+		if *secure != "" {
+			return fmt.Errorf("-secure: shared memory carries no packets to protect; use -provider soft")
+		}
+		var err error
+		if a, err = shm.Open(shm.Config{Name: "shm_a"}); err != nil {
+			return err
+		}
+		if b, err = shm.Open(shm.Config{Name: "shm_b"}); err != nil {
+			a.Close()
+			return err
+		}
+		over = "over shared memory"
+	default:
+		return fmt.Errorf("-provider %q: use soft or shm", *provider)
 	}
 	defer a.Close()
 	defer b.Close()
@@ -99,14 +123,14 @@ func runBench(args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("softrdma bench -scale: %s ⇄ %s over UDP port %d, IB MTU %d, busy-polled completions\n",
-			a.LocalAddr(), b.LocalAddr(), *port, pmtu.Bytes())
+		fmt.Printf("softrdma bench -scale: %s ⇄ %s %s, IB MTU %d, busy-polled completions\n",
+			devAddr(a), devAddr(b), over, pmtu.Bytes())
 		res, err := runScale(os.Stdout, a, b, counts, *scaleSize, *scaleMsgs, *scaleRate, pmtu)
 		if err != nil {
 			return err
 		}
 		if *jsonFile != "" {
-			rep := scaleReport{Time: time.Now(), AddrA: a.LocalAddr().String(), AddrB: b.LocalAddr().String(), MTU: pmtu.Bytes(), Results: res}
+			rep := scaleReport{Time: time.Now(), AddrA: devAddr(a), AddrB: devAddr(b), MTU: pmtu.Bytes(), Results: res}
 			if err := writeJSON(*jsonFile, rep); err != nil {
 				return err
 			}
@@ -141,10 +165,10 @@ func runBench(args []string) error {
 	if err := bench.ConnectSecure(sa, sb, pmtu, mode); err != nil {
 		return err
 	}
-	rep := benchReport{Time: time.Now(), AddrA: a.LocalAddr().String(), AddrB: b.LocalAddr().String(), MTU: pmtu.Bytes()}
+	rep := benchReport{Time: time.Now(), Provider: *provider, AddrA: devAddr(a), AddrB: devAddr(b), MTU: pmtu.Bytes()}
 	w := os.Stdout
-	fmt.Fprintf(w, "softrdma bench: %s ⇄ %s over UDP port %d, IB MTU %d, %s completions\n",
-		rep.AddrA, rep.AddrB, *port, pmtu.Bytes(), map[bool]string{false: "busy-polled", true: "spin-then-block"}[*block])
+	fmt.Fprintf(w, "softrdma bench: %s ⇄ %s %s, IB MTU %d, %s completions\n",
+		rep.AddrA, rep.AddrB, over, pmtu.Bytes(), map[bool]string{false: "busy-polled", true: "spin-then-block"}[*block])
 	bar := newProgressBar()
 	defer bar.stop()
 	runs, run := 0, 0
@@ -204,14 +228,14 @@ func runBench(args []string) error {
 	bar.stop()
 	fmt.Fprintln(w, dashes)
 	rep.Counter = map[string]uint64{}
-	for _, c := range a.Counters() {
-		if c.Value != 0 {
-			rep.Counter["a."+c.Name] = c.Value
-		}
-	}
-	for _, c := range b.Counters() {
-		if c.Value != 0 {
-			rep.Counter["b."+c.Name] = c.Value
+	for _, d := range []struct {
+		prefix string
+		dev    verbs.Context
+	}{{"a.", a}, {"b.", b}} {
+		for _, c := range deviceCounters(d.dev) {
+			if c.Value != 0 {
+				rep.Counter[d.prefix+c.Name] = c.Value
+			}
 		}
 	}
 	if *jsonFile != "" {
@@ -236,14 +260,36 @@ func runBench(args []string) error {
 }
 
 // counters sums the devices' counters, for bench.Delta.
-func counters(devs ...*soft.Device) bench.Counters {
+func counters(devs ...verbs.Context) bench.Counters {
 	c := bench.Counters{}
 	for _, d := range devs {
-		for _, v := range d.Counters() {
+		for _, v := range deviceCounters(d) {
 			c.Add(v.Name, v.Value)
 		}
 	}
 	return c
+}
+
+// deviceCounters are a RoCEv2 device's counters; a shared-memory device
+// has none (it retransmits nothing and NAKs nothing).
+func deviceCounters(d verbs.Context) []soft.Counter {
+	if sd, ok := d.(*soft.Device); ok {
+		return sd.Counters()
+	}
+	return nil
+}
+
+// devAddr names a device in the headers: its address for RoCEv2, its
+// GID for shared memory.
+func devAddr(d verbs.Context) string {
+	if sd, ok := d.(*soft.Device); ok {
+		return sd.LocalAddr().String()
+	}
+	g, err := d.QueryGID(1, 0)
+	if err != nil {
+		return d.Device().Name()
+	}
+	return g.String()
 }
 
 // openPair opens the two devices. If an address is taken (another softrdma

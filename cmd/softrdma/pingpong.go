@@ -253,9 +253,14 @@ func runPingpong(name string, typ verbs.QPType, args []string) error {
 }
 
 // localDest is this side's address for QP qpn: a random PSN and, with -g,
-// the GID of that index.
+// the GID of that index. A shared-memory device always sends its GID
+// (index 0): without it the peer cannot find this process, so no -g
+// would only fail the connection.
 func localDest(dev verbs.Context, f *ppFlags, qpn uint32) (pingpong.Dest, error) {
 	d := pingpong.Dest{QPN: qpn, PSN: rand.Uint32() & 0xFFFFFF}
+	if f.gidx < 0 && isShm(dev) {
+		f.gidx = 0
+	}
 	if f.gidx >= 0 {
 		g, err := dev.QueryGID(uint8(f.ibPort), f.gidx)
 		if err != nil {

@@ -6,10 +6,12 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/metrics"
+	"github.com/softrdma/softrdma/provider/shm"
 	"github.com/softrdma/softrdma/provider/soft"
 	"github.com/softrdma/softrdma/verbs"
 )
@@ -33,8 +35,11 @@ func closeToolFiles() {
 }
 
 // openToolDevice opens the device a tool's -d names, or with no -d the
-// device SOFTRDMA_ADDR gives, or else the first device listed (a real
-// interface rather than loopback, as rdma-core prefers).
+// device SOFTRDMA_ADDR gives, or else the first RoCEv2 device listed (a
+// real interface rather than loopback, as rdma-core prefers). A name
+// starting with "shm" (shm0, the one the shm provider lists, or any other)
+// opens a shared-memory device (provider/shm) instead: its peers are
+// processes on this host, and its only GID, index 0, names it.
 //
 // Precedence: -d wins. SOFTRDMA_ADDR picks the address when -d is absent
 // or names the device on that address (softrdma_<netdev>, or
@@ -45,7 +50,10 @@ func closeToolFiles() {
 // Tools accept packets whose ICRC a UDP socket cannot verify, because
 // their peers are usually Linux rxe, which sends non-zero IPv4
 // identifications.
-func openToolDevice(name string) (*soft.Device, error) {
+func openToolDevice(name string) (verbs.Context, error) {
+	if isShmName(name) {
+		return ctxOf(openShm(name))
+	}
 	cfg := soft.Config{Name: name, AcceptUnverifiedICRC: true}
 	if a := os.Getenv("SOFTRDMA_ADDR"); a != "" {
 		addr, err := netip.ParseAddr(a)
@@ -58,7 +66,7 @@ func openToolDevice(name string) (*soft.Device, error) {
 		}
 		if name == "" || name == envName {
 			cfg.Addr = addr
-			return openObserved(cfg)
+			return ctxOf(openObserved(cfg))
 		}
 		fmt.Fprintf(os.Stderr, "note: -d %s wins over SOFTRDMA_ADDR=%s (device %s)\n", name, a, envName)
 	}
@@ -66,24 +74,59 @@ func openToolDevice(name string) (*soft.Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	var roce []verbs.Device // the soft provider's: a tool without -d picks one
 	for _, d := range devs {
+		if _, ok := soft.DeviceAddr(d); ok {
+			roce = append(roce, d)
+		}
+	}
+	for _, d := range roce {
 		if name != "" && d.Name() != name {
 			continue
 		}
-		if name == "" && d.Name() == "softrdma_lo" && len(devs) > 1 {
+		if name == "" && d.Name() == "softrdma_lo" && len(roce) > 1 {
 			continue // like rdma-core, prefer a real network device
 		}
-		addr, ok := soft.DeviceAddr(d)
-		if !ok {
-			continue
-		}
+		addr, _ := soft.DeviceAddr(d)
 		cfg.Name, cfg.Addr = d.Name(), addr
-		return openObserved(cfg)
+		return ctxOf(openObserved(cfg))
 	}
 	if name == "" {
 		return nil, fmt.Errorf("No IB devices found (set SOFTRDMA_ADDR to an IP address)")
 	}
 	return nil, fmt.Errorf("IB device %s not found", name)
+}
+
+// ctxOf returns a provider's device as a verbs.Context, and a nil
+// interface (not a typed nil) with an error.
+func ctxOf[D verbs.Context](d D, err error) (verbs.Context, error) {
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// isShmName reports whether -d name picks a shared-memory device.
+func isShmName(name string) bool { return strings.HasPrefix(name, "shm") }
+
+// openShm opens the shared-memory device name. It has no packets to
+// capture and no counters to serve, so --pcap and --metrics are refused
+// rather than ignored.
+func openShm(name string) (*shm.Device, error) {
+	switch {
+	case toolObs.pcap != "":
+		return nil, fmt.Errorf("--pcap: shared-memory device %s carries no packets", name)
+	case toolObs.metrics != "":
+		return nil, fmt.Errorf("--metrics: shared-memory device %s has no counters", name)
+	}
+	return shm.Open(shm.Config{Name: name})
+}
+
+// isShm reports whether ctx is a shared-memory device, whose peers are
+// named by its GID index 0.
+func isShm(ctx verbs.Context) bool {
+	_, ok := ctx.(*shm.Device)
+	return ok
 }
 
 // openObserved opens a device with the --pcap capture and serves its
@@ -117,7 +160,7 @@ func openObserved(cfg soft.Config) (*soft.Device, error) {
 
 // resources are the verbs objects of a pingpong run.
 type resources struct {
-	dev     *soft.Device
+	dev     verbs.Context
 	pd      verbs.PD
 	cq      verbs.CQ
 	qp      verbs.QP
@@ -127,7 +170,7 @@ type resources struct {
 	recvLen int
 }
 
-func newResources(dev *soft.Device, typ verbs.QPType, size, rxDepth, sendDepth int, events bool) (*resources, error) {
+func newResources(dev verbs.Context, typ verbs.QPType, size, rxDepth, sendDepth int, events bool) (*resources, error) {
 	r := &resources{dev: dev}
 	var err error
 	if r.pd, err = dev.AllocPD(); err != nil {
@@ -186,14 +229,19 @@ const (
 )
 
 // linger waits until the device has received nothing for quiet, or max
-// has passed.
+// has passed. A shared-memory device lingers quiet (lingerShm).
 func (r *resources) linger(quiet, max time.Duration) {
+	dev, ok := r.dev.(interface{ Counter(string) (uint64, bool) })
+	if !ok {
+		lingerShm(r.dev, quiet)
+		return
+	}
 	deadline := time.Now().Add(max)
-	last, _ := r.dev.Counter("rcvd_pkts")
+	last, _ := dev.Counter("rcvd_pkts")
 	since := time.Now()
 	for time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
-		n, _ := r.dev.Counter("rcvd_pkts")
+		n, _ := dev.Counter("rcvd_pkts")
 		if n != last {
 			last, since = n, time.Now()
 			continue
@@ -201,6 +249,19 @@ func (r *resources) linger(quiet, max time.Duration) {
 		if time.Since(since) >= quiet {
 			return
 		}
+	}
+}
+
+// lingerShm keeps a shared-memory device's QPs up for d after a run:
+// the peer's last SEND is acknowledged only when this process consumes it
+// from the ring (a NIC acknowledges on arrival), which the device's
+// progress goroutine does within milliseconds once the tool stops
+// polling; a QP destroyed first fails that SEND at the peer with
+// WCRetryExcErr. A pingpong's last messages can be ones this side no
+// longer waits for (ibv_srq_pingpong's, one per QP).
+func lingerShm(dev verbs.Context, d time.Duration) {
+	if isShm(dev) {
+		time.Sleep(d)
 	}
 }
 

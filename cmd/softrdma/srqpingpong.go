@@ -198,5 +198,6 @@ func runSRQPingpong(args []string) error {
 		}
 	}
 	fmt.Print(pingpong.ResultLines(f.size, f.iters, time.Since(start)))
+	lingerShm(dev, lingerQuiet)
 	return nil
 }

@@ -65,7 +65,9 @@ type Side struct {
 	MR     verbs.MR
 	Buf    []byte
 	GID    verbs.GID
-	layout Layout
+	// GIDIndex is GID's index: the QP sends from it.
+	GIDIndex int
+	layout   Layout
 
 	// credits counts the receives this side posted that no SEND of the
 	// peer is aimed at yet (Test.Credits): the peer's SEND bandwidth loop
@@ -110,10 +112,24 @@ func NewSide(ctx verbs.Context, maxSize int) (*Side, error) {
 		Cap: verbs.QPCap{MaxSendWR: Depth, MaxRecvWR: RecvDepth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: inline}}); err != nil {
 		return nil, err
 	}
-	if s.GID, err = ctx.QueryGID(1, 1); err != nil {
+	if s.GID, s.GIDIndex, err = sourceGID(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// sourceGID is the GID a QP of ctx sends from and its index: index 1 of a
+// softrdma RoCEv2 device (its address; index 0 is the link-local
+// address), the only one, index 0, of a device with one GID (shared
+// memory).
+func sourceGID(ctx verbs.Context) (verbs.GID, int, error) {
+	port, err := ctx.QueryPort(1)
+	if err != nil {
+		return verbs.GID{}, 0, err
+	}
+	idx := min(1, port.GIDTblLen-1)
+	g, err := ctx.QueryGID(1, idx)
+	return g, idx, err
 }
 
 // Close releases the side's objects (not the context).
@@ -144,18 +160,20 @@ func (s *Side) endpoint(peer *Side) *Endpoint {
 // Connect moves both QPs to RTS towards each other.
 func Connect(a, b *Side, mtu verbs.MTU) error { return ConnectSecure(a, b, mtu, 0) }
 
-// connectQP moves qp to RTS towards peer at peerGID, sending from PSN sq
+// connectQP moves qp to RTS towards peer at peerGID, sending from GID
+// index gidIndex and PSN sq
 // and receiving from rq, with ConnectSecure's parameters.
-func connectQP(qp, peer verbs.QP, peerGID verbs.GID, mtu verbs.MTU, sq, rq uint32) error {
-	p := perftestParams(mtu)
+func connectQP(qp, peer verbs.QP, gidIndex int, peerGID verbs.GID, mtu verbs.MTU, sq, rq uint32) error {
+	p := perftestParams(mtu, gidIndex)
 	return cm.Connect(qp, cm.Endpoint{QPN: qp.QPNum(), PSN: sq}, cm.Endpoint{QPN: peer.QPNum(), PSN: rq, GID: peerGID}, &p)
 }
 
-// perftestParams are the QP parameters perftest uses.
-func perftestParams(mtu verbs.MTU) cm.Params {
+// perftestParams are the QP parameters perftest uses, sending from GID
+// index gidIndex.
+func perftestParams(mtu verbs.MTU, gidIndex int) cm.Params {
 	p := cm.DefaultParams()
 	p.Access = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
-	p.PathMTU, p.SGIDIndex, p.MaxRdAtomic, p.MaxDestRdAtomic = mtu, 1, 16, 16
+	p.PathMTU, p.SGIDIndex, p.MaxRdAtomic, p.MaxDestRdAtomic = mtu, uint8(gidIndex), 16, 16
 	return p
 }
 
@@ -164,7 +182,6 @@ func perftestParams(mtu verbs.MTU) cm.Params {
 // The parameters are perftest's (timeout 14, 7 retries, 7 RNR retries, 16
 // outstanding READs/atomics each way).
 func ConnectSecure(a, b *Side, mtu verbs.MTU, mode verbs.SecurityMode) error {
-	p := perftestParams(mtu)
 	var secret [32]byte
 	if _, err := rand.Read(secret[:]); err != nil {
 		return err
@@ -172,10 +189,12 @@ func ConnectSecure(a, b *Side, mtu verbs.MTU, mode verbs.SecurityMode) error {
 	ea := cm.Endpoint{QPN: a.QP.QPNum(), PSN: 0x1000, GID: a.GID}
 	eb := cm.Endpoint{QPN: b.QP.QPNum(), PSN: 0x2000, GID: b.GID}
 	for _, s := range []struct {
+		side          *Side
 		qp            verbs.QP
 		local, remote cm.Endpoint
 		initiator     bool
-	}{{a.QP, ea, eb, true}, {b.QP, eb, ea, false}} {
+	}{{a, a.QP, ea, eb, true}, {b, b.QP, eb, ea, false}} {
+		p := perftestParams(mtu, s.side.GIDIndex)
 		if err := cm.Init(s.qp, &p); err != nil {
 			return err
 		}

@@ -59,12 +59,13 @@ type ScaleRun struct {
 
 // scaleEnd is one side of a scale measurement.
 type scaleEnd struct {
-	ctx verbs.Context
-	pd  verbs.PD
-	cq  verbs.CQ
-	mr  verbs.MR
-	gid verbs.GID
-	qps []verbs.QP
+	ctx    verbs.Context
+	pd     verbs.PD
+	cq     verbs.CQ
+	mr     verbs.MR
+	gid    verbs.GID
+	gidIdx int
+	qps    []verbs.QP
 }
 
 func (e *scaleEnd) close() {
@@ -129,7 +130,7 @@ func Scale(a, b verbs.Context, cfg ScaleConfig) (ScaleResult, error) {
 		if e.end.mr, err = e.end.pd.AllocMR(mrLen, access); err != nil {
 			return res, err
 		}
-		if e.end.gid, err = e.ctx.QueryGID(1, 1); err != nil {
+		if e.end.gid, e.end.gidIdx, err = sourceGID(e.ctx); err != nil {
 			return res, err
 		}
 	}
@@ -147,10 +148,10 @@ func Scale(a, b verbs.Context, cfg ScaleConfig) (ScaleResult, error) {
 			e.qps = append(e.qps, qp)
 		}
 		psn := uint32(i*7919) & 0xFFFFFF
-		if err := connectQP(ea.qps[i], eb.qps[i], eb.gid, cfg.MTU, psn, psn^0x5A5A5A); err != nil {
+		if err := connectQP(ea.qps[i], eb.qps[i], ea.gidIdx, eb.gid, cfg.MTU, psn, psn^0x5A5A5A); err != nil {
 			return res, fmt.Errorf("connecting QP %d: %w", i+1, err)
 		}
-		if err := connectQP(eb.qps[i], ea.qps[i], ea.gid, cfg.MTU, psn^0x5A5A5A, psn); err != nil {
+		if err := connectQP(eb.qps[i], ea.qps[i], eb.gidIdx, ea.gid, cfg.MTU, psn^0x5A5A5A, psn); err != nil {
 			return res, fmt.Errorf("connecting QP %d: %w", i+1, err)
 		}
 	}

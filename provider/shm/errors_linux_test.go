@@ -182,6 +182,47 @@ func TestDeregRevokesPeerMapping(t *testing.T) {
 	}
 }
 
+// TestLocalMRAfterDereg checks the PD's cache of the last local MR: a
+// WRITE from a region that was deregistered since the last one used it
+// fails with WCLocProtErr, and a new region is found.
+func TestLocalMRAfterDereg(t *testing.T) {
+	a, b := pair(t, sideOpts{}, sideOpts{})
+	src, err := a.pd.AllocMR(4096, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(id uint64, sge verbs.SGE) verbs.WCStatus {
+		postSend(t, a.qp, verbs.SendWR{WRID: id, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), SGList: []verbs.SGE{sge}})
+		return poll(t, a.cq, 1)[0].Status
+	}
+	if st := write(1, src.SGE(0, 16)); st != verbs.WCSuccess {
+		t.Fatalf("WRITE from a live region: %v", st)
+	}
+	stale := src.SGE(0, 16)
+	if err := src.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	if st := write(2, stale); st != verbs.WCLocProtErr {
+		t.Fatalf("WRITE from a deregistered region: %v, want %v", st, verbs.WCLocProtErr)
+	}
+	// The failed WRITE moved the QP to ERR; the PD finds a new region
+	// and still refuses the old key.
+	src2, err := a.pd.AllocMR(4096, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src2.Dereg()
+	pd := a.pd.(*PD)
+	mr, _, ok := pd.local(src2.LKey(), src2.Addr(), 16, true)
+	if !ok || mr != src2 {
+		t.Fatalf("local(new region) = %p, %v; want %p", mr, ok, src2)
+	}
+	mr.mu.RUnlock()
+	if _, _, ok := pd.local(stale.LKey, stale.Addr, 16, false); ok {
+		t.Fatal("local(deregistered region) succeeded")
+	}
+}
+
 func TestUD(t *testing.T) {
 	a, b := newSide(t, sideOpts{typ: verbs.QPTypeUD}), newSide(t, sideOpts{typ: verbs.QPTypeUD})
 	defer a.close(t)

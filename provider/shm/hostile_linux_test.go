@@ -16,19 +16,21 @@ func TestHostilePeer(t *testing.T) {
 		scribble func(a, b *side)
 		victim   func(a, b *side) *side
 	}{
-		{"producer index far ahead", func(a, b *side) {
-			binary.LittleEndian.PutUint64(a.qp.(*QP).outMem[offProd:], 1<<40)
-		}, func(a, b *side) *side { return b }},
 		{"slot length beyond the slot", func(a, b *side) {
 			m := a.qp.(*QP).outMem
 			m[ringHdrLen], m[ringHdrLen+1] = opSend, flagFirst|flagLast
 			binary.LittleEndian.PutUint32(m[ringHdrLen+4:], 1<<31)
-			binary.LittleEndian.PutUint64(m[offProd:], 1)
+			binary.LittleEndian.PutUint64(m[ringHdrLen+slotSeqOff:], 1)
 		}, func(a, b *side) *side { return b }},
 		{"unknown opcode", func(a, b *side) {
 			m := a.qp.(*QP).outMem
 			m[ringHdrLen], m[ringHdrLen+1] = 99, flagFirst|flagLast
-			binary.LittleEndian.PutUint64(m[offProd:], 1)
+			binary.LittleEndian.PutUint64(m[ringHdrLen+slotSeqOff:], 1)
+		}, func(a, b *side) *side { return b }},
+		{"unknown slot flags", func(a, b *side) {
+			m := a.qp.(*QP).outMem
+			m[ringHdrLen], m[ringHdrLen+1] = opSend, 0xE0
+			binary.LittleEndian.PutUint64(m[ringHdrLen+slotSeqOff:], 1)
 		}, func(a, b *side) *side { return b }},
 		{"consumer index beyond the producer", func(a, b *side) {
 			// b consumes a's ring: b writes cons there.

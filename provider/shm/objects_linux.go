@@ -21,6 +21,12 @@ type PD struct {
 	dev  *Device
 	objs atomic.Int32 // MRs, QPs, SRQs and AHs alive
 	dead atomic.Bool
+	// lastMR is the MR local last found: the data path's SGEs name the
+	// same region again and again, and the cache spares the device's MR
+	// table lock and map. An entry may be stale: local trusts it only
+	// while mr.gone is unset, which Dereg sets before its key leaves the
+	// table (so before a new MR can take the key).
+	lastMR atomic.Pointer[MR]
 }
 
 // AllocPD allocates a protection domain.
@@ -62,6 +68,8 @@ type MR struct {
 	key    uint32
 	access verbs.Access
 	fd     int // the memfd of AllocMR memory; -1 for RegMR
+
+	gone atomic.Bool // Dereg began: the key no longer names this MR
 
 	mu          sync.RWMutex // RLock around local copies; Lock to change the fields below
 	dead        bool
@@ -154,8 +162,10 @@ func (mr *MR) Dereg() error {
 		d.mrMu.Unlock()
 		return verbs.Errorf("DeregMR", verbs.ErrDestroyed, "MR already deregistered")
 	}
+	mr.gone.Store(true)
 	delete(d.mrs, mr.key)
 	d.mrMu.Unlock()
+	mr.pd.lastMR.CompareAndSwap(mr, nil)
 	mr.mu.Lock() // waits for local copies in flight
 	mr.dead = true
 	gs := mr.grantees
@@ -203,11 +213,18 @@ func (d *Device) invalidate(pd *PD, rkey uint32) {
 // local returns n bytes at addr of the MR lkey names, if it belongs to pd
 // and (when write) allows local write, with mr.mu read-locked.
 func (pd *PD) local(lkey uint32, addr uint64, n uint64, write bool) (*MR, []byte, bool) {
-	d := pd.dev
-	d.mrMu.RLock()
-	mr := d.mrs[lkey]
-	d.mrMu.RUnlock()
-	if mr == nil || mr.pd != pd || (write && mr.access&verbs.AccessLocalWrite == 0) {
+	mr := pd.lastMR.Load()
+	if mr == nil || mr.key != lkey || mr.gone.Load() {
+		d := pd.dev
+		d.mrMu.RLock()
+		mr = d.mrs[lkey]
+		d.mrMu.RUnlock()
+		if mr == nil || mr.pd != pd {
+			return nil, nil, false
+		}
+		pd.lastMR.Store(mr)
+	}
+	if write && mr.access&verbs.AccessLocalWrite == 0 {
 		return nil, nil, false
 	}
 	mr.mu.RLock()
@@ -353,13 +370,12 @@ func (cq *CQ) push(wc *verbs.WC, solicited bool) {
 // Poll moves up to len(wc) completions into wc.
 func (cq *CQ) Poll(wc []verbs.WC) (int, error) {
 	cq.mu.Lock()
-	empty := cq.n == 0
-	cq.mu.Unlock()
-	if empty {
+	if cq.n == 0 {
+		cq.mu.Unlock()
 		cq.dev.markActive()
 		cq.dev.progress()
+		cq.mu.Lock()
 	}
-	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.dead {
 		return 0, errCQDestroyed

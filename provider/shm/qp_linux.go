@@ -864,15 +864,6 @@ func (qp *QP) writeLocked(w *sendWQE) {
 	}
 }
 
-// atomicStoreByte stores b after every earlier store: a read-modify-write
-// atomic is a full barrier on every architecture Go supports, so no store
-// before it moves after it, and the byte store cannot move before it.
-func atomicStoreByte(p *byte, b byte) {
-	var fence uint32
-	atomic.AddUint32(&fence, 1)
-	*p = b
-}
-
 func (qp *QP) readLocked(w *sendWQE) {
 	if w.length == 0 {
 		return

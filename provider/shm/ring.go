@@ -4,10 +4,16 @@ package shm
 // single-consumer queue of fixed-size slots in a sealed memfd that both
 // processes map. The requester produces, the peer's responder consumes.
 //
-//	requester                         shared memory                       responder
-//	PostSend ─ SEND ──► slot[prod] ─► prod++ ···· load prod ─► validate slot ─► receive WQE
+//	requester                             shared memory                     responder
+//	PostSend ─ SEND ──► slot[prod]: payload, header, seq=prod+1 ···· load slot[cons].seq
+//	                                                ─► validate the header ─► receive WQE
 //	         ─ WRITE ──► (memcpy into the peer's mapped MR, no slot)
 //	retire ◄── load cons, nak ◄──────────────────── cons++ (the ACK) / nak (the NAK)
+//
+// A slot is published by its sequence word (the slot's index in the
+// stream, plus one), stored after the rest of the slot: the consumer polls
+// the slot itself, so a small SEND reaches it in one cache line, not a
+// producer index and then the slot.
 //
 // The consumer index is the cumulative acknowledgement: a requester
 // retires a message once cons has passed its last slot. A responder that
@@ -15,10 +21,13 @@ package shm
 // and nakSeq (the slot of the failed message) and stops consuming.
 //
 // Everything a side reads from the ring was written by the other process
-// and is untrusted: indices are checked against what the reader knows
-// (cons ≤ prod ≤ cons+ringSlots), slot headers are copied once and
-// checked before use, and a bad value ends the connection (the reader's
-// QP moves to ERR), never a panic or an access outside the ring.
+// and is untrusted: the consumer's index is checked against what the
+// producer knows (seen ≤ cons ≤ prod), a slot counts only if its
+// sequence word is the one the consumer expects next, slot headers are
+// copied once and checked before use, and a bad value ends the connection
+// (the reader's QP moves to ERR), never a panic or an access outside the
+// ring. A sequence word that never comes only stalls the peer's own
+// connection.
 
 import (
 	"encoding/binary"
@@ -34,10 +43,10 @@ const (
 	ringSlots     = 64
 	slotSize      = 8192
 	slotHdrLen    = 32
+	slotSeqOff    = 16 // uint64 in the slot header: the slot's sequence number + 1, stored last
 	slotPayload   = slotSize - slotHdrLen
 	ringHdrLen    = 256
 	ringBytes     = ringHdrLen + ringSlots*slotSize
-	offProd       = 0   // uint64, producer writes
 	offCons       = 64  // uint64, consumer writes: the cumulative ACK
 	offNak        = 72  // uint32, consumer writes: a verbs.WCStatus, 0 none
 	offNakSeq     = 80  // uint64, consumer writes: slot of the failed message
@@ -63,7 +72,8 @@ const (
 )
 
 // slotHdr is a slot's header as the consumer copied it out of shared
-// memory. Layout: op u8, flags u8, pad u16, len u32, imm u32, msgLen u32.
+// memory. Layout: op u8, flags u8, pad u16, len u32, imm u32, msgLen u32,
+// seq u64 (slotSeqOff).
 type slotHdr struct {
 	op     uint8
 	flags  uint8
@@ -117,7 +127,7 @@ func (r *ring) free() (n int, ok bool) {
 func (r *ring) payload() []byte { return r.slot(r.prod)[slotHdrLen:] }
 
 // publish writes the next slot's header (its payload is in place) and
-// makes the slot visible to the consumer.
+// makes the slot visible to the consumer: its sequence word last.
 func (r *ring) publish(h *slotHdr) {
 	s := r.slot(r.prod)
 	s[0], s[1] = h.op, h.flags
@@ -125,8 +135,11 @@ func (r *ring) publish(h *slotHdr) {
 	binary.LittleEndian.PutUint32(s[8:], h.imm)
 	binary.LittleEndian.PutUint32(s[12:], h.msgLen)
 	r.prod++
-	atomic.StoreUint64(r.word64(offProd), r.prod)
+	atomic.StoreUint64(slotSeq(s), r.prod)
 }
+
+// slotSeq is the sequence word of slot s.
+func slotSeq(s []byte) *uint64 { return (*uint64)(unsafe.Pointer(&s[slotSeqOff])) }
 
 // put writes one slot with payload and publishes it.
 func (r *ring) put(h *slotHdr, payload []byte) {
@@ -167,14 +180,10 @@ func (e ringError) Error() string { return "shm: peer corrupted the ring: " + st
 // peek returns the header of the next slot, and ok=false if none is
 // published. A non-nil error means the ring is corrupt.
 func (r *ring) peek() (h slotHdr, payload []byte, ok bool, err error) {
-	p := atomic.LoadUint64(r.word64(offProd))
-	if p == r.cons {
+	s := r.slot(r.cons)
+	if atomic.LoadUint64(slotSeq(s)) != r.cons+1 {
 		return h, nil, false, nil
 	}
-	if p < r.cons || p-r.cons > ringSlots {
-		return h, nil, false, ringError("producer index out of range")
-	}
-	s := r.slot(r.cons)
 	// Copy the header once: the peer may change it while we look.
 	var hb [slotHdrLen]byte
 	copy(hb[:], s[:slotHdrLen])

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestShmTools runs the perftest and pingpong tools over the shared-memory
+// provider as a user would: `-d shm0`, server and client in two processes
+// meeting over TCP on loopback, the exchange carrying the shm GIDs
+// (index 0) that name each process's device.
+func TestShmTools(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the CLI and runs processes")
+	}
+	bin := filepath.Join(t.TempDir(), "softrdma")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	shmGID := "253:115:104:109:" // perftest prints GIDs byte by byte: fd73:686d...
+	for i, tc := range []struct {
+		tool   string
+		args   []string
+		result string // a line both sides print once the test ran
+	}{
+		{"ib_write_lat", []string{"-s", "8"}, " 8       200 "},
+		{"ib_write_bw", []string{"-s", "65536"}, " 65536      200 "},
+		{"ib_read_lat", []string{"-s", "8"}, " 8       200 "},
+		{"ib_read_bw", []string{"-s", "4096"}, " 4096       200 "},
+		{"ib_send_lat", []string{"-s", "8"}, " 8       200 "},
+		{"ib_send_bw", []string{"-s", "8"}, " 8          200 "},
+		{"ib_atomic_lat", nil, " 8       200 "},
+		{"ib_atomic_bw", nil, " 8          200 "},
+		{"ibv_rc_pingpong", []string{"-s", "64"}, "200 iters in"},
+		{"ibv_srq_pingpong", []string{"-q", "4"}, "200 iters in"},
+		{"ibv_ud_pingpong", []string{"-s", "1024"}, "200 iters in"},
+	} {
+		t.Run(tc.tool, func(t *testing.T) {
+			port := fmt.Sprint(23000 + os.Getpid()%10000 + i)
+			args := append([]string{tc.tool, "-d", "shm0", "-n", "200", "-p", port}, tc.args...)
+			server := exec.Command(bin, args...)
+			var sout bytes.Buffer
+			server.Stdout, server.Stderr = &sout, &sout
+			if err := server.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer server.Process.Kill()
+			cout, err := runClient(bin, append(args, "127.0.0.1"), nil)
+			serr := server.Wait()
+			t.Logf("server:\n%s\nclient:\n%s", sout.String(), cout)
+			if err != nil || serr != nil {
+				t.Fatalf("client: %v, server: %v", err, serr)
+			}
+			if !strings.Contains(string(cout), tc.result) {
+				t.Errorf("client printed no result line %q", tc.result)
+			}
+			if strings.HasPrefix(tc.tool, "ib_") {
+				for _, out := range []string{sout.String(), string(cout)} {
+					if n := strings.Count(out, "GID: "+shmGID); n != 2 {
+						t.Errorf("want local and remote shm GIDs in the exchange, found %d", n)
+					}
+				}
+			} else if n := strings.Count(string(cout), "GID fd73:686d:"); n < 2 {
+				t.Errorf("want local and remote shm GIDs in the exchange, found %d", n)
+			}
+		})
+	}
+}
+
+// TestBenchShm runs softrdma bench -provider shm: both ends in this
+// process on two shared-memory devices.
+func TestBenchShm(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "bench.json")
+	err := runBench([]string{"-provider", "shm", "-ops", "write,read,send", "-sizes", "8,65536", "-n", "200", "-lat-n", "200", "-plot", "", "-json", f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep benchReport
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Provider != "shm" || !strings.HasPrefix(rep.AddrA, "fd73:686d:") || len(rep.BW) != 6 || len(rep.Lat) != 6 {
+		t.Fatalf("report: provider %q, devices %s and %s, %d bandwidth and %d latency rows; want shm, two shm GIDs, 6 and 6",
+			rep.Provider, rep.AddrA, rep.AddrB, len(rep.BW), len(rep.Lat))
+	}
+	for _, r := range rep.BW {
+		if r.AvgMBps <= 0 {
+			t.Errorf("%v %d B: no bandwidth", r.Op, r.Size)
+		}
+	}
+	if err := runBench([]string{"-provider", "shm", "-secure", "auth"}); err == nil || !strings.Contains(err.Error(), "-secure") {
+		t.Errorf("-provider shm -secure auth: %v, want an error naming -secure", err)
+	}
+}
+
+// runClient runs a tool's client, retrying while the server is not yet
+// listening.
+func runClient(bin string, args, env []string) ([]byte, error) {
+	var out []byte
+	var err error
+	for try := 0; try < 20; try++ {
+		client := exec.Command(bin, args...)
+		client.Env = append(os.Environ(), env...)
+		out, err = client.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "connect") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return out, err
+}

@@ -1,0 +1,14 @@
+//go:build linux && !amd64 && !386
+
+package shm
+
+import "sync/atomic"
+
+// atomicStoreByte stores b after every earlier store: a read-modify-write
+// atomic is a full barrier on every architecture Go supports, so no store
+// before it moves after it, and the byte store cannot move before it.
+func atomicStoreByte(p *byte, b byte) {
+	var fence uint32
+	atomic.AddUint32(&fence, 1)
+	*p = b
+}
