@@ -48,6 +48,7 @@ type Conn struct {
 
 	sendSize  uint32
 	keepAlive time.Duration
+	busyPoll  bool
 	sqSize    int
 	inline    uint32
 	peerOrder binary.ByteOrder // how the peer reads the SGEs we write
@@ -124,6 +125,12 @@ type Config struct {
 	// IOMapSize is how many buffers the peer may map for direct writes
 	// (RDMA_IOMAPSIZE, riomap); 0 means none.
 	IOMapSize int
+	// BusyPoll makes Read and Write poll the CQ without ever sleeping
+	// while they wait, as a program that retries rsocket's non-blocking
+	// calls at once does (rstream's default). It takes a CPU per waiting
+	// call and lowers the latency by the wake-up; by default they poll
+	// for a while, then sleep.
+	BusyPoll bool
 	// KeepAlive, if positive, sends an RS_CTRL_KEEPALIVE that often
 	// (rsocket's SO_KEEPALIVE), so that a peer that died while this side
 	// only reads is found within KeepAlive plus the transport's retry
@@ -219,6 +226,7 @@ func newConn(vctx verbs.Context, cfg Config) (c *Conn, cd connData, err error) {
 	}
 	c.sendSize, c.sqSize, c.inline = uint32(cfg.SendBuffer), depth, uint32(inline)
 	c.keepAlive = cfg.KeepAlive
+	c.busyPoll = cfg.BusyPoll
 	c.rx = newRx(uint32(cfg.RecvBuffer), uint16(depth))
 	c.sbufAvail = c.sendSize
 	c.ctrlMax = qpCtrlSize
@@ -426,9 +434,10 @@ func (c *Conn) progress(wait bool) (int, error) {
 // spinTime is how long Read and Write poll before they sleep.
 const spinTime = 100 * time.Microsecond
 
-// spin polls for up to spinTime; it reports whether anything completed.
-// When it reports false, the caller is about to sleep and the poller
-// watches the CQ for it.
+// spin polls for up to spinTime; it reports whether the caller should
+// look again: something completed, or Config.BusyPoll says never to
+// sleep. When it reports false, the caller is about to sleep and the
+// poller watches the CQ for it.
 func (c *Conn) spin() bool {
 	c.spins.Add(1)
 	start := time.Now()
@@ -438,6 +447,9 @@ func (c *Conn) spin() bool {
 		}
 		runtime.Gosched()
 		if time.Since(start) > spinTime {
+			if c.busyPoll {
+				return true
+			}
 			c.kickPoller()
 			return false
 		}
