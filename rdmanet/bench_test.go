@@ -8,8 +8,9 @@ import (
 	"time"
 )
 
-// The benchmarks run rdmanet and Go's TCP on loopback side by side, in
-// the same run: streaming 64 KiB writes, and a 64-byte request/response.
+// The benchmarks run rdmanet (over soft devices and over the shared-memory
+// provider) and Go's TCP on loopback side by side, in the same run:
+// streaming 64 KiB writes, and a 64-byte request/response.
 //
 //	go test -run XXX -bench . -count 5 ./rdmanet | benchstat -col /net -
 
@@ -18,6 +19,11 @@ func benchPairs(b *testing.B) map[string]func() (net.Conn, net.Conn) {
 		"net=rdmanet": func() (net.Conn, net.Conn) {
 			devices(b)
 			c, s := pair(b, nil)
+			return c, s
+		},
+		"net=rdmanet-shm": func() (net.Conn, net.Conn) {
+			a, bd := shmDevices(b)
+			c, s := connectPair(b, a, bd, Config{})
 			return c, s
 		},
 		"net=tcp": func() (net.Conn, net.Conn) {
@@ -56,8 +62,13 @@ func reportCPU(b *testing.B, start time.Duration) {
 	b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
 }
 
+// benchNets are the benchmarks' sub-benchmarks: rdmanet over soft
+// devices (RoCEv2 over loopback UDP) and over the shared-memory provider
+// (Connect), and Go's TCP.
+var benchNets = []string{"net=rdmanet", "net=rdmanet-shm", "net=tcp"}
+
 func BenchmarkStream64K(b *testing.B) {
-	for _, name := range []string{"net=rdmanet", "net=tcp"} {
+	for _, name := range benchNets {
 		b.Run(name, func(b *testing.B) {
 			c, s := benchPairs(b)[name]()
 			defer c.Close()
@@ -85,7 +96,7 @@ func BenchmarkStream64K(b *testing.B) {
 }
 
 func BenchmarkPingPong64(b *testing.B) {
-	for _, name := range []string{"net=rdmanet", "net=tcp"} {
+	for _, name := range benchNets {
 		b.Run(name, func(b *testing.B) {
 			c, s := benchPairs(b)[name]()
 			defer c.Close()

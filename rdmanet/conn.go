@@ -36,15 +36,15 @@ import (
 //	          ─► RS_OP_CTRL: shutdown / disconnect ─► EOF
 //	Read(p) ─► rx.read from the ring ─► credits back (RS_OP_SGL) when due
 type Conn struct {
-	cmc   *cm.Conn
+	sess  session // the CM connection, or the out-of-band one (Connect)
 	pd    verbs.PD
 	cq    verbs.CQ // sends and receives, as rsocket
 	qp    verbs.QP
 	ring  verbs.MR // the receive ring the peer writes into
 	tgt   verbs.MR // the target SGL the peer writes ring areas into
 	sbuf  verbs.MR // the send buffer, then qpCtrlSize control slots
-	laddr *Addr
-	raddr *Addr
+	laddr net.Addr
+	raddr net.Addr
 
 	sendSize  uint32
 	keepAlive time.Duration
@@ -238,12 +238,22 @@ func newConn(vctx verbs.Context, cfg Config) (c *Conn, cd connData, err error) {
 	return c, cd, nil
 }
 
-// start takes the peer's connection data and the established cm
-// connection, and starts the poller.
-func (c *Conn) start(cmc *cm.Conn, peer connData) {
-	c.cmc = cmc
-	lp, rp := cmc.LocalAddr(), cmc.RemoteAddr()
-	c.laddr, c.raddr = &Addr{lp}, &Addr{rp}
+// session is what carries a connection's life besides its QP: the CM
+// connection (Dial, Accept), or the out-of-band stream of Connect.
+type session interface {
+	// Done is closed when the peer disconnected or the QP failed.
+	Done() <-chan struct{}
+	// Err says why Done was closed (cm.ErrQPError: the QP failed).
+	Err() error
+	// Close disconnects (the CM's DREQ, or closing the stream).
+	Close() error
+}
+
+// start takes the peer's connection data and the established session,
+// and starts the poller.
+func (c *Conn) start(sess session, laddr, raddr net.Addr, peer connData) {
+	c.sess = sess
+	c.laddr, c.raddr = laddr, raddr
 	c.remoteSGL = peer.TargetSGL
 	c.remoteSGL.Length = min(c.remoteSGL.Length, 1<<16)
 	c.remoteSGE = 1
@@ -284,7 +294,7 @@ func (c *Conn) watch() {
 	}
 	for {
 		select {
-		case <-c.cmc.Done():
+		case <-c.sess.Done():
 			c.stop()
 			return
 		case <-c.ctx.Done():
@@ -333,7 +343,7 @@ func (c *Conn) poll() {
 				// The peer disconnected without (or after) its RS_CTRL
 				// message: what is queued can still be read.
 				c.rdShut, c.peerGone = true, true
-				if e := c.cmc.Err(); errors.Is(e, cm.ErrQPError) {
+				if e := c.sess.Err(); errors.Is(e, cm.ErrQPError) {
 					c.failLocked(e)
 				}
 			}
@@ -840,7 +850,7 @@ func (c *Conn) close() {
 	c.stop()
 	<-c.pollerDone
 	<-c.watchDone
-	c.closeErr = c.cmc.Close()
+	c.closeErr = c.sess.Close()
 	c.mu.Lock()
 	maps := c.mappings
 	c.mappings = nil
