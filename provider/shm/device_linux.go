@@ -54,8 +54,9 @@ type Device struct {
 	mrMu sync.RWMutex
 	mrs  map[uint32]*MR // lkey == rkey
 
-	active    atomic.Bool  // an application goroutine polled or posted since the progress goroutine last looked
-	rnrWake   atomic.Int64 // earliest RNR deadline a QP waits for (unix nanos, 0 none)
+	active    atomic.Bool   // an application goroutine polled or posted since the progress goroutine last looked
+	napWake   chan struct{} // a CQ waiter is about to block: the progress goroutine must not nap
+	rnrWake   atomic.Int64  // earliest RNR deadline a QP waits for (unix nanos, 0 none)
 	stop      chan struct{}
 	wg        sync.WaitGroup
 	connWG    sync.WaitGroup
@@ -117,6 +118,7 @@ func Open(cfg Config) (*Device, error) {
 		name: cfg.Name, id: binary.LittleEndian.Uint64(idb[:]) | 1, cfg: cfg, uid: uint32(os.Getuid()),
 		conns: map[uint64]*conn{}, all: map[*conn]bool{}, qpByNum: map[uint32]*QP{},
 		inboxes: map[inboxKey]*mapping{}, mrs: map[uint32]*MR{}, stop: make(chan struct{}),
+		napWake: make(chan struct{}, 1),
 	}
 	d.gid = gidOf(d.uid, d.id)
 	d.qps.Store(&[]*QP{})
@@ -308,6 +310,9 @@ func (d *Device) progressLoop() {
 	// its thread for its duration anyway, having released the P.
 	seqw, sleeping := d.bell.word(bellSeq), d.bell.word(bellSleeping)
 	idle := 0
+	nap := time.NewTimer(time.Hour)
+	nap.Stop()
+	defer nap.Stop()
 	for {
 		select {
 		case <-d.stop:
@@ -325,8 +330,18 @@ func (d *Device) progressLoop() {
 		}
 		if d.active.Swap(false) {
 			// The application polls: peers need not ring, and this
-			// goroutine keeps out of the way of busy pollers.
-			time.Sleep(2 * time.Millisecond)
+			// goroutine keeps out of the way of busy pollers, until a
+			// CQ waiter is about to block (wakeForWaiter): the nap
+			// would delay its completion by up to the whole nap, and
+			// peers do not ring a napping device.
+			nap.Reset(napTime)
+			select {
+			case <-nap.C:
+			case <-d.napWake:
+				nap.Stop()
+			case <-d.stop:
+				return
+			}
 			continue
 		}
 		seq := atomic.LoadUint32(seqw)
@@ -351,6 +366,21 @@ func (d *Device) progressLoop() {
 		futexWait(seqw, seq, wait)
 		atomic.StoreUint32(sleeping, 0)
 		idle = 0
+	}
+}
+
+// napTime is how long the progress goroutine naps while the application
+// polls; a variable so that a test can make a nap last.
+var napTime = 2 * time.Millisecond
+
+// wakeForWaiter is called by a CQ waiter before it blocks: the progress
+// goroutine stops napping and, unless the application polls again, sleeps
+// on the doorbell, where peers ring it.
+func (d *Device) wakeForWaiter() {
+	d.active.Store(false)
+	select {
+	case d.napWake <- struct{}{}:
+	default:
 	}
 }
 
