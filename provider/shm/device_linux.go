@@ -282,19 +282,24 @@ func (d *Device) markActive() {
 
 func nanotime() int64 { return time.Now().UnixNano() }
 
-// progress services every QP once. It reports whether anything moved.
+// progress services every QP once. It reports whether anything moved,
+// or a QP could not be looked at because another goroutine held it: the
+// progress goroutine must then not go to sleep, since a peer that saw it
+// awake did not ring for what that QP's rings hold.
 func (d *Device) progress() bool {
 	moved := false
 	for _, qp := range *d.qps.Load() {
 		if qp.busy.Load() == 0 {
 			continue
 		}
-		if qp.mu.TryLock() {
-			if qp.progressLocked() {
-				moved = true
-			}
-			qp.mu.Unlock()
+		if !qp.mu.TryLock() {
+			moved = true
+			continue
 		}
+		if qp.progressLocked() {
+			moved = true
+		}
+		qp.mu.Unlock()
 	}
 	return moved
 }
@@ -351,7 +356,7 @@ func (d *Device) progressLoop() {
 			idle = 0
 			continue
 		}
-		wait := 5 * time.Second // a safety net against a peer that clears our flag
+		wait := safetyWake
 		if dl := d.rnrWake.Load(); dl != 0 {
 			w := time.Duration(dl - nanotime())
 			if w <= 0 {
@@ -368,6 +373,10 @@ func (d *Device) progressLoop() {
 		idle = 0
 	}
 }
+
+// safetyWake bounds a sleep on the doorbell: a safety net against a peer
+// that clears our flag. A variable so that a test can take it away.
+var safetyWake = 5 * time.Second
 
 // napTime is how long the progress goroutine naps while the application
 // polls; a variable so that a test can make a nap last.
