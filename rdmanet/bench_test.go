@@ -129,13 +129,25 @@ func BenchmarkPingPong64(b *testing.B) {
 	}
 }
 
-// Read and Write allocate nothing in steady state.
+// Read and Write allocate nothing in steady state, over soft devices and
+// over the shared-memory provider.
 func TestZeroAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	devices(t)
-	c, s := pair(t, nil)
+	t.Run("soft", func(t *testing.T) {
+		devices(t)
+		c, s := pair(t, nil)
+		zeroAllocs(t, c, s)
+	})
+	t.Run("shm", func(t *testing.T) {
+		a, b := shmDevices(t)
+		c, s := connectPair(t, a, b, Config{})
+		zeroAllocs(t, c, s)
+	})
+}
+
+func zeroAllocs(t *testing.T, c, s *Conn) {
 	defer c.Close()
 	defer s.Close()
 	go func() {
