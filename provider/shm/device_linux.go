@@ -54,13 +54,14 @@ type Device struct {
 	mrMu sync.RWMutex
 	mrs  map[uint32]*MR // lkey == rkey
 
-	active    atomic.Bool   // an application goroutine polled or posted since the progress goroutine last looked
-	napWake   chan struct{} // a CQ waiter is about to block: the progress goroutine must not nap
-	rnrWake   atomic.Int64  // earliest RNR deadline a QP waits for (unix nanos, 0 none)
-	stop      chan struct{}
-	wg        sync.WaitGroup
-	connWG    sync.WaitGroup
-	progressG atomic.Bool
+	active      atomic.Bool   // an application goroutine polled or posted since the progress goroutine last looked
+	napWake     chan struct{} // a CQ waiter is about to block: the progress goroutine must not nap
+	nap, safety time.Duration // napTime and safetyWake when the device opened
+	rnrWake     atomic.Int64  // earliest RNR deadline a QP waits for (unix nanos, 0 none)
+	stop        chan struct{}
+	wg          sync.WaitGroup
+	connWG      sync.WaitGroup
+	progressG   atomic.Bool
 }
 
 type inboxKey struct {
@@ -118,7 +119,7 @@ func Open(cfg Config) (*Device, error) {
 		name: cfg.Name, id: binary.LittleEndian.Uint64(idb[:]) | 1, cfg: cfg, uid: uint32(os.Getuid()),
 		conns: map[uint64]*conn{}, all: map[*conn]bool{}, qpByNum: map[uint32]*QP{},
 		inboxes: map[inboxKey]*mapping{}, mrs: map[uint32]*MR{}, stop: make(chan struct{}),
-		napWake: make(chan struct{}, 1),
+		napWake: make(chan struct{}, 1), nap: napTime, safety: safetyWake,
 	}
 	d.gid = gidOf(d.uid, d.id)
 	d.qps.Store(&[]*QP{})
@@ -339,7 +340,7 @@ func (d *Device) progressLoop() {
 			// CQ waiter is about to block (wakeForWaiter): the nap
 			// would delay its completion by up to the whole nap, and
 			// peers do not ring a napping device.
-			nap.Reset(napTime)
+			nap.Reset(d.nap)
 			select {
 			case <-nap.C:
 			case <-d.napWake:
@@ -356,7 +357,7 @@ func (d *Device) progressLoop() {
 			idle = 0
 			continue
 		}
-		wait := safetyWake
+		wait := d.safety
 		if dl := d.rnrWake.Load(); dl != 0 {
 			w := time.Duration(dl - nanotime())
 			if w <= 0 {
@@ -375,11 +376,13 @@ func (d *Device) progressLoop() {
 }
 
 // safetyWake bounds a sleep on the doorbell: a safety net against a peer
-// that clears our flag. A variable so that a test can take it away.
+// that clears our flag. A variable so that a test can take it away (for
+// the devices it opens after).
 var safetyWake = 5 * time.Second
 
 // napTime is how long the progress goroutine naps while the application
-// polls; a variable so that a test can make a nap last.
+// polls; a variable so that a test can make a nap last (for the devices
+// it opens after).
 var napTime = 2 * time.Millisecond
 
 // wakeForWaiter is called by a CQ waiter before it blocks: the progress

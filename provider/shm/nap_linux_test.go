@@ -13,7 +13,8 @@ import (
 // made to last an hour here, so without wakeForWaiter the SEND below
 // would wait for it.
 func TestWaitEndsNap(t *testing.T) {
-	defer func(d time.Duration) { napTime = d }(napTime)
+	d := napTime
+	t.Cleanup(func() { napTime = d })
 	napTime = time.Hour
 	x, y := pair(t, sideOpts{}, sideOpts{})
 	postRecv(t, y.qp, 1, y.mr.SGE(0, 64))
@@ -44,7 +45,8 @@ func TestWaitEndsNap(t *testing.T) {
 // did not ring for what arrived meanwhile. (The doorbell's safety-net
 // wake is taken away here, so a skipped QP would strand the SEND.)
 func TestContendedQPNotSkipped(t *testing.T) {
-	defer func(d, w time.Duration) { napTime, safetyWake = d, w }(napTime, safetyWake)
+	d, w := napTime, safetyWake
+	t.Cleanup(func() { napTime, safetyWake = d, w })
 	napTime, safetyWake = time.Millisecond, time.Hour
 	x, y := pair(t, sideOpts{}, sideOpts{})
 	postRecv(t, y.qp, 1, y.mr.SGE(0, 64))
