@@ -111,3 +111,43 @@ func TestCloseWakesRead(t *testing.T) {
 		t.Error("peer's Write after Close succeeded")
 	}
 }
+
+// Config.BusyPoll: Reads that never sleep still see data, deadlines and
+// Close.
+func TestBusyPoll(t *testing.T) {
+	devices(t)
+	checkGoroutines(t)
+	c, s := pair(t, &Config{BusyPoll: true})
+	defer s.Close()
+	go io.Copy(s, s)
+	msg := []byte("busy")
+	for range 100 {
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, len(msg))
+		if _, err := io.ReadFull(c, b); err != nil || !bytes.Equal(b, msg) {
+			t.Fatalf("echo: %q, %v", b, err)
+		}
+	}
+	c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	if _, err := c.Read(make([]byte, 10)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("busy Read past its deadline: %v, want os.ErrDeadlineExceeded", err)
+	}
+	c.SetReadDeadline(time.Time{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 10))
+		errc <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	go c.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Errorf("busy Read after Close: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end the busy Read")
+	}
+}

@@ -16,5 +16,10 @@
 // peer sends is checked: more messages than credits, more bytes than the
 // ring space granted, or an unknown operation closes the connection.
 //
+// [Connect] sets a connection up without the CM, over a stream both
+// programs already have: for providers that carry no CM traffic (the
+// shared-memory provider), or when an address exchange exists anyway.
+// The data path is the same; a C rsocket peer cannot connect that way.
+//
 // rdmanet imports verbs and cm.
 package rdmanet

@@ -122,6 +122,23 @@ func hostileWrite(t *testing.T, s *Conn, imm uint32, n int, off uint64) {
 	s.sqeAvail--
 }
 
+// waitSent waits until every write s posted completed (a loaded machine
+// under -race took more than 50 ms for nine).
+func waitSent(t *testing.T, s *Conn) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		s.mu.Lock()
+		n := s.sending
+		s.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d writes still not completed after 10 s", n)
+		}
+	}
+}
+
 func TestHostilePeer(t *testing.T) {
 	devices(t)
 	cases := []struct {
@@ -165,7 +182,7 @@ func TestHostilePeer(t *testing.T) {
 		for i := 0; i < 17; i++ {
 			hostileWrite(t, s, msgSet(opData, 1), 1, uint64(i))
 			if i == 8 {
-				time.Sleep(50 * time.Millisecond) // the send queue drains
+				waitSent(t, s) // the send queue drains
 			}
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -103,7 +103,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			}
 			continue // that peer went away; wait for the next
 		}
-		c.start(cmc, peer)
+		c.start(cmc, &Addr{cmc.LocalAddr()}, &Addr{cmc.RemoteAddr()}, peer)
 		return c, nil
 	}
 }
@@ -188,7 +188,7 @@ func (d *Dialer) dial(ctx context.Context, network, address string) (*Conn, erro
 		c.release()
 		return nil, fmt.Errorf("rdmanet: %v: %w", address, err)
 	}
-	c.start(cmc, peer)
+	c.start(cmc, &Addr{cmc.LocalAddr()}, &Addr{cmc.RemoteAddr()}, peer)
 	return c, nil
 }
 

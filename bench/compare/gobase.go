@@ -7,33 +7,51 @@ package main
 // "_go-server" and "_go-client", so these are two processes like every other
 // stack. The client prints "RESULT {json}"; so does the UDP stream server,
 // which is the side that knows what arrived.
+//
+// The same code measures softrdma's sockets (package rdmanet) with the
+// protos "rdmanet" (a soft RoCEv2 device per process on loopback, rdma_cm
+// over it) and "rdmanet-shm" (a shared-memory device per process; the QPs
+// are connected over a TCP stream, rdmanet.Connect): byte for byte the
+// loops the TCP baseline runs.
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"sort"
 	"syscall"
 	"time"
+
+	"github.com/softrdma/softrdma/provider/shm"
+	"github.com/softrdma/softrdma/provider/soft"
+	"github.com/softrdma/softrdma/rdmanet"
+	"github.com/softrdma/softrdma/verbs"
 )
 
 const udpChunk = 65000 // largest datagram the UDP stream sends (fits lo's MTU)
 
 type goOpts struct {
-	proto, mode string // tcp|udp, pp|stream
+	proto, mode string // tcp|udp|rdmanet|rdmanet-shm, pp|stream
 	addr        string
+	dev         string // rdmanet: this side's soft device address
 	size, n     int
 	warm        int
 }
 
+// stream reports whether proto is a byte stream (TCP, rdmanet).
+func (o goOpts) stream() bool { return o.proto != "udp" }
+
 func parseGoOpts(args []string) (goOpts, error) {
 	var o goOpts
 	fs := flag.NewFlagSet("go-baseline", flag.ContinueOnError)
-	fs.StringVar(&o.proto, "proto", "tcp", "tcp or udp")
+	fs.StringVar(&o.proto, "proto", "tcp", "tcp, udp, rdmanet or rdmanet-shm")
+	fs.StringVar(&o.dev, "dev", "", "rdmanet: the address of this side's soft device")
 	fs.StringVar(&o.mode, "mode", "pp", "pp (ping-pong) or stream")
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:0", "listen / connect address")
 	fs.IntVar(&o.size, "size", 8, "message size")
@@ -44,6 +62,15 @@ func parseGoOpts(args []string) (goOpts, error) {
 	}
 	if o.size < 1 || o.n < 1 {
 		return o, errors.New("size and n must be positive")
+	}
+	switch o.proto {
+	case "tcp", "udp", "rdmanet-shm":
+	case "rdmanet":
+		if _, err := netip.ParseAddr(o.dev); err != nil {
+			return o, fmt.Errorf("-proto rdmanet needs -dev, the soft device's address: %v", err)
+		}
+	default:
+		return o, fmt.Errorf("unknown -proto %q", o.proto)
 	}
 	if o.proto == "udp" && o.mode == "pp" && o.size > udpChunk {
 		return o, fmt.Errorf("UDP ping-pong size %d > %d", o.size, udpChunk)
@@ -74,17 +101,11 @@ func printResult(m map[string]float64) {
 
 func goServer(o goOpts) error {
 	buf := make([]byte, max(o.size, 4<<20))
-	if o.proto == "tcp" {
-		l, err := net.Listen("tcp", o.addr)
+	if o.stream() {
+		c, err := acceptStream(o)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("READY %s\n", l.Addr())
-		c, err := l.Accept()
-		if err != nil {
-			return err
-		}
-		l.Close()
 		defer c.Close()
 		if o.mode == "pp" {
 			for {
@@ -218,8 +239,8 @@ func goClient(o goOpts) error {
 	rbuf := make([]byte, max(o.size, 65536))
 	var c net.Conn
 	var err error
-	if o.proto == "tcp" {
-		c, err = net.DialTimeout("tcp", o.addr, 5*time.Second)
+	if o.stream() {
+		c, err = dialStream(o)
 	} else {
 		var uc *net.UDPConn
 		uc, err = net.DialUDP("udp", nil, mustUDPAddr(o.addr))
@@ -238,7 +259,7 @@ func goClient(o goOpts) error {
 			if _, err := c.Write(buf); err != nil {
 				return err
 			}
-			if o.proto == "tcp" {
+			if o.stream() {
 				_, err := io.ReadFull(c, rbuf[:o.size])
 				return err
 			}
@@ -279,7 +300,7 @@ func goClient(o goOpts) error {
 		return nil
 	}
 
-	if o.proto == "tcp" {
+	if o.stream() {
 		t0 := time.Now()
 		for i := 0; i < o.n; i++ {
 			if _, err := c.Write(buf); err != nil {
@@ -337,4 +358,108 @@ func latMetrics(s []time.Duration) map[string]float64 {
 		"lat_p999_us": us(pct(0.999)),
 		"lat_max_us":  us(s[len(s)-1]),
 	}
+}
+
+// openDevice opens this side's device for the rdmanet protos.
+func openDevice(o goOpts) (verbs.Context, func(), error) {
+	if o.proto == "rdmanet-shm" {
+		d, err := shm.Open(shm.Config{})
+		if err != nil {
+			return nil, nil, err
+		}
+		return d, func() { d.Close() }, nil
+	}
+	d, err := soft.Open(soft.Config{Addr: netip.MustParseAddr(o.dev)})
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, func() { d.Close() }, nil
+}
+
+// closer closes a connection, then its device.
+type closer struct {
+	net.Conn
+	done func()
+}
+
+func (c closer) Close() error {
+	err := c.Conn.Close()
+	c.done()
+	return err
+}
+
+// acceptStream prints "READY addr" and accepts one connection: TCP, or
+// rdmanet over a soft device (rdma_cm) or a shm device (rdmanet.Connect
+// over a TCP stream).
+func acceptStream(o goOpts) (net.Conn, error) {
+	if o.proto == "rdmanet" {
+		dev, done, err := openDevice(o)
+		if err != nil {
+			return nil, err
+		}
+		l, err := rdmanet.ListenConfig("rdma", o.addr, &rdmanet.Config{Context: dev})
+		if err != nil {
+			done()
+			return nil, err
+		}
+		fmt.Printf("READY %s\n", l.Addr())
+		c, err := l.Accept()
+		l.Close()
+		if err != nil {
+			done()
+			return nil, err
+		}
+		return closer{c, done}, nil
+	}
+	l, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Printf("READY %s\n", l.Addr())
+	c, err := l.Accept()
+	l.Close()
+	if err != nil || o.proto == "tcp" {
+		return c, err
+	}
+	return upgrade(o, c)
+}
+
+// dialStream connects to acceptStream.
+func dialStream(o goOpts) (net.Conn, error) {
+	if o.proto == "rdmanet" {
+		dev, done, err := openDevice(o)
+		if err != nil {
+			return nil, err
+		}
+		d := rdmanet.Dialer{Timeout: 10 * time.Second, Config: &rdmanet.Config{Context: dev}}
+		c, err := d.Dial("rdma", o.addr)
+		if err != nil {
+			done()
+			return nil, err
+		}
+		return closer{c, done}, nil
+	}
+	c, err := net.DialTimeout("tcp", o.addr, 5*time.Second)
+	if err != nil || o.proto == "tcp" {
+		return c, err
+	}
+	return upgrade(o, c)
+}
+
+// upgrade turns a TCP connection into an rdmanet one over a shm device.
+func upgrade(o goOpts, tc net.Conn) (net.Conn, error) {
+	dev, done, err := openDevice(o)
+	if err != nil {
+		tc.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := rdmanet.Connect(ctx, tc, &rdmanet.Config{Context: dev})
+	if err != nil {
+		tc.Close()
+		done()
+		return nil, err
+	}
+	return closer{c, done}, nil
 }

@@ -54,7 +54,7 @@ const (
 	quickSizes    = "2,8,4096,65536,1048576,8388608"
 	defRSSizes    = "8,65536,1048576"
 	quickRSSizes  = "8,1048576"
-	allStacks     = "softrdma,ucx,libfabric,go,shm"
+	allStacks     = "softrdma,ucx,libfabric,go,shm,rdmanet"
 	latSize       = 8
 	refSize       = 1 << 20
 	rateTargetM   = 5.0 // 8-byte message rate target, million messages/s (issue 15; was 1)
@@ -63,6 +63,11 @@ const (
 	seriesSend    = "softrdma SEND"
 	seriesRead    = "softrdma READ"
 	seriesGoUDP   = "Go UDP"
+	seriesRnet    = "softrdma rdmanet"
+	seriesRnetShm = "softrdma rdmanet shm"
+	seriesGoTCP   = "Go TCP"
+	rnPPSize      = 64      // rdmanet's request/response size (issue 11)
+	rnStreamSize  = 1 << 16 // rdmanet's stream write size
 	errLinesFirst = 12
 )
 
@@ -479,6 +484,23 @@ func run(cfg *config) int {
 					return g.run(ctx, p, "stream", s, cfg.bwIters(s))
 				})
 			}
+		}
+	}
+	// softrdma's sockets (rdmanet over a soft device, and over a shm
+	// device) and Go's TCP, the same Go loops: 64-byte request/response
+	// and a stream of 64 KiB writes.
+	if cfg.stacks["rdmanet"] {
+		g := &goBase{self: self, timeout: cfg.timeout, srvDev: cfg.srvAddr, cliDev: cfg.cliAddr}
+		for _, p := range []struct{ proto, series string }{{"rdmanet", seriesRnet}, {"rdmanet-shm", seriesRnetShm}, {"tcp", seriesGoTCP}} {
+			add(p.series, p.proto+" ping-pong", "lat", rnPPSize, func(ctx context.Context) (metrics, runInfo, error) {
+				return g.run(ctx, p.proto, "pp", rnPPSize, cfg.latN)
+			})
+			if p.proto == "tcp" && cfg.stacks["go"] && slices.Contains(cfg.sizes, rnStreamSize) {
+				continue // the go stack measures it
+			}
+			add(p.series, p.proto+" stream", "bw", rnStreamSize, func(ctx context.Context) (metrics, runInfo, error) {
+				return g.run(ctx, p.proto, "stream", rnStreamSize, cfg.bwIters(rnStreamSize))
+			})
 		}
 	}
 	if len(jobs) == 0 {

@@ -8,6 +8,7 @@ package main
 import (
 	"image/color"
 	"os"
+	"slices"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -42,8 +43,16 @@ func (r *report) plot(path string) error {
 	bw.X.Label.Text = "message size [bytes]"
 	bw.Y.Label.Text = "bandwidth [MB/s, 2^20]"
 	bw.X.Scale, bw.Y.Scale = plot.LogScale{}, plot.LogScale{}
+	// The sweep's sizes and any other size measured (rdmanet's stream).
+	sizes := slices.Clone(r.Sizes)
+	for _, m := range r.Medians {
+		if m.Kind == "bw" && !slices.Contains(sizes, m.Size) {
+			sizes = append(sizes, m.Size)
+		}
+	}
+	slices.Sort(sizes)
 	var sizeTicks []plot.Tick
-	for _, s := range r.Sizes {
+	for _, s := range sizes {
 		sizeTicks = append(sizeTicks, plot.Tick{Value: float64(s), Label: strings.TrimSuffix(strings.TrimSuffix(sizeStr(s), "iB"), "B")})
 	}
 	bw.X.Tick.Marker, bw.Y.Tick.Marker = plot.ConstantTicks(sizeTicks), plot.LogTicks{Prec: -1}
@@ -76,7 +85,7 @@ func (r *report) plot(path string) error {
 		perStack[stack]++
 
 		var pts plotter.XYs
-		for _, size := range r.Sizes {
+		for _, size := range sizes {
 			if v, ok := r.get(s, "bw", size, "bw_MiBps"); ok && v > 0 {
 				pts = append(pts, plotter.XY{X: float64(size), Y: v})
 			}
@@ -103,6 +112,15 @@ func (r *report) plot(path string) error {
 
 	if latMax > 0 {
 		lat.Y.Max = latMax * 6 // room for the legend above the lines
+	}
+	// A log axis with nothing on it (only some stacks ran) needs a range.
+	for _, p := range []*plot.Plot{bw, lat} {
+		if p.Y.Min <= 0 || p.Y.Max <= p.Y.Min {
+			p.Y.Min, p.Y.Max = 1, 10
+		}
+		if p == bw && (p.X.Min <= 0 || p.X.Max <= p.X.Min) {
+			p.X.Min, p.X.Max = 1, 1<<20
+		}
 	}
 
 	img := vgimg.New(18*vg.Inch, 7*vg.Inch)

@@ -216,6 +216,18 @@ func (r *report) summarize() {
 	srLat0, okL := r.get(seriesWrite, "lat", latSize, "lat_p50_us")
 	r.Targets = append(r.Targets, mk("SEND 8 B latency (median) ≤ 1.1× WRITE's", "µs", "lower", "1.1 × softrdma WRITE 8 B median", sendLat, srLat0*1.1, ok, okL))
 	r.Targets = append(r.Targets, r.shmTargets()...)
+	// Sockets over RDMA (issue 11), when the rdmanet stack ran.
+	tcpLat, okT := r.get(seriesGoTCP, "lat", rnPPSize, "lat_p50_us")
+	tcpBW, okB := r.get(seriesGoTCP, "bw", rnStreamSize, "bw_MiBps")
+	for _, s := range []string{seriesRnet, seriesRnetShm} {
+		if !slices.Contains(r.series, s) {
+			continue
+		}
+		lat, ok := r.get(s, "lat", rnPPSize, "lat_p50_us")
+		r.Targets = append(r.Targets, mk(s+" 64 B request/response (median) ≤ Go TCP", "µs", "lower", "Go TCP 64 B ping-pong median", lat, tcpLat, ok, okT))
+		bw, ok := r.get(s, "bw", rnStreamSize, "bw_MiBps")
+		r.Targets = append(r.Targets, mk(s+" 64 KiB stream ≥ Go TCP", "MB/s", "higher", "Go TCP 64 KiB stream", bw, tcpBW, ok, okB))
+	}
 }
 
 // get returns a median.
@@ -354,6 +366,25 @@ func (r *report) print(w io.Writer) {
 	section(w, "bandwidth sweep, MB/s (2^20), medians", 1, rows)
 
 	r.printShm(w)
+
+	// Sockets: rdmanet against Go's TCP.
+	if _, ok := r.find(seriesGoTCP, "lat", rnPPSize, "lat_p50_us"); ok {
+		fmt.Fprintf(w, "\nsockets: 64-byte request/response (one-way µs: half the round trip; lower is better) and 64 KiB stream (MB/s, 2^20; higher is better); ratio = this / Go TCP\n")
+		rows := [][]string{{"series", "pp p50", "pp p99", "over rounds", "ratio", "stream", "over rounds", "ratio"}}
+		tl, okTL := r.get(seriesGoTCP, "lat", rnPPSize, "lat_p50_us")
+		tb, okTB := r.get(seriesGoTCP, "bw", rnStreamSize, "bw_MiBps")
+		for _, s := range []string{seriesRnet, seriesRnetShm, seriesGoTCP} {
+			l, okL := r.find(s, "lat", rnPPSize, "lat_p50_us")
+			p99, ok99 := r.get(s, "lat", rnPPSize, "lat_p99_us")
+			b, okB := r.find(s, "bw", rnStreamSize, "bw_MiBps")
+			if !okL && !okB {
+				continue
+			}
+			rows = append(rows, []string{s, num(l.Median, okL), num(p99, ok99), spread(l, okL), ratio(l.Median, tl, okL, okTL),
+				num(b.Median, okB), spread(b, okB), ratio(b.Median, tb, okB, okTB)})
+		}
+		table(w, 1, rows)
+	}
 
 	fmt.Fprintf(w, "\ntargets\n")
 	for _, t := range r.Targets {

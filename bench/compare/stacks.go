@@ -308,13 +308,19 @@ func (f *fabric) run(ctx context.Context, prov string, size, iters int) (metrics
 // ---- plain Go --------------------------------------------------------------
 
 type goBase struct {
-	self    string // this binary
-	timeout time.Duration
+	self           string // this binary
+	timeout        time.Duration
+	srvDev, cliDev string // proto rdmanet: the soft devices' addresses
 }
 
 func (g *goBase) run(ctx context.Context, proto, mode string, size, n int) (metrics, runInfo, error) {
 	opts := []string{"-proto", proto, "-mode", mode, "-size", itoa(size), "-n", itoa(n), "-warm", itoa(max(10, n/10))}
-	srv, err := start(ctx, g.timeout, nil, g.self, append([]string{"_go-server", "-addr", "127.0.0.1:0"}, opts...)...)
+	srvArgs, cliArgs := []string{"_go-server", "-addr", "127.0.0.1:0"}, []string{"_go-client"}
+	if proto == "rdmanet" {
+		srvArgs = []string{"_go-server", "-addr", g.srvDev + ":0", "-dev", g.srvDev}
+		cliArgs = []string{"_go-client", "-dev", g.cliDev}
+	}
+	srv, err := start(ctx, g.timeout, nil, g.self, append(srvArgs, opts...)...)
 	if err != nil {
 		return nil, runInfo{}, err
 	}
@@ -329,7 +335,7 @@ func (g *goBase) run(ctx context.Context, proto, mode string, size, n int) (metr
 			addr = strings.TrimSpace(a)
 		}
 	}
-	cli, err := start(ctx, g.timeout, nil, g.self, append([]string{"_go-client", "-addr", addr}, opts...)...)
+	cli, err := start(ctx, g.timeout, nil, g.self, append(append(cliArgs, "-addr", addr), opts...)...)
 	if err != nil {
 		return nil, info, err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"runtime"
 	"strconv"
@@ -19,9 +20,26 @@ import (
 )
 
 // rstream: librdmacm's examples/rstream.c over rdmanet, the same command
-// lines and output, so either side can be the C program. Go's calls are
-// blocking; -T a/b/n (poll, blocking, non-blocking) are accepted and run
-// the same blocking loop. -T s runs the test over TCP sockets instead.
+// lines and output, so either side can be the C program.
+//
+// Test options (-T), as rstream's:
+//
+//	s|sockets      the test over TCP sockets instead of rsockets
+//	b|blocking     calls that wait: Read and Write poll, then sleep
+//	n|nonblocking  rstream's default: it retries non-blocking calls at once,
+//	               so a waiting call here busy-polls and never sleeps
+//	               (rdmanet.Config.BusyPoll); TCP sockets always block
+//	a|async        rpoll before each call: Go's Read and Write wait for
+//	               readiness themselves, so this changes nothing; b or n
+//	               still says whether the wait sleeps
+//	r|resolve      accepted: addresses always resolve through the CM
+//	v|verify       check the data
+//	f|fork         refused: the server forks per connection over TCP
+//	               sockets, which a Go program cannot do
+//
+// Address formats (-f): ip and ipv6 take numeric addresses only, gid a
+// RoCEv2 GID (the IP address in IPv6 notation, ::ffff:a.b.c.d for IPv4),
+// anything else prints rstream's warning and resolves names.
 
 type rstreamOpts struct {
 	dst, src, port          string
@@ -29,6 +47,8 @@ type rstreamOpts struct {
 	iterations, count, size int
 	custom, sizeAll         bool
 	verify, tcp             bool
+	nonblock                bool   // -T n (the default) or b: see rdmanet.Config.BusyPoll
+	format                  string // -f: "ip", "gid" or "" (names)
 	name                    string
 	fmtData, verData        uint8
 	verTotal                int64
@@ -59,7 +79,7 @@ func runRstream(args []string) error { return rstreamMain("rstream", args) }
 func runRiostream(args []string) error { return rstreamMain("riostream", args) }
 
 func rstreamMain(name string, args []string) error {
-	o := &rstreamOpts{port: "7471", iterations: 1, count: 1000, size: 1000, inline: 64, name: "custom", riostream: name == "riostream"}
+	o := &rstreamOpts{port: "7471", iterations: 1, count: 1000, size: 1000, inline: 64, name: "custom", riostream: name == "riostream", nonblock: true}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.StringVar(&o.dst, "s", "", "server_address (client mode)")
 	fs.StringVar(&o.src, "b", "", "bind_address")
@@ -80,26 +100,86 @@ func rstreamMain(name string, args []string) error {
 	if !o.riostream {
 		fs.Int("k", 0, "keepalive_time (not supported: ignored)")
 	}
-	fs.Func("T", "test_option: s|sockets a|async b|blocking n|nonblocking r|resolve v|verify", func(v string) error {
-		switch l := strings.ToLower(v); {
-		case l == "s" || strings.HasPrefix(l, "socket"):
-			o.tcp = true
-		case l == "v" || strings.HasPrefix(l, "verify"):
-			o.verify = true
-		case l == "a" || l == "b" || l == "n" || l == "r" || strings.HasPrefix(l, "async") ||
-			strings.HasPrefix(l, "block") || strings.HasPrefix(l, "nonblock") || strings.HasPrefix(l, "resolve"):
-		default:
-			return fmt.Errorf("unsupported test option %q", v)
-		}
-		return nil
-	})
+	fs.Func("T", "test_option: s|sockets a|async b|blocking n|nonblocking r|resolve v|verify (f|fork is refused)", o.testOption)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *format != "" && !strings.HasPrefix(strings.ToLower(*format), "ip") && !strings.HasPrefix(strings.ToLower(*format), "name") {
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch f := strings.ToLower(*format); {
+	case f == "":
+	case strings.HasPrefix(f, "ip"):
+		o.format = "ip"
+	case strings.HasPrefix(f, "gid"):
+		o.format = "gid"
+	default:
 		fmt.Fprintf(os.Stderr, "Warning: unknown address format\n")
 	}
+	var err error
+	if o.src, err = o.numericHost(o.src); err != nil {
+		return err
+	}
+	if o.dst, err = o.numericHost(o.dst); err != nil {
+		return err
+	}
 	return o.run()
+}
+
+// testOption is rstream's set_test_opt: one letter, or a word matched by
+// its first letters ("sockets", "nonblocking", ...).
+func (o *rstreamOpts) testOption(v string) error {
+	l := strings.ToLower(v)
+	word := func(w string) bool { return len(l) > 1 && strings.HasPrefix(l, w) }
+	switch {
+	case l == "s" || word("socket"):
+		o.tcp = true
+	case l == "a" || word("async"):
+		// Read and Write wait for readiness themselves.
+	case l == "b" || word("block"):
+		o.nonblock = false
+	case l == "n" || word("nonblock"):
+		o.nonblock = true
+	case l == "r" || word("resolve"):
+	case l == "v" || word("verify"):
+		o.verify = true
+	case l == "f" || word("fork"):
+		return errors.New("-T f (fork server processing) is not supported: rstream forks a process per connection over TCP sockets, and a Go program cannot fork; the server serves its connection in-process without it")
+	default:
+		return fmt.Errorf("unknown test option %q: s|sockets a|async b|blocking n|nonblocking r|resolve v|verify", v)
+	}
+	return nil
+}
+
+// numericHost turns host into the numeric address the tool connects to
+// or binds, as -f says: names resolve unless -f ip; -f gid takes a RoCEv2
+// GID, which is the IP address.
+func (o *rstreamOpts) numericHost(host string) (string, error) {
+	if host == "" {
+		return "", nil
+	}
+	switch o.format {
+	case "ip":
+		a, err := netip.ParseAddr(host)
+		if err != nil {
+			return "", fmt.Errorf("getaddrinfo: %q is not a numeric address (-f ip)", host)
+		}
+		return a.Unmap().String(), nil
+	case "gid":
+		a, err := netip.ParseAddr(host)
+		if err != nil || !a.Is6() || a.Zone() != "" {
+			return "", fmt.Errorf("-f gid: %q is not a GID (16 bytes in IPv6 notation; a RoCEv2 GID of an IPv4 address is ::ffff:a.b.c.d)", host)
+		}
+		if a.IsLinkLocalUnicast() {
+			return "", fmt.Errorf("-f gid: %v is a link-local GID: softrdma devices connect from the GIDs of their IP addresses; give the IP address's GID (::ffff:a.b.c.d for IPv4)", a)
+		}
+		return a.Unmap().String(), nil
+	}
+	a, err := resolveIP(host)
+	if err != nil {
+		return "", err
+	}
+	return a.String(), nil
 }
 
 func atoiTo(s string, p *int) error {
@@ -113,7 +193,7 @@ func (o *rstreamOpts) config(latency bool) *rdmanet.Config {
 	if o.bufSize > 0 {
 		b = o.bufSize
 	}
-	c := &rdmanet.Config{RecvBuffer: b << 1, SendBuffer: b << 1, Inline: o.inline} // rsetsockopt doubles SO_*BUF
+	c := &rdmanet.Config{RecvBuffer: b << 1, SendBuffer: b << 1, Inline: o.inline, BusyPoll: o.nonblock} // rsetsockopt doubles SO_*BUF
 	if !latency || o.inline <= 0 {
 		c.Inline = -1 // rstream turns inline off for bandwidth runs
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -9,15 +10,21 @@ import (
 // own device), data verified; -T s runs rstream over TCP.
 func TestRstream(t *testing.T) {
 	for i, tc := range []struct {
-		cmd  func([]string) error
-		args []string
+		cmd      func([]string) error
+		args     []string
+		srv, cli string
 	}{
-		{runRstream, []string{"-S", "3000", "-C", "50", "-T", "v", "-B", "4096"}},
-		{runRstream, []string{"-S", "64", "-C", "1", "-I", "100", "-T", "v"}},
-		{runRstream, []string{"-S", "1000", "-C", "10", "-T", "s", "-T", "v"}},
-		{runRiostream, []string{"-S", "5000", "-C", "10", "-T", "v"}},
+		{runRstream, []string{"-S", "3000", "-C", "50", "-T", "v", "-B", "4096"}, "", ""},
+		{runRstream, []string{"-S", "64", "-C", "1", "-I", "100", "-T", "v"}, "", ""},
+		{runRstream, []string{"-S", "64", "-C", "1", "-I", "100", "-T", "blocking", "-T", "v"}, "", ""},
+		{runRstream, []string{"-S", "3000", "-C", "20", "-T", "a", "-T", "b", "-T", "v", "-f", "gid"}, "::ffff:127.0.76.2", "::ffff:127.0.76.1"},
+		{runRstream, []string{"-S", "1000", "-C", "10", "-T", "s", "-T", "v"}, "", ""},
+		{runRiostream, []string{"-S", "5000", "-C", "10", "-T", "v"}, "", ""},
 	} {
 		srv, cli := "127.0.76.2", "127.0.76.1"
+		if tc.srv != "" {
+			srv, cli = tc.srv, tc.cli
+		}
 		port := []string{"-p", "17471"}
 		errc := make(chan error, 1)
 		go func() { errc <- tc.cmd(append(append([]string{"-b", srv}, port...), tc.args...)) }()
@@ -41,5 +48,38 @@ func TestSizeStr(t *testing.T) {
 		if got := cntStr(n); got != want {
 			t.Errorf("cntStr(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+// Test options and address formats rstream knows but this one refuses,
+// and bad values, fail before anything is opened, with errors that say
+// why.
+func TestRstreamOptionErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-T", "f"}, "fork"},
+		{[]string{"-T", "forked"}, "fork"},
+		{[]string{"-T", "x"}, "unknown test option"},
+		{[]string{"-T", "blo"}, "unknown test option"},
+		{[]string{"-f", "gid", "-s", "10.0.0.1"}, "not a GID"},
+		{[]string{"-f", "gid", "-s", "fe80::1"}, "link-local"},
+		{[]string{"-f", "ip", "-s", "localhost"}, "not a numeric address"},
+		{[]string{"-s", "10.0.0.1", "extra"}, "unexpected arguments"},
+	} {
+		err := runRstream(tc.args)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("rstream %q: %v, want an error saying %q", tc.args, err, tc.want)
+		}
+	}
+	o := &rstreamOpts{}
+	for _, v := range []string{"n", "nonblocking", "a", "async", "r", "resolve", "s", "sockets", "v", "verify", "b", "blocking"} {
+		if err := o.testOption(v); err != nil {
+			t.Errorf("-T %s: %v", v, err)
+		}
+	}
+	if o.nonblock || !o.tcp || !o.verify {
+		t.Errorf("after -T ... b: nonblock %v tcp %v verify %v, want false true true", o.nonblock, o.tcp, o.verify)
 	}
 }

@@ -54,12 +54,14 @@ type Device struct {
 	mrMu sync.RWMutex
 	mrs  map[uint32]*MR // lkey == rkey
 
-	active    atomic.Bool  // an application goroutine polled or posted since the progress goroutine last looked
-	rnrWake   atomic.Int64 // earliest RNR deadline a QP waits for (unix nanos, 0 none)
-	stop      chan struct{}
-	wg        sync.WaitGroup
-	connWG    sync.WaitGroup
-	progressG atomic.Bool
+	active      atomic.Bool   // an application goroutine polled or posted since the progress goroutine last looked
+	napWake     chan struct{} // a CQ waiter is about to block: the progress goroutine must not nap
+	nap, safety time.Duration // napTime and safetyWake when the device opened
+	rnrWake     atomic.Int64  // earliest RNR deadline a QP waits for (unix nanos, 0 none)
+	stop        chan struct{}
+	wg          sync.WaitGroup
+	connWG      sync.WaitGroup
+	progressG   atomic.Bool
 }
 
 type inboxKey struct {
@@ -117,6 +119,7 @@ func Open(cfg Config) (*Device, error) {
 		name: cfg.Name, id: binary.LittleEndian.Uint64(idb[:]) | 1, cfg: cfg, uid: uint32(os.Getuid()),
 		conns: map[uint64]*conn{}, all: map[*conn]bool{}, qpByNum: map[uint32]*QP{},
 		inboxes: map[inboxKey]*mapping{}, mrs: map[uint32]*MR{}, stop: make(chan struct{}),
+		napWake: make(chan struct{}, 1), nap: napTime, safety: safetyWake,
 	}
 	d.gid = gidOf(d.uid, d.id)
 	d.qps.Store(&[]*QP{})
@@ -280,19 +283,24 @@ func (d *Device) markActive() {
 
 func nanotime() int64 { return time.Now().UnixNano() }
 
-// progress services every QP once. It reports whether anything moved.
+// progress services every QP once. It reports whether anything moved,
+// or a QP could not be looked at because another goroutine held it: the
+// progress goroutine must then not go to sleep, since a peer that saw it
+// awake did not ring for what that QP's rings hold.
 func (d *Device) progress() bool {
 	moved := false
 	for _, qp := range *d.qps.Load() {
 		if qp.busy.Load() == 0 {
 			continue
 		}
-		if qp.mu.TryLock() {
-			if qp.progressLocked() {
-				moved = true
-			}
-			qp.mu.Unlock()
+		if !qp.mu.TryLock() {
+			moved = true
+			continue
 		}
+		if qp.progressLocked() {
+			moved = true
+		}
+		qp.mu.Unlock()
 	}
 	return moved
 }
@@ -308,6 +316,9 @@ func (d *Device) progressLoop() {
 	// its thread for its duration anyway, having released the P.
 	seqw, sleeping := d.bell.word(bellSeq), d.bell.word(bellSleeping)
 	idle := 0
+	nap := time.NewTimer(time.Hour)
+	nap.Stop()
+	defer nap.Stop()
 	for {
 		select {
 		case <-d.stop:
@@ -325,8 +336,18 @@ func (d *Device) progressLoop() {
 		}
 		if d.active.Swap(false) {
 			// The application polls: peers need not ring, and this
-			// goroutine keeps out of the way of busy pollers.
-			time.Sleep(2 * time.Millisecond)
+			// goroutine keeps out of the way of busy pollers, until a
+			// CQ waiter is about to block (wakeForWaiter): the nap
+			// would delay its completion by up to the whole nap, and
+			// peers do not ring a napping device.
+			nap.Reset(d.nap)
+			select {
+			case <-nap.C:
+			case <-d.napWake:
+				nap.Stop()
+			case <-d.stop:
+				return
+			}
 			continue
 		}
 		seq := atomic.LoadUint32(seqw)
@@ -336,7 +357,7 @@ func (d *Device) progressLoop() {
 			idle = 0
 			continue
 		}
-		wait := 5 * time.Second // a safety net against a peer that clears our flag
+		wait := d.safety
 		if dl := d.rnrWake.Load(); dl != 0 {
 			w := time.Duration(dl - nanotime())
 			if w <= 0 {
@@ -351,6 +372,27 @@ func (d *Device) progressLoop() {
 		futexWait(seqw, seq, wait)
 		atomic.StoreUint32(sleeping, 0)
 		idle = 0
+	}
+}
+
+// safetyWake bounds a sleep on the doorbell: a safety net against a peer
+// that clears our flag. A variable so that a test can take it away (for
+// the devices it opens after).
+var safetyWake = 5 * time.Second
+
+// napTime is how long the progress goroutine naps while the application
+// polls; a variable so that a test can make a nap last (for the devices
+// it opens after).
+var napTime = 2 * time.Millisecond
+
+// wakeForWaiter is called by a CQ waiter before it blocks: the progress
+// goroutine stops napping and, unless the application polls again, sleeps
+// on the doorbell, where peers ring it.
+func (d *Device) wakeForWaiter() {
+	d.active.Store(false)
+	select {
+	case d.napWake <- struct{}{}:
+	default:
 	}
 }
 

@@ -418,6 +418,9 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		}
 		// The progress goroutine delivers completions while we sleep; a
 		// push after our check leaves its token in cq.wake.
+		if i == 200 {
+			cq.dev.wakeForWaiter()
+		}
 		select {
 		case <-cq.wake:
 		case <-ctx.Done():
