@@ -117,7 +117,7 @@ func (r *ptRun) writeOutputs() error {
 func (r *ptRun) writeCSV(path string) error {
 	o, outs := r.o, &r.outs
 	var rows [][]string
-	f := func(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
+	f := perftest.FormatFloat // as the table prints it ("-nan" included)
 	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
 	switch {
 	case o.test.kind == perftest.BW:

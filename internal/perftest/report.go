@@ -338,6 +338,10 @@ func cf(v float64, width, prec int) string {
 	return s
 }
 
+// FormatFloat formats v as perftest prints it (C's printf("%.*f", prec,
+// v), "-nan" and "inf" included), for outputs that must match its tables.
+func FormatFloat(v float64, prec int) string { return cFloat(v, prec) }
+
 // cFloat formats v as C's printf("%.*f", prec, v).
 func cFloat(v float64, prec int) string {
 	switch {
