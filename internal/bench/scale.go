@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/internal/spin"
 	"github.com/softrdma/softrdma/verbs"
 )
@@ -30,6 +31,9 @@ type ScaleConfig struct {
 	// queue holds (128). Default 256.
 	Outstanding int
 	MTU         verbs.MTU
+	// Timeout is the QPs' local ACK timeout exponent (IBTA: 4.096 µs ×
+	// 2^Timeout); 0 means perftest's 14 (67 ms).
+	Timeout uint8
 }
 
 // ScaleResult is what Scale measured.
@@ -148,10 +152,10 @@ func Scale(a, b verbs.Context, cfg ScaleConfig) (ScaleResult, error) {
 			e.qps = append(e.qps, qp)
 		}
 		psn := uint32(i*7919) & 0xFFFFFF
-		if err := connectQP(ea.qps[i], eb.qps[i], ea.gidIdx, eb.gid, cfg.MTU, psn, psn^0x5A5A5A); err != nil {
+		if err := connectScaleQP(ea.qps[i], eb.qps[i], ea.gidIdx, eb.gid, cfg, psn, psn^0x5A5A5A); err != nil {
 			return res, fmt.Errorf("connecting QP %d: %w", i+1, err)
 		}
-		if err := connectQP(eb.qps[i], ea.qps[i], eb.gidIdx, ea.gid, cfg.MTU, psn^0x5A5A5A, psn); err != nil {
+		if err := connectScaleQP(eb.qps[i], ea.qps[i], eb.gidIdx, ea.gid, cfg, psn^0x5A5A5A, psn); err != nil {
 			return res, fmt.Errorf("connecting QP %d: %w", i+1, err)
 		}
 	}
@@ -319,6 +323,9 @@ func scaleVerify(a, b *scaleEnd, cfg ScaleConfig) (int, error) {
 // memNow returns the Go heap in use after a collection and the process's
 // resident set size, in bytes.
 func memNow() (heap, rss int64) {
+	// Twice: sync.Pool keeps what one GC finds (the victim cache) until
+	// the next, so the packet buffer pools would count on one side only.
+	runtime.GC()
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -331,4 +338,13 @@ func memNow() (heap, rss int64) {
 		}
 	}
 	return heap, rss
+}
+
+// connectScaleQP is connectQP with the scale run's ACK timeout.
+func connectScaleQP(qp, peer verbs.QP, gidIndex int, peerGID verbs.GID, cfg ScaleConfig, sq, rq uint32) error {
+	p := perftestParams(cfg.MTU, gidIndex)
+	if cfg.Timeout != 0 {
+		p.Timeout = cfg.Timeout
+	}
+	return cm.Connect(qp, cm.Endpoint{QPN: qp.QPNum(), PSN: sq}, cm.Endpoint{QPN: peer.QPNum(), PSN: rq, GID: peerGID}, &p)
 }

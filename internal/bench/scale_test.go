@@ -36,7 +36,10 @@ func devicePair(t *testing.T) (*soft.Device, *soft.Device) {
 func TestScale(t *testing.T) {
 	for _, n := range []int{1, 64} {
 		a, b := devicePair(t)
-		r, err := Scale(a, b, ScaleConfig{QPs: n, Size: 4096, Msgs: 2000, RateMsgs: 2000, MTU: verbs.MTU1024})
+		// Timeout 18 (1.07 s): under -race on a loaded host the 64 QPs'
+		// synchronized go-back-N retransmissions (perftest's 67 ms) can
+		// use up the retries; this test is about scale, not overload.
+		r, err := Scale(a, b, ScaleConfig{QPs: n, Size: 4096, Msgs: 2000, RateMsgs: 2000, MTU: verbs.MTU1024, Timeout: 18})
 		if err != nil {
 			t.Fatalf("%d QPs: %v", n, err)
 		}
