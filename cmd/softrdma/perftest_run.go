@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/internal/bench"
 	"github.com/softrdma/softrdma/internal/perftest"
 	"github.com/softrdma/softrdma/verbs"
@@ -89,7 +90,11 @@ type ptRun struct {
 	maxRd    int // the device's max_qp_rd_atom
 
 	sess *perftest.Session
-	conn net.Conn
+	conn net.Conn // the TCP exchange; nil with -R
+	// cm is the exchange's rdma_cm connection with -R, cmConns the test
+	// QPs' connections.
+	cm      *ptCMChannel
+	cmConns []*cm.Conn
 	// runCtx is the measurement's context: env.ctx, and with
 	// --run_infinitely also ended when the peer closes the connection.
 	runCtx context.Context
@@ -120,12 +125,42 @@ func runPT(env ptEnv, o *ptOptions) error {
 	if err := r.checkDevice(); err != nil {
 		return err
 	}
+	if o.rdmaCM {
+		if env.dev == nil {
+			defer cm.Detach(r.dev) // before the device closes
+		}
+		ch, err := r.establishCM()
+		if err != nil {
+			return err
+		}
+		defer ch.close()
+		r.cm = ch
+		sess, err := perftest.NewCMSession(ch, r.sessionConfig())
+		if err != nil {
+			return err
+		}
+		return r.run(sess)
+	}
 	conn, err := r.establish()
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	return r.run(conn)
+	r.conn = conn
+	sess, err := perftest.NewSession(conn, r.sessionConfig())
+	if err != nil {
+		return err
+	}
+	return r.run(sess)
+}
+
+// sessionConfig describes the test to perftest.Session.
+func (r *ptRun) sessionConfig() perftest.Config {
+	o := r.o
+	return perftest.Config{
+		Role: o.role(), Verb: o.test.verb, Kind: o.test.kind, NumQPs: o.numQPs,
+		Duplex: o.duplex, RunAll: o.runAll, Duration: o.duration > 0, WithGID: true,
+	}
 }
 
 // checkDevice is check_link: port state and link layer, MTU, GID index,
@@ -250,17 +285,10 @@ func (r *ptRun) establish() (net.Conn, error) {
 	return c, nil
 }
 
-// run does everything after the TCP connection is up.
-func (r *ptRun) run(conn net.Conn) error {
+// run does everything after the exchange's connection is up.
+func (r *ptRun) run(sess *perftest.Session) error {
 	o := r.o
-	r.conn, r.runCtx = conn, r.env.ctx
-	sess, err := perftest.NewSession(conn, perftest.Config{
-		Role: o.role(), Verb: o.test.verb, Kind: o.test.kind, NumQPs: o.numQPs,
-		Duplex: o.duplex, RunAll: o.runAll, Duration: o.duration > 0, WithGID: true,
-	})
-	if err != nil {
-		return err
-	}
+	r.runCtx = r.env.ctx
 	r.sess = sess
 	sctx, done := r.step("while negotiating versions and sizes", false, 0)
 	neg, err := sess.Negotiate(sctx, perftest.DefaultSysInfo(r.mtu))
@@ -287,6 +315,13 @@ func (r *ptRun) run(conn net.Conn) error {
 	if o.onResources != nil {
 		o.onResources(r.res)
 	}
+	if r.cm != nil {
+		defer r.closeCMQPs() // before the QPs are destroyed
+		sctx, done := r.step("while connecting the QPs through rdma_cm", false, 0)
+		if err = done(sess.ConnectQPs(sctx, r.connectCMQPs)); err != nil {
+			return err
+		}
+	}
 	r.local = r.res.localDests(r.port.LID, r.outReads, r.gid, psns)
 
 	r.ti = perftest.TestInfo{
@@ -294,6 +329,7 @@ func (r *ptRun) run(conn net.Conn) error {
 		Device: r.dev.Device().Name(), NumQPs: o.numQPs, Connection: o.conn,
 		PostList: o.postList, TXDepth: o.txDepth, RXDepth: o.rxDepth, CQMod: o.cqMod, MTU: r.mtu,
 		LinkType: ptLinkType(r.port.LinkLayer), GIDIndex: r.gidIndex, InlineSize: r.inline, OutReads: r.outReads,
+		RDMACM: o.rdmaCM, RDMACMExchange: o.rdmaCM,
 	}
 	if err := perftest.WriteTestInfo(r.out, r.ti); err != nil {
 		return err
@@ -301,6 +337,9 @@ func (r *ptRun) run(conn net.Conn) error {
 	rts := o.test.kind == perftest.Lat || o.role() == perftest.Client || o.duplex
 	connect := func(remote []perftest.Dest) error {
 		for i := range remote {
+			if r.cm != nil {
+				break // the CM connected them
+			}
 			if err := r.res.connect(i, o, r.local[i], remote[i], r.mtu, r.gidIndex, r.maxRd, rts); err != nil {
 				return err
 			}
@@ -392,6 +431,11 @@ func (r *ptRun) runBW() error {
 		r.runCtx = ctx
 		watchPeer = func() {
 			go func() {
+				if r.cm != nil {
+					<-r.cm.gone.Done()
+					cancel(fmt.Errorf("the peer closed the rdma_cm connection (%v)", r.cm.conn.Err()))
+					return
+				}
 				var b [1]byte
 				_, err := r.conn.Read(b[:])
 				cancel(fmt.Errorf("the peer closed the connection (%v)", err))

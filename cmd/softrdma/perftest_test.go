@@ -13,11 +13,13 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/internal/perftest"
 	"github.com/softrdma/softrdma/provider/soft"
 )
@@ -70,6 +72,8 @@ func ptPairTestDevices(t *testing.T) (*soft.Device, *soft.Device) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
+			cm.Detach(db)
+			cm.Detach(da)
 			db.Close()
 			da.Close()
 		})
@@ -109,14 +113,30 @@ func runPTPairErr(t *testing.T, name string, serverArgs, clientArgs []string, tw
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer func() {
+		if ln != nil {
+			ln.Close()
+		}
+	}()
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	host := "127.0.0.1"
+	if slices.Contains(serverArgs, "-R") {
+		// rdma_cm: the client dials the server device's address; the
+		// exchange has no TCP listener.
+		ln.Close()
+		ln = nil
+		gid, err := devSrv.QueryGID(1, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		host = gid.Addr().Unmap().String()
+	}
 	var usage bytes.Buffer
 	so, err := parsePTArgs(test, append(serverArgs, "-p", port), &usage)
 	if err != nil {
 		t.Fatalf("server args %q: %v\n%s", serverArgs, err, usage.String())
 	}
-	co, err := parsePTArgs(test, append(clientArgs, "-p", port, "127.0.0.1"), &usage)
+	co, err := parsePTArgs(test, append(clientArgs, "-p", port, host), &usage)
 	if err != nil {
 		t.Fatalf("client args %q: %v\n%s", clientArgs, err, usage.String())
 	}
@@ -131,7 +151,11 @@ func runPTPairErr(t *testing.T, name string, serverArgs, clientArgs []string, tw
 	var srvOut, srvErr, cliOut, cliErr bytes.Buffer
 	done := make(chan error, 1)
 	go func() {
-		done <- runPT(ptEnv{ctx: ctx, dev: devSrv, out: &srvOut, errOut: &srvErr, ln: ln}, so)
+		env := ptEnv{ctx: ctx, dev: devSrv, out: &srvOut, errOut: &srvErr}
+		if ln != nil {
+			env.ln = ln
+		}
+		done <- runPT(env, so)
 	}()
 	errCli := runPT(ptEnv{ctx: ctx, dev: devCli, out: &cliOut, errOut: &cliErr}, co)
 	if errCli != nil {
@@ -590,7 +614,11 @@ func TestPerftestEnvDevice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer func() {
+		if ln != nil {
+			ln.Close()
+		}
+	}()
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	test := ptTestByName(t, "ib_send_bw")
 	so, err := parsePTArgs(test, []string{"-n", "50", "-p", port}, io.Discard)
@@ -675,7 +703,11 @@ func TestPerftestRunInfinitely(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer func() {
+		if ln != nil {
+			ln.Close()
+		}
+	}()
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	args := []string{"--run_infinitely", "-D", "1", "-s", "4096", "-p", port}
 	so, err := parsePTArgs(test, args, io.Discard)
