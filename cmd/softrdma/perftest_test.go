@@ -697,6 +697,14 @@ func TestPerftestOutputs(t *testing.T) {
 // its context ends; the server, which waits for the client's end of test
 // without a time limit, ends when the connection goes.
 func TestPerftestRunInfinitely(t *testing.T) {
+	for _, rdmaCM := range []bool{false, true} {
+		t.Run(fmt.Sprintf("rdma_cm=%v", rdmaCM), func(t *testing.T) { testPerftestRunInfinitely(t, rdmaCM) })
+	}
+}
+
+// testPerftestRunInfinitely: with -R the server learns that the client
+// went from its DREQ on the exchange's rdma_cm connection.
+func testPerftestRunInfinitely(t *testing.T, rdmaCM bool) {
 	test := ptTestByName(t, "ib_write_bw")
 	devSrv, devCli := ptPairTestDevices(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -710,11 +718,21 @@ func TestPerftestRunInfinitely(t *testing.T) {
 	}()
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	args := []string{"--run_infinitely", "-D", "1", "-s", "4096", "-p", port}
+	host := "127.0.0.1"
+	env := ptEnv{dev: devSrv, errOut: io.Discard, ln: ln}
+	if rdmaCM {
+		args = append(args, "-R")
+		gid, err := devSrv.QueryGID(1, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		host, env.ln = gid.Addr().Unmap().String(), nil
+	}
 	so, err := parsePTArgs(test, args, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	co, err := parsePTArgs(test, append(args, "127.0.0.1"), io.Discard)
+	co, err := parsePTArgs(test, append(args, host), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -723,8 +741,9 @@ func TestPerftestRunInfinitely(t *testing.T) {
 	cliCtx, cliCancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
 	defer cliCancel()
 	var srvOut, cliOut bytes.Buffer
+	env.ctx, env.out = srvCtx, &srvOut
 	done := make(chan error, 1)
-	go func() { done <- runPT(ptEnv{ctx: srvCtx, dev: devSrv, out: &srvOut, errOut: io.Discard, ln: ln}, so) }()
+	go func() { done <- runPT(env, so) }()
 	errCli := runPT(ptEnv{ctx: cliCtx, dev: devCli, out: &cliOut, errOut: io.Discard}, co)
 	if !errors.Is(errCli, context.DeadlineExceeded) {
 		t.Errorf("client: %v, want the context's deadline", errCli)
