@@ -16,8 +16,8 @@ package main
 //	→ Session.ExchangeKeys: binary struct pingpong_dest keys, no GID check,
 //	  nothing moves the QPs (the CM did)
 //	→ the measurement and reports as over TCP; no "done" at the end
-//	→ the client disconnects the test connections (DREQ), both close the
-//	  exchange's.
+//	→ both sides disconnect the test connections, then the exchange's
+//	  (DREQ; perftest's client does too, its server just destroys them).
 //
 // perftest's server destroys its listener once the exchange connection is
 // accepted and listens again for the test QPs; softrdma keeps one listener
@@ -331,7 +331,8 @@ func (r *ptRun) connectCMQPs(ctx context.Context) error {
 }
 
 // closeCMQPs disconnects the test connections (perftest's client waits
-// for each DISCONNECTED; its server just destroys them).
+// for each DISCONNECTED; its server just destroys them, which sends a DREQ
+// all the same).
 func (r *ptRun) closeCMQPs() {
 	for _, c := range r.cmConns {
 		c.Close()
