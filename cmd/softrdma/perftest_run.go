@@ -4,10 +4,14 @@ package main
 // main() of write_bw.c, read_lat.c, send_bw.c, ... runs it:
 //
 //	device checks (link, MTU, GID index, inline size, outstanding reads)
-//	→ TCP: the server accepts, the client connects
+//	→ TCP: the server accepts, the client connects (with -R an rdma_cm
+//	  connection instead: perftest_cm.go)
 //	→ Session.Negotiate: versions, page and cache line sizes, MTU
-//	→ resources (perftest_res.go), banner (WriteTestInfo)
-//	→ Session.ExchangeKeys, moving the QPs to RTR/RTS at the right point,
+//	→ resources (perftest_res.go); with -R, Session.ConnectQPs connects
+//	  them through rdma_cm
+//	→ banner (WriteTestInfo)
+//	→ Session.ExchangeKeys, moving the QPs to RTR/RTS at the right point
+//	  (not with -R: the CM did),
 //	  printing the local and remote address lines
 //	→ table header; per message size: post receives (SEND), BeforeRun,
 //	  the measurement (perftest_bw.go, perftest_lat.go), the report row,
