@@ -54,6 +54,7 @@ type ptCMChannel struct {
 	mr      verbs.MR // [ send | receive ], ptCMMsgMax bytes each
 	conn    *cm.Conn
 	ln      *cm.Listener // the server's, kept for the test QPs
+	udLn    *cm.Listener // the server's for UD test QPs (port space UDP)
 	gone    context.Context
 	goneEnd context.CancelFunc
 }
@@ -178,8 +179,10 @@ func (ch *ptCMChannel) wait(ctx context.Context, cq verbs.CQ, what string) (verb
 }
 
 func (ch *ptCMChannel) close() {
-	if ch.ln != nil {
-		ch.ln.Close()
+	for _, ln := range []*cm.Listener{ch.ln, ch.udLn} {
+		if ln != nil {
+			ln.Close()
+		}
 	}
 	if ch.conn != nil {
 		ch.conn.Close()
@@ -221,7 +224,7 @@ func (r *ptRun) establishCM() (*ptCMChannel, error) {
 		}
 		ctx, cancel := context.WithTimeout(r.env.ctx, ptConnectTimeout)
 		defer cancel()
-		c, err := ptDialRetry(ctx, addr, ch.options(r.dev, port), -1)
+		c, err := ptDialRetry(ctx, addr, ch.options(r.dev, port), -1, nil)
 		if err != nil {
 			ch.close()
 			return nil, fmt.Errorf("Couldn't connect to %v through rdma_cm within %v: %w", addr, ptConnectTimeout, err)
@@ -237,7 +240,16 @@ func (r *ptRun) establishCM() (*ptCMChannel, error) {
 		return nil, fmt.Errorf(" rdma_listen failed: %w", err)
 	}
 	ch.ln = ln
-	c, err := ptAccept(r.env.ctx, ln, ch.options(r.dev, port))
+	if o.conn == perftest.UD {
+		// UD test QPs resolve through SIDR in the UDP port space, on the
+		// same port.
+		udOpts := &cm.Options{Context: r.dev, Port: port, QPType: verbs.QPTypeUD}
+		if ch.udLn, err = cm.Listen("rdma", netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(o.port)).String(), udOpts); err != nil {
+			ch.close()
+			return nil, fmt.Errorf(" rdma_listen failed: %w", err)
+		}
+	}
+	c, err := ptAccept(r.env.ctx, ln, ch.options(r.dev, port), verbs.QPTypeRC)
 	if err != nil {
 		ch.close()
 		return nil, err
@@ -256,13 +268,15 @@ func (r *ptRun) cmServerAddr() (netip.AddrPort, error) {
 }
 
 // ptDialRetry dials addr, again after ptCMRetryDelay while the peer
-// rejects the REQ (nobody listens yet), at most tries times (-1: until
-// ctx ends).
-func ptDialRetry(ctx context.Context, addr netip.AddrPort, opts *cm.Options, tries int) (*cm.Conn, error) {
+// refuses (a REJ, or a SIDR_REP that is not a success: nobody listens
+// yet), at most tries times (-1: until ctx ends). again, if not nil,
+// readies the QP for another try.
+func ptDialRetry(ctx context.Context, addr netip.AddrPort, opts *cm.Options, tries int, again func() error) (*cm.Conn, error) {
 	for i := 1; ; i++ {
 		c, err := cm.Dial(ctx, "rdma", addr.String(), opts)
 		var rej *cm.RejectError
-		if err == nil || !errors.As(err, &rej) || i == tries {
+		var sidr *cm.SIDRError
+		if err == nil || !(errors.As(err, &rej) || errors.As(err, &sidr)) || i == tries {
 			return c, err
 		}
 		select {
@@ -270,18 +284,24 @@ func ptDialRetry(ctx context.Context, addr netip.AddrPort, opts *cm.Options, tri
 			return nil, fmt.Errorf("%w (last: %w)", ctx.Err(), err)
 		case <-time.After(ptCMRetryDelay):
 		}
+		if again != nil {
+			if err := again(); err != nil {
+				return nil, err
+			}
+		}
 	}
 }
 
-// ptAccept accepts the next connection request on ln with opts.
-func ptAccept(ctx context.Context, ln *cm.Listener, opts *cm.Options) (*cm.Conn, error) {
+// ptAccept accepts the next connection request on ln with opts; it must
+// be for a QP of type want.
+func ptAccept(ctx context.Context, ln *cm.Listener, opts *cm.Options, want verbs.QPType) (*cm.Conn, error) {
 	req, err := ln.Accept(ctx)
 	if err != nil {
 		return nil, fmt.Errorf(" Couldn't get a connect request on port %v: %w", ln.Addr().Port(), err)
 	}
-	if req.QPType != verbs.QPTypeRC {
+	if req.QPType != want {
 		req.Reject(nil)
-		return nil, fmt.Errorf(" bad connect request: a %v QP on the RC port space", req.QPType)
+		return nil, fmt.Errorf(" bad connect request: a %v QP where %v was expected", req.QPType, want)
 	}
 	c, err := req.Accept(ctx, opts)
 	if err != nil {
@@ -303,9 +323,24 @@ func (r *ptRun) connectCMQPs(ctx context.Context) error {
 		depth = uint8(min(r.outReads, 255))
 	}
 	_, qpAccess := ptAccess(o.test.verb)
+	ud := o.conn == perftest.UD
 	for i, qp := range r.res.qps {
 		opts := &cm.Options{Context: r.dev, Port: uint8(o.ibPort), PD: r.res.pd, QP: qp, Access: qpAccess,
 			ResponderResources: depth, InitiatorDepth: depth, RetryCount: 7, RNRRetryCount: 7}
+		var again func() error
+		if ud {
+			opts.QPType = verbs.QPTypeUD
+			// A UD Dial moves the QP to RTS before its SIDR_REQ: back
+			// to INIT for another try.
+			again = func() error {
+				if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateReset}, verbs.QPAttrState); err != nil {
+					return err
+				}
+				p := cm.DefaultParams()
+				p.Port, p.QKey = uint8(o.ibPort), cm.RDMAUDPQKey
+				return cm.Init(qp, &p)
+			}
+		}
 		var c *cm.Conn
 		var err error
 		if o.role() == perftest.Client {
@@ -313,21 +348,139 @@ func (r *ptRun) connectCMQPs(ctx context.Context) error {
 			if aerr != nil {
 				return aerr
 			}
-			c, err = ptDialRetry(ctx, addr, opts, ptCMRetries)
+			c, err = ptDialRetry(ctx, addr, opts, ptCMRetries, again)
+			if err == nil && ud {
+				r.cmConns = append(r.cmConns, c)
+				err = r.udClientReady(ctx, i, c)
+			}
+		} else if ud {
+			c, err = r.udServerAccept(ctx, i, opts)
 		} else {
-			c, err = ptAccept(ctx, r.cm.ln, opts)
+			c, err = ptAccept(ctx, r.cm.ln, opts, verbs.QPTypeRC)
 		}
 		if err != nil {
 			return fmt.Errorf("QP %d of %d: %w", i+1, len(r.res.qps), err)
 		}
-		r.cmConns = append(r.cmConns, c)
+		if !(ud && o.role() == perftest.Client) {
+			r.cmConns = append(r.cmConns, c)
+		}
 	}
 	// Like perftest's rdma_destroy_id of its listener: no more requests.
-	if r.cm.ln != nil {
-		r.cm.ln.Close()
-		r.cm.ln = nil
+	for _, ln := range []**cm.Listener{&r.cm.ln, &r.cm.udLn} {
+		if *ln != nil {
+			(*ln).Close()
+			*ln = nil
+		}
 	}
 	return nil
+}
+
+// ptUDRemote is where a UD test QP sends.
+type ptUDRemote struct {
+	ah   verbs.AH
+	qpn  uint32
+	qkey uint32
+}
+
+// ptUDNeedsQPN is perftest's rule for when the server of a UD test
+// learns the client's QPN from a first SEND (it sends too): latency tests
+// and bidirectional bandwidth tests.
+func (o *ptOptions) ptUDNeedsQPN() bool {
+	return o.test.kind == perftest.Lat || o.duplex
+}
+
+// udClientReady records where QP i sends (the SIDR_REP's QPN and Q_Key,
+// cm's AH) and, when the server must learn our QPN, sends it as
+// perftest's rdma_cm_send_ud_connection_parameters does: a 4-byte
+// SEND_WITH_IMM whose immediate data is the QPN.
+func (r *ptRun) udClientReady(ctx context.Context, i int, c *cm.Conn) error {
+	r.setUDRemote(i, ptUDRemote{ah: c.AH, qpn: c.RemoteQPN, qkey: c.RemoteQKey})
+	if !r.o.ptUDNeedsQPN() {
+		return nil
+	}
+	qp := r.res.qps[i]
+	if err := qp.PostSend(&verbs.SendWR{Opcode: verbs.WRSendWithImm, SendFlags: verbs.SendSignaled,
+		ImmData: qp.QPNum(), SGList: []verbs.SGE{r.res.mr.SGE(int(r.res.sendOff(i)), 4)},
+		AH: c.AH, RemoteQPN: c.RemoteQPN, RemoteQKey: c.RemoteQKey}); err != nil {
+		return err
+	}
+	_, err := ptWaitCQ(ctx, r.res.sendCQ, "send of the QP number")
+	return err
+}
+
+// udServerAccept accepts QP i's SIDR_REQ and, when the client sends its
+// QPN (ptUDNeedsQPN), receives it as perftest's server does
+// (rdma_cm_initialize_ud_connection_parameters): one receive of the
+// 40-byte GRH area and 4 bytes, posted before the SIDR_REP; the address
+// handle goes back to the sender, the Q_Key is rdma_cm's.
+func (r *ptRun) udServerAccept(ctx context.Context, i int, opts *cm.Options) (*cm.Conn, error) {
+	qp := r.res.qps[i]
+	need := r.o.ptUDNeedsQPN()
+	if need {
+		if err := qp.PostRecv(&verbs.RecvWR{SGList: []verbs.SGE{r.res.mr.SGE(int(r.res.sendOff(i)), ptUDAddition+4)}}); err != nil {
+			return nil, err
+		}
+	}
+	req, err := r.cm.udLn.Accept(ctx)
+	if err != nil {
+		return nil, fmt.Errorf(" Couldn't get a connect request on port %v: %w", r.cm.udLn.Addr().Port(), err)
+	}
+	c, err := req.Accept(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf(" Function rdma_accept failed: %w", err)
+	}
+	if !need {
+		return c, nil
+	}
+	wc, err := ptWaitCQ(ctx, r.res.recvCQ, "receive of the client's QP number")
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	if wc.Opcode != verbs.WCRecv || wc.WCFlags&verbs.WCWithImm == 0 {
+		c.Close()
+		return nil, fmt.Errorf("the client's QP number came as %v without immediate data", wc.Opcode)
+	}
+	ah, err := r.res.pd.CreateAH(&verbs.AHAttr{IsGlobal: true, PortNum: uint8(r.o.ibPort),
+		GRH: verbs.GlobalRoute{DGID: verbs.GIDFromAddr(req.Remote.Addr()), SGIDIndex: uint8(r.gidIndex), HopLimit: 64}})
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("Failed to create AH: %w", err)
+	}
+	if r.res.ahs == nil {
+		r.res.ahs = make([]verbs.AH, len(r.res.qps))
+	}
+	r.res.ahs[i] = ah // destroyed with the resources
+	r.setUDRemote(i, ptUDRemote{ah: ah, qpn: wc.ImmData, qkey: cm.RDMAUDPQKey})
+	return c, nil
+}
+
+func (r *ptRun) setUDRemote(i int, u ptUDRemote) {
+	if r.udRemote == nil {
+		r.udRemote = make([]ptUDRemote, len(r.res.qps))
+	}
+	r.udRemote[i] = u
+}
+
+// ptWaitCQ returns cq's next completion, failing on an error status or
+// when ctx ends.
+func ptWaitCQ(ctx context.Context, cq verbs.CQ, what string) (verbs.WC, error) {
+	var wc [1]verbs.WC
+	for {
+		n, err := cq.Poll(wc[:])
+		if err != nil {
+			return verbs.WC{}, err
+		}
+		if n == 1 {
+			if wc[0].Status != verbs.WCSuccess {
+				return wc[0], fmt.Errorf("%s: completion with status %v", what, wc[0].Status)
+			}
+			return wc[0], nil
+		}
+		if err := cq.Wait(ctx); err != nil {
+			return verbs.WC{}, fmt.Errorf("%s: %w", what, err)
+		}
+	}
 }
 
 // closeCMQPs disconnects the test connections (perftest's client waits

@@ -27,6 +27,11 @@ func TestPerftestRDMACM(t *testing.T) {
 		{"ib_read_bw", []string{"-n", "100", "-s", "16384"}, "RDMA_Read BW Test", 16384, 100, 1, false},
 		{"ib_atomic_bw", []string{"-n", "100"}, "Atomic FETCH_AND_ADD BW Test", 8, 100, 1, false},
 		{"ib_send_lat", []string{"-n", "100", "-s", "1500"}, "Send Latency Test", 1500, 100, 1, false},
+		// UD: SIDR, and the client's QPN in a first SEND_WITH_IMM when the
+		// server sends too.
+		{"ib_send_bw", []string{"-c", "UD", "-n", "100", "-s", "1024"}, "Send BW Test", 1024, 100, 1, false},
+		{"ib_send_bw", []string{"-c", "UD", "-n", "100", "-s", "512", "-b", "-q", "2"}, "Send Bidirectional BW Test", 512, 200, 2, true},
+		{"ib_send_lat", []string{"-c", "UD", "-n", "100", "-s", "1024"}, "Send Latency Test", 1024, 100, 1, false},
 		{"ib_write_lat", []string{"-n", "100"}, "RDMA_Write Latency Test", 2, 100, 1, false},
 		{"ib_read_lat", []string{"-n", "100", "-s", "5000"}, "RDMA_Read Latency Test", 5000, 100, 1, false},
 		{"ib_atomic_lat", []string{"-n", "100", "-A", "CMP_AND_SWAP"}, "Atomic CMP_AND_SWAP Latency Test", 8, 100, 1, false},
@@ -67,15 +72,13 @@ func TestPerftestRDMACM(t *testing.T) {
 	}
 }
 
-// TestPerftestRDMACMRefusals checks -R's refusals: UC (as perftest) and
-// UD (not implemented yet).
+// TestPerftestRDMACMRefusals checks -R's refusal of UC, as perftest's.
 func TestPerftestRDMACMRefusals(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"-R", "-c", "UC"}, "UC is not supported in librdmacm"},
-		{[]string{"-R", "-c", "UD"}, "not implemented"},
 	} {
 		var usage strings.Builder
 		_, err := parsePTArgs(ptTestByName(t, "ib_send_bw"), tc.args, &usage)

@@ -595,9 +595,6 @@ func (o *ptOptions) forceDependencies(w io.Writer) error {
 			// perftest prints these two on stdout and exits.
 			fmt.Fprint(w, perftest.ResultLine)
 			return errors.New(" UC is not supported in librdmacm")
-		case perftest.UD:
-			fmt.Fprint(w, perftest.ResultLine)
-			return errors.New(" -R with UD (SIDR) is not implemented by softrdma yet; RC is")
 		}
 	}
 	if o.maxAllSize == 0 {

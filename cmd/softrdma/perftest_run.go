@@ -99,6 +99,9 @@ type ptRun struct {
 	// QPs' connections.
 	cm      *ptCMChannel
 	cmConns []*cm.Conn
+	// udRemote is, with -R on UD, where each QP sends: what SIDR told
+	// the client, what the client's first SEND told the server.
+	udRemote []ptUDRemote
 	// runCtx is the measurement's context: env.ctx, and with
 	// --run_infinitely also ended when the peer closes the connection.
 	runCtx context.Context
@@ -658,6 +661,10 @@ func (r *ptRun) endpoint() *bench.Endpoint {
 		ep.Remote[i] = bench.Remote{VAddr: d.VAddr, RKey: d.RKey}
 		if i < len(res.ahs) && res.ahs[i] != nil {
 			ep.Remote[i].AH, ep.Remote[i].QPN, ep.Remote[i].QKey = res.ahs[i], d.QPN, ptQKey
+		}
+		if i < len(r.udRemote) && r.udRemote[i].ah != nil {
+			u := r.udRemote[i]
+			ep.Remote[i].AH, ep.Remote[i].QPN, ep.Remote[i].QKey = u.ah, u.qpn, u.qkey
 		}
 	}
 	ep.RecvShift, ep.RecvExtra = res.recvShift(), res.recvExtra()

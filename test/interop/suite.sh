@@ -117,15 +117,18 @@ run_case() {
 		fi
 	fi
 	# CM_CHECK=N: the capture must show N rdma_cm connections (REQ, REP
-	# and RTU each; more if a REQ was refused and retried).
+	# and RTU each; more if a REQ was refused and retried); CM_SIDR=N, N
+	# SIDR resolutions (SIDR_REQ and SIDR_REP each).
 	local cmsum=
 	if [ -n "${CM_CHECK:-}" ]; then
-		local cms m n
+		local cms m n want
 		cms=$(tshark -r "$CAP" 2>/dev/null | grep -o 'CM: [A-Za-z]*' | sort | uniq -c | tr -s ' ')
 		echo "$cms" >>"$log"
-		for m in ConnectRequest ConnectReply ReadyToUse; do
+		for m in ConnectRequest ConnectReply ReadyToUse ServiceIDResReq ServiceIDResReqResp; do
+			want=$CM_CHECK
+			case $m in ServiceID*) want=${CM_SIDR:-0} ;; esac
 			n=$(grep " CM: $m\$" <<<"$cms" | awk '{print $1}')
-			[ "${n:-0}" -ge "$CM_CHECK" ] || { ok=0; echo "the capture shows ${n:-0} CM $m, want >= $CM_CHECK" >>"$log"; }
+			[ "${n:-0}" -ge "$want" ] || { ok=0; echo "the capture shows ${n:-0} CM $m, want >= $want" >>"$log"; }
 		done
 		cmsum="; CM: $(grep -o '[0-9]* CM: [A-Za-z]*' <<<"$cms" | sed 's/ CM: / /' | paste -sd ',' -)"
 	fi
@@ -366,6 +369,10 @@ if [ $QUICK = 0 ]; then
 	cm_both atomic_bw_R ib_atomic_bw "-x 1 -R -n 50 -F"
 	cm_both atomic_lat_R ib_atomic_lat "-x 1 -R -n 50 -F"
 	cm_both write_bw_R_q2 ib_write_bw "-x 1 -R -q 2 -s 4096 -n 50 -F" 3
+	# UD: the exchange's RC connection, then SIDR for the test QP.
+	CM_SIDR=1 cm_both send_bw_R_ud ib_send_bw "-x 1 -R -c UD -n 50 -F" 1
+	CM_SIDR=1 cm_both send_bw_R_ud_b ib_send_bw "-x 1 -R -c UD -b -n 50 -F" 1
+	CM_SIDR=1 cm_both send_lat_R_ud ib_send_lat "-x 1 -R -c UD -n 50 -F" 1
 fi
 # --- rsocket: rstream (rsocket_cases.sh), full run only --------------------
 [ $QUICK = 0 ] && . "$ROOT/test/interop/rsocket_cases.sh"
