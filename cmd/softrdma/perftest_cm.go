@@ -12,7 +12,9 @@ package main
 //	→ Session.ConnectQPs: a barrier, then one rdma_cm connection per test
 //	  QP to the same port (the client dials, the server accepts; READ and
 //	  atomic tests offer -o outstanding requests both ways, the others
-//	  leave it to the CM), then a barrier
+//	  leave it to the CM; UD resolves the server's QPN and Q_Key with SIDR
+//	  and, if the server sends too, the client's first SEND_WITH_IMM tells
+//	  it the client's QPN), then a barrier
 //	→ Session.ExchangeKeys: binary struct pingpong_dest keys, no GID check,
 //	  nothing moves the QPs (the CM did)
 //	→ the measurement and reports as over TCP; no "done" at the end
