@@ -92,6 +92,9 @@ type ptOptions struct {
 	// killed, reporting every duration seconds (-D, default 5).
 	infinite bool
 	mrPerQP  bool // --mr_per_qp: one MR per QP (bandwidth tests with -q)
+	// rdmaCM is -R: the QPs and the exchange connect through rdma_cm
+	// (perftest_cm.go).
+	rdmaCM bool
 
 	unsorted  bool // -U: list every latency sample as measured
 	histogram bool // -H: list them sorted
@@ -223,7 +226,7 @@ func ptOptionTable() []ptOption {
 		{'l', "post_list", true, func(o *ptOptions, a string) error {
 			return ptInt(a, "Send Post List size", 1, ptMaxTx, &o.postList)
 		}},
-		{'R', "rdma_cm", false, ptRefuse("-R (rdma_cm): softrdma's perftest tools connect over perftest's TCP exchange only; rdma_cm comes with the IB CM work")},
+		{'R', "rdma_cm", false, func(o *ptOptions, _ string) error { o.rdmaCM = true; return nil }},
 		{'U', "report-unsorted", false, func(o *ptOptions, _ string) error {
 			if o.test.kind == perftest.BW {
 				return errors.New(" is Available only on Latency tests")
@@ -609,6 +612,14 @@ func (o *ptOptions) forceDependencies(w io.Writer) error {
 	if o.duration == 0 && o.iters > ptNoPeakIters && kind == perftest.BW {
 		o.noPeak = true
 	}
+	if o.rdmaCM {
+		switch o.conn {
+		case perftest.UC:
+			// perftest prints these two on stdout and exits.
+			fmt.Fprint(w, perftest.ResultLine)
+			return errors.New(" UC is not supported in librdmacm")
+		}
+	}
 	if o.maxAllSize == 0 {
 		o.maxAllSize = ptMaxSize
 	}
@@ -670,6 +681,7 @@ func ptUsage(w io.Writer, t ptTest) {
 		p("  -o, --outs=<num>  num of outstanding read/atom(default max of device)\n")
 	}
 	p("  -p, --port=<port>  Listen on/connect to port <port> (default %d)\n", perftest.DefaultPort)
+	p("  -R, --rdma_cm  Connect QPs with rdma_cm and run test on those QPs\n")
 	if t.kind == perftest.BW {
 		p("  -q, --qp=<num of qp's>  Num of qp's(default 1)\n")
 		p("  -Q, --cq-mod  Generate Cqe only after <--cq-mod> completion\n")

@@ -146,6 +146,10 @@ func newPTResources(ctx verbs.Context, o *ptOptions, cycle, cacheLine uint64, in
 		r.qps = append(r.qps, qp)
 		p := cm.DefaultParams()
 		p.Port, p.Access, p.QKey = uint8(o.ibPort), qpAccess, ptQKey
+		if o.rdmaCM {
+			// rdma_cm gives its UD QPs its own Q_Key (cma_init_ud_qp).
+			p.QKey = cm.RDMAUDPQKey
+		}
 		if err := cm.Init(qp, &p); err != nil {
 			return nil, fmt.Errorf("Failed to modify QP to INIT: %w", err)
 		}

@@ -4,10 +4,14 @@ package main
 // main() of write_bw.c, read_lat.c, send_bw.c, ... runs it:
 //
 //	device checks (link, MTU, GID index, inline size, outstanding reads)
-//	→ TCP: the server accepts, the client connects
+//	→ TCP: the server accepts, the client connects (with -R an rdma_cm
+//	  connection instead: perftest_cm.go)
 //	→ Session.Negotiate: versions, page and cache line sizes, MTU
-//	→ resources (perftest_res.go), banner (WriteTestInfo)
-//	→ Session.ExchangeKeys, moving the QPs to RTR/RTS at the right point,
+//	→ resources (perftest_res.go); with -R, Session.ConnectQPs connects
+//	  them through rdma_cm
+//	→ banner (WriteTestInfo)
+//	→ Session.ExchangeKeys, moving the QPs to RTR/RTS at the right point
+//	  (not with -R: the CM did),
 //	  printing the local and remote address lines
 //	→ table header; per message size: post receives (SEND), BeforeRun,
 //	  the measurement (perftest_bw.go, perftest_lat.go), the report row,
@@ -90,7 +94,14 @@ type ptRun struct {
 	maxRd    int // the device's max_qp_rd_atom
 
 	sess *perftest.Session
-	conn net.Conn
+	conn net.Conn // the TCP exchange; nil with -R
+	// cm is the exchange's rdma_cm connection with -R, cmConns the test
+	// QPs' connections.
+	cm      *ptCMChannel
+	cmConns []*cm.Conn
+	// udRemote is, with -R on UD, where each QP sends: what SIDR told
+	// the client, what the client's first SEND told the server.
+	udRemote []ptUDRemote
 	// runCtx is the measurement's context: env.ctx, and with
 	// --run_infinitely also ended when the peer closes the connection.
 	runCtx context.Context
@@ -121,12 +132,42 @@ func runPT(env ptEnv, o *ptOptions) error {
 	if err := r.checkDevice(); err != nil {
 		return err
 	}
+	if o.rdmaCM {
+		if env.dev == nil {
+			defer cm.Detach(r.dev) // before the device closes
+		}
+		ch, err := r.establishCM()
+		if err != nil {
+			return err
+		}
+		defer ch.close()
+		r.cm = ch
+		sess, err := perftest.NewCMSession(ch, r.sessionConfig())
+		if err != nil {
+			return err
+		}
+		return r.run(sess)
+	}
 	conn, err := r.establish()
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	return r.run(conn)
+	r.conn = conn
+	sess, err := perftest.NewSession(conn, r.sessionConfig())
+	if err != nil {
+		return err
+	}
+	return r.run(sess)
+}
+
+// sessionConfig describes the test to perftest.Session.
+func (r *ptRun) sessionConfig() perftest.Config {
+	o := r.o
+	return perftest.Config{
+		Role: o.role(), Verb: o.test.verb, Kind: o.test.kind, NumQPs: o.numQPs,
+		Duplex: o.duplex, RunAll: o.runAll, Duration: o.duration > 0, WithGID: true,
+	}
 }
 
 // checkDevice is check_link: port state and link layer, MTU, GID index,
@@ -251,17 +292,10 @@ func (r *ptRun) establish() (net.Conn, error) {
 	return c, nil
 }
 
-// run does everything after the TCP connection is up.
-func (r *ptRun) run(conn net.Conn) error {
+// run does everything after the exchange's connection is up.
+func (r *ptRun) run(sess *perftest.Session) error {
 	o := r.o
-	r.conn, r.runCtx = conn, r.env.ctx
-	sess, err := perftest.NewSession(conn, perftest.Config{
-		Role: o.role(), Verb: o.test.verb, Kind: o.test.kind, NumQPs: o.numQPs,
-		Duplex: o.duplex, RunAll: o.runAll, Duration: o.duration > 0, WithGID: true,
-	})
-	if err != nil {
-		return err
-	}
+	r.runCtx = r.env.ctx
 	r.sess = sess
 	sctx, done := r.step("while negotiating versions and sizes", false, 0)
 	neg, err := sess.Negotiate(sctx, perftest.DefaultSysInfo(r.mtu))
@@ -288,6 +322,13 @@ func (r *ptRun) run(conn net.Conn) error {
 	if o.onResources != nil {
 		o.onResources(r.res)
 	}
+	if r.cm != nil {
+		defer r.closeCMQPs() // before the QPs are destroyed
+		sctx, done := r.step("while connecting the QPs through rdma_cm", false, 0)
+		if err = done(sess.ConnectQPs(sctx, r.connectCMQPs)); err != nil {
+			return err
+		}
+	}
 	r.local = r.res.localDests(r.port.LID, r.outReads, r.gid, psns)
 	if o.secure != 0 {
 		if err := r.secure(); err != nil {
@@ -300,6 +341,7 @@ func (r *ptRun) run(conn net.Conn) error {
 		Device: r.dev.Device().Name(), NumQPs: o.numQPs, Connection: o.conn,
 		PostList: o.postList, TXDepth: o.txDepth, RXDepth: o.rxDepth, CQMod: o.cqMod, MTU: r.mtu,
 		LinkType: ptLinkType(r.port.LinkLayer), GIDIndex: r.gidIndex, InlineSize: r.inline, OutReads: r.outReads,
+		RDMACM: o.rdmaCM, RDMACMExchange: o.rdmaCM,
 	}
 	if err := perftest.WriteTestInfo(r.out, r.ti); err != nil {
 		return err
@@ -307,6 +349,9 @@ func (r *ptRun) run(conn net.Conn) error {
 	rts := o.test.kind == perftest.Lat || o.role() == perftest.Client || o.duplex
 	connect := func(remote []perftest.Dest) error {
 		for i := range remote {
+			if r.cm != nil {
+				break // the CM connected them
+			}
 			if err := r.res.connect(i, o, r.local[i], remote[i], r.mtu, r.gidIndex, r.maxRd, rts); err != nil {
 				return err
 			}
@@ -425,6 +470,11 @@ func (r *ptRun) runBW() error {
 		r.runCtx = ctx
 		watchPeer = func() {
 			go func() {
+				if r.cm != nil {
+					<-r.cm.gone.Done()
+					cancel(fmt.Errorf("the peer closed the rdma_cm connection (%v)", r.cm.conn.Err()))
+					return
+				}
 				var b [1]byte
 				_, err := r.conn.Read(b[:])
 				cancel(fmt.Errorf("the peer closed the connection (%v)", err))
@@ -643,6 +693,10 @@ func (r *ptRun) endpoint() *bench.Endpoint {
 		ep.Remote[i] = bench.Remote{VAddr: d.VAddr, RKey: d.RKey}
 		if i < len(res.ahs) && res.ahs[i] != nil {
 			ep.Remote[i].AH, ep.Remote[i].QPN, ep.Remote[i].QKey = res.ahs[i], d.QPN, ptQKey
+		}
+		if i < len(r.udRemote) && r.udRemote[i].ah != nil {
+			u := r.udRemote[i]
+			ep.Remote[i].AH, ep.Remote[i].QPN, ep.Remote[i].QKey = u.ah, u.qpn, u.qkey
 		}
 	}
 	ep.RecvShift, ep.RecvExtra = res.recvShift(), res.recvExtra()

@@ -1,6 +1,7 @@
 package perftest
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -147,4 +148,62 @@ func gidIsV4(g [16]byte) bool {
 	tail := [8]byte(g[4:12]) == [8]byte{6: 0xff, 7: 0xff}
 	head := [4]byte(g[:4])
 	return tail && (head == [4]byte{} || head == [4]byte{0xff, 0x0e, 0, 0})
+}
+
+// DestBinarySize is sizeof(struct pingpong_dest) on 64-bit Linux: the key
+// message of the rdma_cm exchange (-R) and the size of the one receive
+// perftest keeps posted there.
+const DestBinarySize = 56
+
+// MarshalDestBinary returns d as perftest's rdma_write_keys sends it over
+// rdma_cm: struct pingpong_dest with every integer big-endian (htobe32,
+// htobe64):
+//
+//	 0  lid         int32
+//	 4  out_reads   int32
+//	 8  qpn         int32
+//	12  psn         int32
+//	16  rkey        uint32
+//	20  (padding)
+//	24  vaddr       uint64
+//	32  gid         16 bytes
+//	48  srqn        uint32
+//	52  gid_index   int32 (local only: sent as 0)
+func MarshalDestBinary(d Dest) []byte {
+	b := make([]byte, DestBinarySize)
+	binary.BigEndian.PutUint32(b[0:], uint32(d.LID))
+	binary.BigEndian.PutUint32(b[4:], uint32(d.OutReads))
+	binary.BigEndian.PutUint32(b[8:], d.QPN)
+	binary.BigEndian.PutUint32(b[12:], d.PSN)
+	binary.BigEndian.PutUint32(b[16:], d.RKey)
+	binary.BigEndian.PutUint64(b[24:], d.VAddr)
+	copy(b[32:48], d.GID[:])
+	binary.BigEndian.PutUint32(b[48:], d.SRQN)
+	return b
+}
+
+// ParseDestBinary decodes a key sent by MarshalDestBinary or by perftest's
+// rdma_write_keys. perftest's reader ignores srqn; it is decoded here all
+// the same. Values that do not fit Dest's fields (a LID above 16 bits, a
+// negative out_reads) are malformed.
+func ParseDestBinary(b []byte) (Dest, error) {
+	if len(b) != DestBinarySize {
+		return Dest{}, fmt.Errorf("%w: binary key of %d bytes, want %d", ErrMalformed, len(b), DestBinarySize)
+	}
+	lid := binary.BigEndian.Uint32(b[0:])
+	outReads := binary.BigEndian.Uint32(b[4:])
+	if lid > 0xffff || outReads > 1<<24 {
+		return Dest{}, fmt.Errorf("%w: binary key with LID %#x and out_reads %d", ErrMalformed, lid, int32(outReads))
+	}
+	d := Dest{
+		LID:      uint16(lid),
+		OutReads: int(outReads),
+		QPN:      binary.BigEndian.Uint32(b[8:]),
+		PSN:      binary.BigEndian.Uint32(b[12:]),
+		RKey:     binary.BigEndian.Uint32(b[16:]),
+		VAddr:    binary.BigEndian.Uint64(b[24:]),
+		SRQN:     binary.BigEndian.Uint32(b[48:]),
+	}
+	copy(d.GID[:], b[32:48])
+	return d, nil
 }

@@ -46,6 +46,19 @@
 // latency tests and every other B carry QP 0's key. The QPs are moved to RTR
 // and RTS between the first and the second K.
 //
+// # Over rdma_cm (-R)
+//
+// With -R perftest connects the exchange itself through rdma_cm (an RC QP
+// on port 18515, port space TCP) and runs the same steps as SEND/RECV
+// messages, one SEND each way per swap (NewCMSession, Messenger). Keys and
+// barriers are struct pingpong_dest in binary (DestBinarySize, 56 bytes,
+// big-endian), "done" is not sent, and the GID types are not compared.
+// Between the MTU swap and the first key the test's QPs connect through
+// rdma_cm, between two barriers of an all-zero key (ConnectQPs, X):
+//
+//	write BW   VSSM X K K B | B R C     (C is the barrier alone)
+//	send lat   VSSM X K B K | B | C
+//
 // The server of a non-duplex write/read/atomic BW test has no results of its
 // own: its report swap sends uninitialized stack memory and it prints the
 // client's report. perftest 4.5 refuses peers older than 5.70, and its

@@ -155,6 +155,11 @@ func WriteTestInfo(w io.Writer, ti TestInfo) error {
 	}
 	fmt.Fprintf(&b, " rdma_cm QPs\t : %s\n", onOff(ti.RDMACM))
 	fmt.Fprintf(&b, " Data ex. method : %s\n", exchangeMethod(ti.RDMACMExchange))
+	if ti.RDMACM && ti.Role == Server {
+		b.WriteString(ResultLine)
+		b.WriteString(" Waiting for client rdma_cm QP to connect\n")
+		b.WriteString(" Please run the same command with the IB/RoCE interface IP\n")
+	}
 	b.WriteString(ResultLine)
 	_, err := io.WriteString(w, b.String())
 	return err

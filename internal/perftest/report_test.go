@@ -77,6 +77,10 @@ func TestWriteTestInfo(t *testing.T) {
 			" Max inline data : 188[B]\n" +
 			" rdma_cm QPs\t : ON\n" +
 			" Data ex. method : rdma_cm\n" +
+			// A server with -R, as ib_write_bw -R on rxe prints it.
+			ResultLine +
+			" Waiting for client rdma_cm QP to connect\n" +
+			" Please run the same command with the IB/RoCE interface IP\n" +
 			ResultLine},
 	}
 	for _, tt := range tests {

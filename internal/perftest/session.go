@@ -117,15 +117,54 @@ const (
 // size with RunAll. A Session is not safe for concurrent use. It never
 // closes the connection; close it after Finish.
 type Session struct {
-	conn          net.Conn
+	conn net.Conn  // the TCP exchange, or
+	msgr Messenger // the rdma_cm exchange (NewCMSession)
+	// ctx is the context of the step under way, for msgr.
+	ctx           context.Context
 	cfg           Config
 	state         sessionState
 	remoteVersion float64
 	barrierKey    []byte // QP 0's key, resent at every barrier
+	qpsConnected  bool   // ConnectQPs has run
 }
 
 // NewSession returns a Session that speaks for cfg.Role on conn.
 func NewSession(conn net.Conn, cfg Config) (*Session, error) {
+	if conn == nil {
+		return nil, errors.New("perftest: NewSession without a connection")
+	}
+	return newSession(conn, nil, cfg)
+}
+
+// Messenger carries perftest's exchange over a connected RC QP, as
+// perftest does with -R (rdma_cm): every message is one SEND, received
+// into a single posted receive of DestBinarySize bytes (perftest's
+// rdma_write_data, rdma_read_data). Implementations must return when ctx
+// is done, with ctx's error.
+type Messenger interface {
+	// SendMsg sends b as one message and waits for its completion.
+	SendMsg(ctx context.Context, b []byte) error
+	// RecvMsg waits for the next message and copies its first len(b)
+	// bytes into b (perftest copies as many bytes as it expects, whatever
+	// the length received).
+	RecvMsg(ctx context.Context, b []byte) error
+}
+
+// NewCMSession returns a Session that speaks for cfg.Role over m, the
+// exchange perftest 4.5 runs with -R: the same steps as over TCP, but
+// each swap is one message each way, the keys are struct pingpong_dest in
+// binary (MarshalDestBinary; Config.WithGID is ignored), ExchangeKeys
+// does not compare GID types (perftest skips the check), Finish writes
+// no "done", and ConnectQPs brackets the rdma_cm connection of the test's
+// QPs with its two barriers.
+func NewCMSession(m Messenger, cfg Config) (*Session, error) {
+	if m == nil {
+		return nil, errors.New("perftest: NewCMSession without a messenger")
+	}
+	return newSession(nil, m, cfg)
+}
+
+func newSession(conn net.Conn, m Messenger, cfg Config) (*Session, error) {
 	if cfg.NumQPs == 0 {
 		cfg.NumQPs = 1
 	}
@@ -146,7 +185,7 @@ func NewSession(conn net.Conn, cfg Config) (*Session, error) {
 	case len(cfg.Version) > versionSize-1:
 		return nil, fmt.Errorf("perftest: version %q longer than %d bytes", cfg.Version, versionSize-1)
 	}
-	return &Session{conn: conn, cfg: cfg}, nil
+	return &Session{conn: conn, msgr: m, cfg: cfg}, nil
 }
 
 // Config returns the session's configuration with defaults filled in.
@@ -166,7 +205,7 @@ func (s *Session) Negotiate(ctx context.Context, local SysInfo) (Negotiated, err
 		return Negotiated{}, fmt.Errorf("perftest: invalid local MTU %d", int(local.MTU))
 	}
 	var n Negotiated
-	err := withContext(ctx, s.conn, func() error {
+	err := s.do(ctx, func() error {
 		var v [versionSize]byte
 		copy(v[:], s.cfg.Version)
 		rv, err := s.swap(v[:], "versions")
@@ -226,9 +265,9 @@ func (s *Session) ExchangeKeys(ctx context.Context, local []Dest, connect func(r
 	if len(local) != s.cfg.NumQPs {
 		return nil, fmt.Errorf("perftest: %d local keys for %d QPs", len(local), s.cfg.NumQPs)
 	}
-	s.barrierKey = MarshalDest(local[0], s.cfg.WithGID)
+	s.barrierKey = s.marshalKey(local[0])
 	var remote []Dest
-	err := withContext(ctx, s.conn, func() error {
+	err := s.do(ctx, func() error {
 		// The latency tests of one-sided verbs open with an extra barrier.
 		if s.cfg.Kind == Lat && s.cfg.Verb != Send {
 			if err := s.barrier(); err != nil {
@@ -239,7 +278,7 @@ func (s *Session) ExchangeKeys(ctx context.Context, local []Dest, connect func(r
 		if err != nil {
 			return err
 		}
-		if !GIDCompatible(local[0].GID, first[0].GID) {
+		if s.msgr == nil && !GIDCompatible(local[0].GID, first[0].GID) {
 			return ErrGIDMismatch
 		}
 		if connect != nil {
@@ -291,7 +330,7 @@ func (s *Session) BeforeRun(ctx context.Context) error {
 		return fmt.Errorf("%w: BeforeRun", ErrOutOfOrder)
 	}
 	if s.cfg.Verb == Send || (s.cfg.Kind == BW && s.cfg.Duplex) {
-		return withContext(ctx, s.conn, s.barrier)
+		return s.do(ctx, s.barrier)
 	}
 	return nil
 }
@@ -309,7 +348,7 @@ func (s *Session) AfterRun(ctx context.Context, local BWReport) (remote BWReport
 	if s.cfg.Kind != BW {
 		return BWReport{}, false, nil
 	}
-	err = withContext(ctx, s.conn, func() error {
+	err = s.do(ctx, func() error {
 		var err error
 		switch s.cfg.Verb {
 		case Write, Read:
@@ -356,7 +395,7 @@ func (s *Session) Finish(ctx context.Context, local BWReport) (remote BWReport, 
 	if s.state != stateKeyed {
 		return BWReport{}, false, fmt.Errorf("%w: Finish", ErrOutOfOrder)
 	}
-	err = withContext(ctx, s.conn, func() error {
+	err = s.do(ctx, func() error {
 		if s.cfg.Kind == BW && s.cfg.Verb != Send && !s.cfg.Duplex {
 			if err := s.barrier(); err != nil {
 				return err
@@ -383,13 +422,13 @@ func (s *Session) Barrier(ctx context.Context) error {
 	if s.barrierKey == nil {
 		return fmt.Errorf("%w: Barrier before ExchangeKeys", ErrOutOfOrder)
 	}
-	return withContext(ctx, s.conn, s.barrier)
+	return s.do(ctx, s.barrier)
 }
 
 // HandShake swaps one key (ctx_hand_shake) and returns the peer's.
 func (s *Session) HandShake(ctx context.Context, local Dest) (Dest, error) {
 	var d Dest
-	err := withContext(ctx, s.conn, func() error {
+	err := s.do(ctx, func() error {
 		r, err := s.swapKeys([]Dest{local})
 		if err == nil {
 			d = r[0]
@@ -403,7 +442,7 @@ func (s *Session) HandShake(ctx context.Context, local Dest) (Dest, error) {
 // peer's.
 func (s *Session) SwapReports(ctx context.Context, local BWReport) (BWReport, error) {
 	var r BWReport
-	err := withContext(ctx, s.conn, func() error {
+	err := s.do(ctx, func() error {
 		var err error
 		r, err = s.swapReport(local)
 		return err
@@ -420,7 +459,7 @@ func (s *Session) Swap(ctx context.Context, mine []byte, what string) ([]byte, e
 		return nil, fmt.Errorf("%w: Swap outside Negotiate..ExchangeKeys", ErrOutOfOrder)
 	}
 	var theirs []byte
-	err := withContext(ctx, s.conn, func() error {
+	err := s.do(ctx, func() error {
 		var err error
 		theirs, err = s.swap(mine, what)
 		return err
@@ -428,23 +467,96 @@ func (s *Session) Swap(ctx context.Context, mine []byte, what string) ([]byte, e
 	return theirs, err
 }
 
+// ConnectQPs is create_rdma_cm_connection's part of the exchange, for a
+// Session over rdma_cm, between Negotiate and ExchangeKeys: a barrier
+// (with an all-zero key: perftest's my_dest is still empty), connect
+// (which connects the test's QPs through rdma_cm: the client dials, the
+// server accepts), and another barrier.
+func (s *Session) ConnectQPs(ctx context.Context, connect func(context.Context) error) error {
+	if s.state != stateNegotiated || s.msgr == nil || s.qpsConnected {
+		return fmt.Errorf("%w: ConnectQPs is for rdma_cm sessions, once, after Negotiate", ErrOutOfOrder)
+	}
+	zero := MarshalDestBinary(Dest{})
+	sync := func() error {
+		b, err := s.swap(zero, "barrier")
+		if err == nil {
+			_, err = ParseDestBinary(b)
+		}
+		return err
+	}
+	s.qpsConnected = true
+	return s.do(ctx, func() error {
+		if err := sync(); err != nil {
+			return err
+		}
+		if err := connect(ctx); err != nil {
+			return fmt.Errorf("perftest: connect QPs through rdma_cm: %w", err)
+		}
+		return sync()
+	})
+}
+
+// do runs one step f within ctx.
+func (s *Session) do(ctx context.Context, f func() error) error {
+	if s.msgr == nil {
+		return withContext(ctx, s.conn, f)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.ctx = ctx
+	defer func() { s.ctx = nil }()
+	return f()
+}
+
 // swap sends mine and receives as many bytes, in the role's order.
 func (s *Session) swap(mine []byte, what string) ([]byte, error) {
 	theirs := make([]byte, len(mine))
 	if s.cfg.Role == Client {
-		if _, err := s.conn.Write(mine); err != nil {
+		if err := s.send(mine); err != nil {
 			return nil, fmt.Errorf("perftest: send %s: %w", what, err)
 		}
 	}
-	if _, err := io.ReadFull(s.conn, theirs); err != nil {
+	if err := s.recv(theirs); err != nil {
 		return nil, fmt.Errorf("perftest: receive %s: %w", what, err)
 	}
 	if s.cfg.Role == Server {
-		if _, err := s.conn.Write(mine); err != nil {
+		if err := s.send(mine); err != nil {
 			return nil, fmt.Errorf("perftest: send %s: %w", what, err)
 		}
 	}
 	return theirs, nil
+}
+
+func (s *Session) send(b []byte) error {
+	if s.msgr != nil {
+		return s.msgr.SendMsg(s.ctx, b)
+	}
+	_, err := s.conn.Write(b)
+	return err
+}
+
+func (s *Session) recv(b []byte) error {
+	if s.msgr != nil {
+		return s.msgr.RecvMsg(s.ctx, b)
+	}
+	_, err := io.ReadFull(s.conn, b)
+	return err
+}
+
+// marshalKey and parseKey are the key format of the session's transport.
+func (s *Session) marshalKey(d Dest) []byte {
+	if s.msgr != nil {
+		return MarshalDestBinary(d)
+	}
+	return MarshalDest(d, s.cfg.WithGID)
+}
+
+func (s *Session) parseKey(b []byte) (Dest, error) {
+	if s.msgr != nil {
+		return ParseDestBinary(b)
+	}
+	return ParseDest(b, s.cfg.WithGID)
 }
 
 func (s *Session) swapInt32(v int32, what string) (int32, error) {
@@ -471,11 +583,11 @@ func (s *Session) swapFloat64(v float64, what string) (float64, error) {
 func (s *Session) swapKeys(local []Dest) ([]Dest, error) {
 	remote := make([]Dest, len(local))
 	for i, d := range local {
-		b, err := s.swap(MarshalDest(d, s.cfg.WithGID), "key of QP "+strconv.Itoa(i))
+		b, err := s.swap(s.marshalKey(d), "key of QP "+strconv.Itoa(i))
 		if err != nil {
 			return nil, err
 		}
-		if remote[i], err = ParseDest(b, s.cfg.WithGID); err != nil {
+		if remote[i], err = s.parseKey(b); err != nil {
 			return nil, err
 		}
 	}
@@ -487,7 +599,7 @@ func (s *Session) barrier() error {
 	if err != nil {
 		return err
 	}
-	_, err = ParseDest(b, s.cfg.WithGID)
+	_, err = s.parseKey(b)
 	return err
 }
 
@@ -530,11 +642,14 @@ func (s *Session) swapReport(local BWReport) (BWReport, error) {
 	return r, nil
 }
 
-// closeConnection is ctx_close_connection: a barrier, then "done" with its
-// NUL, which the peer never reads.
+// closeConnection is ctx_close_connection: a barrier, then over TCP "done"
+// with its NUL, which the peer never reads.
 func (s *Session) closeConnection() error {
 	if err := s.barrier(); err != nil {
 		return err
+	}
+	if s.msgr != nil {
+		return nil
 	}
 	if _, err := io.WriteString(s.conn, "done\x00"); err != nil {
 		return fmt.Errorf("perftest: send done: %w", err)

@@ -123,9 +123,25 @@ run_case() {
 			echo "softrdma did not split its WRITEs: $ops" >>"$log"
 		fi
 	fi
+	# CM_CHECK=N: the capture must show N rdma_cm connections (REQ, REP
+	# and RTU each; more if a REQ was refused and retried); CM_SIDR=N, N
+	# SIDR resolutions (SIDR_REQ and SIDR_REP each).
+	local cmsum=
+	if [ -n "${CM_CHECK:-}" ]; then
+		local cms m n want
+		cms=$(tshark -r "$CAP" 2>/dev/null | grep -o 'CM: [A-Za-z]*' | sort | uniq -c | tr -s ' ')
+		echo "$cms" >>"$log"
+		for m in ConnectRequest ConnectReply ReadyToUse ServiceIDResReq ServiceIDResReqResp; do
+			want=$CM_CHECK
+			case $m in ServiceID*) want=${CM_SIDR:-0} ;; esac
+			n=$(grep " CM: $m\$" <<<"$cms" | awk '{print $1}')
+			[ "${n:-0}" -ge "$want" ] || { ok=0; echo "the capture shows ${n:-0} CM $m, want >= $want" >>"$log"; }
+		done
+		cmsum="; CM: $(grep -o '[0-9]* CM: [A-Za-z]*' <<<"$cms" | sed 's/ CM: / /' | paste -sd ',' -)"
+	fi
 	if [ $ok = 1 ]; then
 		PASS=$((PASS + 1))
-		say "PASS $name ($(grep -h -E 'RoCEv2 packets, .* ICRC ok' "$log" | sed 's/, 0 malformed//' | paste -sd ';' -))"
+		say "PASS $name ($(grep -h -E 'RoCEv2 packets, .* ICRC ok' "$log" | sed 's/, 0 malformed//' | paste -sd ';' -)$cmsum)"
 	else
 		FAIL=$((FAIL + 1))
 		FAILED+=("$name")
@@ -343,6 +359,28 @@ counters "after the 2% loss cases"
 
 # --- rdma_cm: rping, ucmatose, udaddy (cm_cases.sh) ---------------------
 . "$ROOT/test/interop/cm_cases.sh"
+# --- perftest -R: the exchange and the test QPs through rdma_cm ----------
+# Two rdma_cm connections per case (the exchange's, the test QP's) must
+# be in the capture; the quick subset runs WRITE BW and READ latency.
+cm_both() { # cm_both NAME TOOL "ARGS" [CONNECTIONS, default 2]
+	CM_CHECK=${4:-2} run_case "$1-rxe-server" rxe-server "$3" "$3" "$2"
+	CM_CHECK=${4:-2} run_case "$1-softrdma-server" soft-server "$3" "$3" "$2"
+}
+cm_both write_bw_R ib_write_bw "-x 1 -R -s 65536 -n 50 -F"
+cm_both read_lat_R ib_read_lat "-x 1 -R -n 50 -F"
+if [ $QUICK = 0 ]; then
+	cm_both send_bw_R ib_send_bw "-x 1 -R -s 4096 -n 50 -F"
+	cm_both read_bw_R ib_read_bw "-x 1 -R -s 65536 -n 50 -F"
+	cm_both send_lat_R ib_send_lat "-x 1 -R -n 50 -F"
+	cm_both write_lat_R ib_write_lat "-x 1 -R -n 50 -F"
+	cm_both atomic_bw_R ib_atomic_bw "-x 1 -R -n 50 -F"
+	cm_both atomic_lat_R ib_atomic_lat "-x 1 -R -n 50 -F"
+	cm_both write_bw_R_q2 ib_write_bw "-x 1 -R -q 2 -s 4096 -n 50 -F" 3
+	# UD: the exchange's RC connection, then SIDR for the test QP.
+	CM_SIDR=1 cm_both send_bw_R_ud ib_send_bw "-x 1 -R -c UD -n 50 -F" 1
+	CM_SIDR=1 cm_both send_bw_R_ud_b ib_send_bw "-x 1 -R -c UD -b -n 50 -F" 1
+	CM_SIDR=1 cm_both send_lat_R_ud ib_send_lat "-x 1 -R -c UD -n 50 -F" 1
+fi
 # --- rsocket: rstream (rsocket_cases.sh), full run only --------------------
 [ $QUICK = 0 ] && . "$ROOT/test/interop/rsocket_cases.sh"
 

@@ -701,7 +701,9 @@ new_job() {
 collect() {
 	local vm=$1 id=$2 d deadline rc
 	d=$(vm_share "$vm")/.agent/run/$id
-	[ -d "$d" ] || [ -d "$(vm_share "$vm")/.agent/new/$id" ] || die "$vm: no such job $id"
+	# new/ first: the guest's agent moves a job from new/ to run/, and
+	# looking in run/ first misses a job that moves between the looks.
+	[ -d "$(vm_share "$vm")/.agent/new/$id" ] || [ -d "$d" ] || die "$vm: no such job $id"
 	deadline=$((SECONDS + TIMEOUT + 15))
 	while [ ! -f "$d/rc" ]; do
 		if [ "$TIMEOUT" -gt 0 ] && [ $SECONDS -gt $deadline ]; then
