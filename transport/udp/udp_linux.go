@@ -73,8 +73,8 @@ type Transport struct {
 
 	recvMu  sync.Mutex
 	rbuf    batchBuf
-	rhome   int // the home whose socket the pending batch came from
-	rnext   int // the home whose socket the next recvmmsg tries first
+	rhome   int      // the home whose socket the pending batch came from
+	rnext   int      // the home whose socket the next recvmmsg tries first
 	rprep   int      // receive headers the last recvmmsg filled, to restore
 	rbig    [][]byte // receive buffers, one per message slot
 	rlen    []int    // datagram length per slot
