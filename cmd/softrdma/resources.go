@@ -40,7 +40,9 @@ func closeToolFiles() {
 // or names the device on that address (softrdma_<netdev>, or
 // softrdma_<netdev>_<addr> for an interface's further addresses); when
 // -d names another device, SOFTRDMA_ADDR is ignored with a note on
-// stderr.
+// stderr. The device softrdma_<netdev> is the interface's, with every
+// address of it in the GID table (soft.Config.Interface); a device on a
+// further address has that address only.
 //
 // Tools accept packets whose ICRC a UDP socket cannot verify, because
 // their peers are usually Linux rxe, which sends non-zero IPv4
@@ -52,12 +54,18 @@ func openToolDevice(name string) (*soft.Device, error) {
 		if err != nil {
 			return nil, fmt.Errorf("SOFTRDMA_ADDR=%q: %v", a, err)
 		}
-		envName := ""
+		envName, netdev := "", ""
 		if ifi, err := soft.InterfaceOf(addr); err == nil {
-			envName = soft.DeviceName(ifi, addr)
+			envName, netdev = soft.DeviceName(ifi, addr), ifi
 		}
 		if name == "" || name == envName {
-			cfg.Addr = addr
+			if envName == "softrdma_"+netdev {
+				// The interface's first address: its device, with all
+				// of its addresses in the GID table, as rxe's.
+				cfg.Name, cfg.Interface = envName, netdev
+			} else {
+				cfg.Addr = addr
+			}
 			return openObserved(cfg)
 		}
 		fmt.Fprintf(os.Stderr, "note: -d %s wins over SOFTRDMA_ADDR=%s (device %s)\n", name, a, envName)
@@ -72,6 +80,10 @@ func openToolDevice(name string) (*soft.Device, error) {
 		}
 		if name == "" && d.Name() == "softrdma_lo" && len(devs) > 1 {
 			continue // like rdma-core, prefer a real network device
+		}
+		if netdev, ok := soft.DeviceInterface(d); ok {
+			cfg.Name, cfg.Interface = d.Name(), netdev
+			return openObserved(cfg)
 		}
 		addr, ok := soft.DeviceAddr(d)
 		if !ok {

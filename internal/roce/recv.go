@@ -263,8 +263,11 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 		// the UDP source port its first packet came from. A peer sends a
 		// QP's packets from one port (rxe: 0xC000 + a hash of the QPN;
 		// softrdma: the socket its flow maps to), so a packet from another
-		// port, even from the peer's host, is not the peer's QP.
-		if pk.Peer.Addr().Unmap() != qp.destAddr || (qp.peerPort != 0 && pk.Peer.Port() != qp.peerPort) {
+		// port, even from the peer's host, is not the peer's QP. As rxe
+		// checks, the packet must also be addressed to the QP's source
+		// GID, not to another address of the device.
+		if pk.Peer.Addr().Unmap() != qp.destAddr || (qp.peerPort != 0 && pk.Peer.Port() != qp.peerPort) ||
+			(pk.Local.IsValid() && qp.src.IsValid() && pk.Local.Unmap() != qp.src) {
 			c.DropWrongSource.Add(1)
 			return false
 		}
