@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"time"
@@ -54,19 +55,12 @@ func openToolDevice(name string) (*soft.Device, error) {
 		if err != nil {
 			return nil, fmt.Errorf("SOFTRDMA_ADDR=%q: %v", a, err)
 		}
-		envName, netdev := "", ""
+		envName := ""
 		if ifi, err := soft.InterfaceOf(addr); err == nil {
-			envName, netdev = soft.DeviceName(ifi, addr), ifi
+			envName = soft.DeviceName(ifi, addr)
 		}
 		if name == "" || name == envName {
-			if envName == "softrdma_"+netdev {
-				// The interface's first address: its device, with all
-				// of its addresses in the GID table, as rxe's.
-				cfg.Name, cfg.Interface = envName, netdev
-			} else {
-				cfg.Addr = addr
-			}
-			return openObserved(cfg)
+			return openObserved(deviceConfig(cfg, addr))
 		}
 		fmt.Fprintf(os.Stderr, "note: -d %s wins over SOFTRDMA_ADDR=%s (device %s)\n", name, a, envName)
 	}
@@ -96,6 +90,27 @@ func openToolDevice(name string) (*soft.Device, error) {
 		return nil, fmt.Errorf("No IB devices found (set SOFTRDMA_ADDR to an IP address)")
 	}
 	return nil, fmt.Errorf("IB device %s not found", name)
+}
+
+// deviceConfig sets cfg to open the device for local address addr: the
+// device of the interface that has addr, with every address of the
+// interface in its GID table as rxe's (so -g picks IPv4 or IPv6), or, for
+// an address that no interface has exactly (127.0.0.2: loopback answers
+// all of 127.0.0.0/8), a device on addr alone.
+func deviceConfig(cfg soft.Config, addr netip.Addr) soft.Config {
+	if netdev, err := soft.InterfaceOf(addr); err == nil {
+		if ifi, err := net.InterfaceByName(netdev); err == nil {
+			ads, _ := ifi.Addrs()
+			for _, ad := range ads {
+				if p, err := netip.ParsePrefix(ad.String()); err == nil && p.Addr().Unmap() == addr.Unmap() {
+					cfg.Name, cfg.Interface = "softrdma_"+netdev, netdev
+					return cfg
+				}
+			}
+		}
+	}
+	cfg.Addr = addr
+	return cfg
 }
 
 // openObserved opens a device with the --pcap capture and serves its

@@ -224,6 +224,11 @@ func zoneIndex(a netip.Addr) uint32 {
 // openSocket opens a non-blocking UDP socket bound to addr (port 0: an
 // ephemeral port) and returns it with its port. It is not registered with
 // Go's network poller.
+//
+// A link-local IPv6 address is bound even while it is tentative
+// (IPV6_FREEBIND): an interface that has just come up holds its
+// link-local address tentative for a second or two (duplicate address
+// detection), and the device on it must open meanwhile.
 func openSocket(addr netip.AddrPort) (int, uint16, error) {
 	af := unix.AF_INET
 	if addr.Addr().Is6() {
@@ -238,6 +243,9 @@ func openSocket(addr netip.AddrPort) (int, uint16, error) {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1); err != nil {
 			unix.Close(fd)
 			return -1, 0, err
+		}
+		if addr.Addr().IsLinkLocalUnicast() {
+			unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_FREEBIND, 1)
 		}
 		sa = &unix.SockaddrInet6{Port: int(addr.Port()), Addr: addr.Addr().As16(), ZoneId: zoneIndex(addr.Addr())}
 	} else {
@@ -264,9 +272,15 @@ func openSocket(addr netip.AddrPort) (int, uint16, error) {
 
 // setSockopts sets Don't Fragment and the buffer sizes. DF on an
 // unconnected socket makes Linux send IP ID 0, the value the ICRC is
-// computed for.
+// computed for. An IPv6 socket also takes datagrams with UDP checksum 0:
+// Linux rxe sends RoCEv2 over IPv6 with checksum 0 (the ICRC protects
+// the packet; RFC 6936 allows it for tunnels), which the kernel drops
+// unless the socket accepts them, as rxe's own socket does.
 func setSockopts(fd int, v6 bool, bufSize int) error {
 	err := setDontFragment(fd, v6)
+	if v6 && err == nil {
+		err = unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1)
+	}
 	for _, opt := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
 		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt[0], bufSize) != nil {
 			unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt[1], bufSize)
