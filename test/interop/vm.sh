@@ -559,7 +559,10 @@ setup_ns() {
 	fi
 	ip -n "$NS" link set lo up
 	if ! ip -n "$NS" link show "$BR" >/dev/null 2>&1; then
-		ip -n "$NS" link add "$BR" type bridge
+		# A fixed MAC: a bridge otherwise takes its lowest port's MAC,
+		# and its IPv6 link-local address (made from the first MAC) would
+		# no longer be the GID made from its MAC (GID index 0).
+		ip -n "$NS" link add "$BR" address 52:54:00:77:00:01 type bridge
 		ip -n "$NS" addr add "$NET.1/24" dev "$BR"
 	fi
 	ip -n "$NS" link set "$BR" up
@@ -641,9 +644,17 @@ cmd_up() {
 	done
 	log "all $n VM(s) ready in $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}")s"
 	# IPv6 (nodad: usable at once); rxe adds each address to its GID table.
+	# Then wait out duplicate address detection of the link-local
+	# addresses (GID index 0), which cannot send while tentative.
 	ip -n "$NS" -6 addr replace "$NET6:1/64" dev "$BR" nodad
 	for ((i = 1; i <= n; i++)); do
-		cmd_exec "vm$i" "ip -6 addr add $NET6:$((1 + i))/64 dev eth0 nodad" || die "vm$i: adding $NET6:$((1 + i))"
+		cmd_exec "vm$i" "ip -6 addr add $NET6:$((1 + i))/64 dev eth0 nodad &&
+			for k in \$(seq 50); do ip -6 addr show dev eth0 tentative | grep -q inet6 || exit 0; sleep 0.2; done; exit 1" ||
+			die "vm$i: adding $NET6:$((1 + i)), or its link-local address stayed tentative"
+	done
+	for ((i = 0; i < 50; i++)); do
+		ip -n "$NS" -6 addr show dev "$BR" tentative | grep -q inet6 || break
+		sleep 0.2
 	done
 }
 
