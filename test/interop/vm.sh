@@ -719,7 +719,9 @@ new_job() {
 collect() {
 	local vm=$1 id=$2 d deadline rc
 	d=$(vm_share "$vm")/.agent/run/$id
-	[ -d "$d" ] || [ -d "$(vm_share "$vm")/.agent/new/$id" ] || die "$vm: no such job $id"
+	# new/ before run/: the agent renames one into the other, so a job
+	# looked for in the other order can be in neither when looked at.
+	[ -d "$(vm_share "$vm")/.agent/new/$id" ] || [ -d "$d" ] || die "$vm: no such job $id"
 	deadline=$((SECONDS + TIMEOUT + 15))
 	while [ ! -f "$d/rc" ]; do
 		if [ "$TIMEOUT" -gt 0 ] && [ $SECONDS -gt $deadline ]; then
