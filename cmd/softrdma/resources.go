@@ -103,7 +103,10 @@ func deviceConfig(cfg soft.Config, addr netip.Addr) soft.Config {
 			ads, _ := ifi.Addrs()
 			for _, ad := range ads {
 				if p, err := netip.ParsePrefix(ad.String()); err == nil && p.Addr().Unmap() == addr.Unmap() {
-					cfg.Name, cfg.Interface = "softrdma_"+netdev, netdev
+					if cfg.Name == "" {
+						cfg.Name = "softrdma_" + netdev
+					}
+					cfg.Interface = netdev
 					return cfg
 				}
 			}
