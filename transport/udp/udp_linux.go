@@ -739,7 +739,10 @@ func (t *Transport) Recv(pkts []transport.Datagram) (int, error) {
 }
 
 // TryRecv receives what is waiting, without blocking; see transport.Poller.
-// It returns 0 at once if another goroutine is receiving.
+// It returns 0 at once if another goroutine is receiving. With several
+// addresses (Config.Addrs) each call looks at one address's socket, in
+// turn, so it may return 0 while a packet waits on another address: the
+// following calls reach it (Wait returns at once meanwhile).
 func (t *Transport) TryRecv(pkts []transport.Datagram) (int, error) {
 	if !t.recvMu.TryLock() {
 		return 0, nil
@@ -792,7 +795,10 @@ func (t *Transport) recvLocked(pkts []transport.Datagram, block bool) (int, erro
 	tries := 0 // receiving sockets found empty in a row
 	for {
 		// Raw, as in sendBatch: the socket is non-blocking. With several
-		// addresses, the sockets take turns.
+		// addresses, the sockets take turns, one per call of TryRecv: a
+		// busy poller on an idle device then costs one system call per
+		// poll however many addresses the device has, and a packet on
+		// another address waits at most that many polls.
 		hi := t.rnext
 		r, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(t.homes[hi].fd), uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(n), 0, 0, 0)
 		if len(t.homes) > 1 {
@@ -804,10 +810,10 @@ func (t *Transport) recvLocked(pkts []transport.Datagram, block bool) (int, erro
 			break
 		}
 		switch {
-		case errno == unix.EAGAIN && tries+1 < len(t.homes):
-			tries++
 		case errno == unix.EAGAIN && !block:
 			return 0, nil
+		case errno == unix.EAGAIN && tries+1 < len(t.homes):
+			tries++
 		case errno == unix.EAGAIN:
 			tries = 0
 			if err := t.waitRecv(); err != nil {

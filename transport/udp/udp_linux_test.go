@@ -311,3 +311,42 @@ func TestListenAddrsErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestMultiHomedTryRecv: non-blocking receives take the addresses in
+// turn, so a packet waiting on the second address is received within two
+// calls, and Wait reports it.
+func TestMultiHomedTryRecv(t *testing.T) {
+	a4, b4 := testAddrs(t, 11)
+	v6 := netip.MustParseAddr("::1")
+	pa := uint16(20000 + (os.Getpid()+7)%20000)
+	ta, err := Listen(Config{Addr: a4, Addrs: []netip.Addr{v6}, Port: pa})
+	if err != nil {
+		t.Skip(err)
+	}
+	defer ta.Close()
+	tb, err := Listen(Config{Addr: b4, Addrs: []netip.Addr{v6}, Port: pa + 1})
+	if err != nil {
+		t.Skip(err)
+	}
+	defer tb.Close()
+	in := recvBufs(8)
+	for i := range 4 {
+		if _, err := ta.Send([]transport.Datagram{{Buf: packet(16, byte(i)), Peer: netip.AddrPortFrom(v6, pa+1), Local: v6}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tb.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for range 2 {
+			k, err := tb.TryRecv(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += k
+		}
+		if got != 1 || in[0].Local != v6 {
+			t.Fatalf("round %d: two TryRecv calls got %d packets (local %v), want the one on %v", i, got, in[0].Local, v6)
+		}
+	}
+}
