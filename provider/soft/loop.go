@@ -33,6 +33,7 @@ func newDevice(tr transport.Transport, cfg Config) *Device {
 		serveDone:  make(chan struct{}),
 		serveKick:  make(chan struct{}, 1),
 		asideCheck: stepAsideCheck,
+		ackDelay:   ackDelay,
 		spinPolls:  cfg.SpinPolls,
 	}
 	if d.spinPolls == 0 {
@@ -240,7 +241,7 @@ func (d *Device) pollRx(inline bool) (int, error) {
 		d.eng.RetryBacklog(d.rx, time.Now())
 	}
 	if d.rx.Waiting() || d.rx.Unsent() || d.eng.Backlogged() {
-		d.ackTimer.Reset(ackDelay)
+		d.ackTimer.Reset(d.ackDelay)
 	}
 	return got, err
 }
@@ -267,7 +268,7 @@ func (d *Device) sendLateAcks() {
 		d.eng.FlushBacklog(time.Now())
 	}
 	if !d.rxMu.TryLock() {
-		d.ackTimer.Reset(ackDelay)
+		d.ackTimer.Reset(d.ackDelay)
 		return
 	}
 	d.rx.MustNotBlock(false) // this goroutine may wait for the transport
