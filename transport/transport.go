@@ -59,6 +59,9 @@ func (s ICRCStatus) String() string {
 // Flow, usually the source QP number, selects the UDP source port so that
 // packets of one QP share a flow, as rxe does (0xC000 + hash).
 //
+// Local, if valid, is the source address: one of the transport's
+// addresses (MultiHomed), else Send fails; zero means LocalAddr's.
+//
 // On Recv, Buf is a caller-provided buffer that the transport reslices to the
 // datagram's length; Peer is the source address and port, Local the local
 // address the datagram was sent to, and ICRC the result of the check.
@@ -100,6 +103,16 @@ func (p *Datagram) CopyTo(dst []byte) int {
 type Coalescer interface {
 	// Coalesces reports whether Send coalesces packets to peer.
 	Coalesces(peer netip.AddrPort) bool
+}
+
+// MultiHomed is implemented by transports that send from and receive on
+// several local addresses (a device with the addresses of a network
+// interface in its GID table). A Datagram's Local names the source
+// address on Send and the address it arrived on on Recv.
+type MultiHomed interface {
+	// LocalAddrs lists the addresses, LocalAddr's first, unmapped and
+	// without zones. The caller must not modify the slice.
+	LocalAddrs() []netip.Addr
 }
 
 // Gatherer is implemented by transports whose Send takes packets with a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -45,7 +46,9 @@ func closeToolFiles() {
 // or names the device on that address (softrdma_<netdev>, or
 // softrdma_<netdev>_<addr> for an interface's further addresses); when
 // -d names another device, SOFTRDMA_ADDR is ignored with a note on
-// stderr.
+// stderr. The device softrdma_<netdev> is the interface's, with every
+// address of it in the GID table (soft.Config.Interface); a device on a
+// further address has that address only.
 //
 // Tools accept packets whose ICRC a UDP socket cannot verify, because
 // their peers are usually Linux rxe, which sends non-zero IPv4
@@ -65,8 +68,7 @@ func openToolDevice(name string) (verbs.Context, error) {
 			envName = soft.DeviceName(ifi, addr)
 		}
 		if name == "" || name == envName {
-			cfg.Addr = addr
-			return ctxOf(openObserved(cfg))
+			return ctxOf(openObserved(deviceConfig(cfg, addr)))
 		}
 		fmt.Fprintf(os.Stderr, "note: -d %s wins over SOFTRDMA_ADDR=%s (device %s)\n", name, a, envName)
 	}
@@ -86,6 +88,10 @@ func openToolDevice(name string) (verbs.Context, error) {
 		}
 		if name == "" && d.Name() == "softrdma_lo" && len(roce) > 1 {
 			continue // like rdma-core, prefer a real network device
+		}
+		if netdev, ok := soft.DeviceInterface(d); ok {
+			cfg.Name, cfg.Interface = d.Name(), netdev
+			return ctxOf(openObserved(cfg))
 		}
 		addr, _ := soft.DeviceAddr(d)
 		cfg.Name, cfg.Addr = d.Name(), addr
@@ -127,6 +133,30 @@ func openShm(name string) (*shm.Device, error) {
 func isShm(ctx verbs.Context) bool {
 	_, ok := ctx.(*shm.Device)
 	return ok
+}
+
+// deviceConfig sets cfg to open the device for local address addr: the
+// device of the interface that has addr, with every address of the
+// interface in its GID table as rxe's (so -g picks IPv4 or IPv6), or, for
+// an address that no interface has exactly (127.0.0.2: loopback answers
+// all of 127.0.0.0/8), a device on addr alone.
+func deviceConfig(cfg soft.Config, addr netip.Addr) soft.Config {
+	if netdev, err := soft.InterfaceOf(addr); err == nil {
+		if ifi, err := net.InterfaceByName(netdev); err == nil {
+			ads, _ := ifi.Addrs()
+			for _, ad := range ads {
+				if p, err := netip.ParsePrefix(ad.String()); err == nil && p.Addr().Unmap() == addr.Unmap() {
+					if cfg.Name == "" {
+						cfg.Name = "softrdma_" + netdev
+					}
+					cfg.Interface = netdev
+					return cfg
+				}
+			}
+		}
+	}
+	cfg.Addr = addr
+	return cfg
 }
 
 // openObserved opens a device with the --pcap capture and serves its

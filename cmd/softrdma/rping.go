@@ -66,7 +66,7 @@ func openCMDevice(local, remote string) (*soft.Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	return soft.Open(soft.Config{Addr: addr, AcceptUnverifiedICRC: true})
+	return soft.Open(deviceConfig(soft.Config{AcceptUnverifiedICRC: true}, addr))
 }
 
 func resolveIP(host string) (netip.Addr, error) {

@@ -33,6 +33,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,6 +96,13 @@ type Config struct {
 	// LinkLocal, if valid, is GID index 0; otherwise a link-local GID is
 	// derived from the node GUID.
 	LinkLocal netip.Addr
+	// Addrs, if set, are the rest of the GID table, in order (rxe's:
+	// every IPv4 address of the interface, then every IPv6 one); by
+	// default the table's one further entry is the transport's address.
+	// The device sends from a GID (link-local included) when its
+	// transport has the address (transport.MultiHomed); the others are
+	// listed, and a QP that names one as its source is refused.
+	Addrs []netip.Addr
 	// NoGather copies every payload into its packet. By default a request
 	// payload of 1 KiB or more that lies in one SGE stays in its MR and the
 	// transport gathers it from there (transport.Gatherer), which saves a
@@ -130,7 +138,8 @@ type Device struct {
 	local  netip.Addr
 	port   uint16 // UDP port of the fabric: peers are addressed on it too (4791)
 	guid   uint64
-	gids   [2]verbs.GID
+	gids   []verbs.GID
+	srcs   []netip.Addr // per GID index: the address to send from, or invalid: cannot
 	pmtu   verbs.MTU
 	linkMT int
 
@@ -207,8 +216,25 @@ func New(cfg Config) (*Device, error) {
 		binary.BigEndian.PutUint64(b[8:], d.guid)
 		ll = netip.AddrFrom16(b)
 	}
-	d.gids[0] = verbs.GIDFromAddr(ll)
-	d.gids[1] = verbs.GIDFromAddr(d.local)
+	addrs := cfg.Addrs
+	if len(addrs) == 0 {
+		addrs = []netip.Addr{d.local}
+	}
+	own := []netip.Addr{d.local}
+	if m, ok := cfg.Transport.(transport.MultiHomed); ok {
+		own = m.LocalAddrs()
+	}
+	for _, a := range append([]netip.Addr{ll}, addrs...) {
+		a = a.Unmap().WithZone("")
+		d.gids = append(d.gids, verbs.GIDFromAddr(a))
+		var src netip.Addr
+		for _, o := range own {
+			if o.Unmap().WithZone("") == a {
+				src = a
+			}
+		}
+		d.srcs = append(d.srcs, src)
+	}
 	d.bufPool.New = func() any { return new(pktBuf) }
 	return d, nil
 }
@@ -320,16 +346,52 @@ func (d *Device) QueryPort(port uint8) (verbs.PortAttr, error) {
 }
 
 // QueryGID returns GID index of port 1: index 0 is the link-local GID,
-// index 1 the device's IP address (IPv4-mapped for IPv4), laid out as rxe
-// lays out a netdev's GIDs so that "-g 1" / "-x 1" habits carry over.
+// then the device's IP addresses (IPv4-mapped for IPv4; Config.Addrs),
+// laid out as rxe lays out a netdev's GIDs so that "-g 1" / "-x 1" habits
+// carry over.
 func (d *Device) QueryGID(port uint8, index int) (verbs.GID, error) {
 	if port != 1 {
 		return verbs.GID{}, verbs.Errorf("QueryGID", verbs.ErrNotFound, "port %d: softrdma devices have one port, number 1", port)
 	}
 	if index < 0 || index >= len(d.gids) {
-		return verbs.GID{}, verbs.Errorf("QueryGID", verbs.ErrNotFound, "GID index %d: the table has %d entries (0 link-local, 1 %v)", index, len(d.gids), d.local)
+		return verbs.GID{}, verbs.Errorf("QueryGID", verbs.ErrNotFound, "GID index %d: the table has %d entries (%v)", index, len(d.gids), d.gidList())
 	}
 	return d.gids[index], nil
+}
+
+// gidList describes the GID table for error messages: "0 fe80::1, 1 10.0.0.1, ...".
+func (d *Device) gidList() string {
+	var b strings.Builder
+	for i, g := range d.gids {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%d %v", i, g.Addr().Unmap())
+		if !d.srcs[i].IsValid() {
+			b.WriteString(" (cannot send)")
+		}
+	}
+	return b.String()
+}
+
+// sourceFor returns the address the device sends MADs to dst from: the
+// first sendable GID of dst's family and scope (link-local or not), as
+// the kernel's source address selection would pick on one interface.
+func (d *Device) sourceFor(dst netip.Addr) (netip.Addr, bool) {
+	dst = dst.Unmap()
+	var other netip.Addr
+	for _, a := range d.srcs {
+		if !a.IsValid() || a.Is4() != dst.Is4() {
+			continue
+		}
+		if a.IsLinkLocalUnicast() == dst.IsLinkLocalUnicast() {
+			return a, true
+		}
+		if !other.IsValid() {
+			other = a
+		}
+	}
+	return other, other.IsValid()
 }
 
 // AllocPD allocates a protection domain.

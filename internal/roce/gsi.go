@@ -45,7 +45,7 @@ func (d *Device) HandleMADs(port uint8, h func(src verbs.MADSource, mad []byte))
 // gets its response with the status "unsupported class or version"
 // (IBTA 13.4.7). Everything else is dropped. It never waits for the
 // transport: the peer retries what is lost.
-func (d *Device) answerUnhandledMAD(src netip.Addr, srcQP uint32, in []byte) {
+func (d *Device) answerUnhandledMAD(src, local netip.Addr, srcQP uint32, in []byte) {
 	m, err := wire.ParseMAD(in)
 	if err != nil || len(in) < wire.MADLen || m.BaseVersion() != wire.MADBaseVersion {
 		return
@@ -82,7 +82,12 @@ func (d *Device) answerUnhandledMAD(src netip.Addr, srcQP uint32, in []byte) {
 		return
 	}
 	d.Counters.MADsAnswered.Add(1)
-	d.sendGSI(verbs.GIDFromAddr(src), srcQP, verbs.GSIQKey, out[:], false)
+	if local.IsValid() {
+		local = local.Unmap() // the answer leaves from where the MAD arrived
+	} else if local, _ = d.sourceFor(src); !local.IsValid() {
+		return
+	}
+	d.sendGSI(local, verbs.GIDFromAddr(src), srcQP, verbs.GSIQKey, out[:], false)
 }
 
 // SendMAD sends mad from QP1 (verbs.GSI).
@@ -97,15 +102,17 @@ func (d *Device) SendMAD(port uint8, dst verbs.GID, dstQP uint32, qkey uint32, m
 	if len(mad) > d.pmtu.Bytes() {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "a MAD of %d bytes exceeds the path MTU %d", len(mad), d.pmtu.Bytes())
 	}
-	if dst.Addr().Unmap().Is4() != d.local.Is4() {
-		return verbs.Errorf(op, verbs.ErrInvalidArgument, "destination %v and this device's address %v are of different IP families", dst, d.local)
+	src, ok := d.sourceFor(dst.Addr())
+	if !ok {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "destination %v: the device has no address of its family to send from (GIDs: %v)", dst, d.gidList())
 	}
-	return d.sendGSI(dst, dstQP, qkey, mad, true)
+	return d.sendGSI(src, dst, dstQP, qkey, mad, true)
 }
 
-// sendGSI sends a MAD from QP1; block says whether it may wait for the
-// transport (else, if the transport is full, the MAD is dropped).
-func (d *Device) sendGSI(dst verbs.GID, dstQP uint32, qkey uint32, mad []byte, block bool) error {
+// sendGSI sends a MAD from QP1 at address src; block says whether it may
+// wait for the transport (else, if the transport is full, the MAD is
+// dropped).
+func (d *Device) sendGSI(src netip.Addr, dst verbs.GID, dstQP uint32, qkey uint32, mad []byte, block bool) error {
 	const op = "SendMAD"
 	addr := dst.Addr().Unmap()
 	info := wire.UDSendOnly.Info()
@@ -118,7 +125,7 @@ func (d *Device) sendGSI(dst verbs.GID, dstQP uint32, qkey uint32, mad []byte, b
 	wire.DETH(b[info.DETHOff:]).Encode(&wire.DETHFields{QKey: qkey, SrcQP: gsiQPN})
 	copy(b[info.Length:], mad)
 	clear(b[info.Length+len(mad) : len(b)-wire.ICRCLen])
-	pkts := [1]transport.Datagram{{Buf: b, Peer: netip.AddrPortFrom(addr, d.port), Flow: gsiQPN}}
+	pkts := [1]transport.Datagram{{Buf: b, Peer: netip.AddrPortFrom(addr, d.port), Local: src, Flow: gsiQPN}}
 	var sent int
 	var err error
 	if !block && d.trySender != nil {
@@ -148,7 +155,7 @@ func (d *Device) onGSI(p *wire.Packet, pk *transport.Datagram) {
 		h := d.gsi.handler.Load()
 		if h == nil {
 			c.DropNoMADHandler.Add(1)
-			d.answerUnhandledMAD(pk.Peer.Addr(), p.DETH.SrcQP(), p.Payload)
+			d.answerUnhandledMAD(pk.Peer.Addr(), pk.Local, p.DETH.SrcQP(), p.Payload)
 			return
 		}
 		c.MADsRcvd.Add(1)

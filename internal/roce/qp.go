@@ -45,6 +45,7 @@ type QP struct {
 	// (Config.NoSplitWrites).
 	splitWrites bool
 	destAddr    netip.Addr
+	src         netip.Addr // the source address (GID) the AV names
 	sq          sendQueue
 	rq          recvQueue
 	req         requester
@@ -74,6 +75,7 @@ type sendWQE struct {
 	cmpAdd   uint64
 	swap     uint64
 	dest     netip.AddrPort // UD
+	src      netip.Addr     // UD: the AH's source address
 	destQPN  uint32         // UD
 	qkey     uint32         // UD
 	sgl      sgl
@@ -345,7 +347,7 @@ func (qp *QP) checkValuesLocked(attr *verbs.QPAttr, mask verbs.QPAttrMask) error
 		if !ah.IsGlobal || ah.GRH.DGID.IsZero() {
 			return verbs.Errorf(op, verbs.ErrInvalidArgument, "RoCE needs a global route: set AHAttr.IsGlobal and AHAttr.GRH.DGID to the peer's GID (ibv_*_pingpong: pass -g 1)")
 		}
-		if err := qp.dev.checkSGID(op, ah); err != nil {
+		if _, err := qp.dev.checkSGID(op, ah); err != nil {
 			return err
 		}
 	}
@@ -353,16 +355,25 @@ func (qp *QP) checkValuesLocked(attr *verbs.QPAttr, mask verbs.QPAttrMask) error
 }
 
 // checkSGID checks that an address vector's source GID is one this device
-// can send from, and that the destination's address family matches.
-func (d *Device) checkSGID(op string, ah *verbs.AHAttr) error {
-	if ah.GRH.SGIDIndex != 1 {
-		return verbs.Errorf(op, verbs.ErrInvalidArgument,
-			"source GID index %d: this device sends from its address %v, GID index 1 (index 0 is the link-local GID, which it cannot send from)", ah.GRH.SGIDIndex, d.local)
+// can send from, and that the destination's address family matches it. It
+// returns the source address.
+func (d *Device) checkSGID(op string, ah *verbs.AHAttr) (netip.Addr, error) {
+	i := int(ah.GRH.SGIDIndex)
+	if i >= len(d.gids) {
+		return netip.Addr{}, verbs.Errorf(op, verbs.ErrInvalidArgument,
+			"source GID index %d: the table has %d entries (%v)", i, len(d.gids), d.gidList())
 	}
-	if ah.GRH.DGID.Addr().Is4() != d.local.Is4() {
-		return verbs.Errorf(op, verbs.ErrInvalidArgument, "destination GID %v and this device's address %v are of different IP families", ah.GRH.DGID, d.local)
+	src := d.srcs[i]
+	if !src.IsValid() {
+		return netip.Addr{}, verbs.Errorf(op, verbs.ErrInvalidArgument,
+			"source GID index %d (%v): the device cannot send from it (no socket on that address: the interface does not have it); its GIDs: %v",
+			i, d.gids[i].Addr().Unmap(), d.gidList())
 	}
-	return nil
+	if dst := ah.GRH.DGID.Addr(); dst.Is4() != src.Is4() {
+		return netip.Addr{}, verbs.Errorf(op, verbs.ErrInvalidArgument, "destination GID %v and source GID index %d (%v) are of different IP families; its GIDs: %v",
+			ah.GRH.DGID, i, src, d.gidList())
+	}
+	return src, nil
 }
 
 func (qp *QP) applyLocked(attr *verbs.QPAttr, mask verbs.QPAttrMask) {
@@ -376,6 +387,7 @@ func (qp *QP) applyLocked(attr *verbs.QPAttr, mask verbs.QPAttrMask) {
 	if mask&verbs.QPAttrAV != 0 {
 		a.AHAttr = attr.AHAttr
 		qp.destAddr = attr.AHAttr.GRH.DGID.Addr()
+		qp.src = qp.dev.srcs[attr.AHAttr.GRH.SGIDIndex] // checked by checkSGID
 		qp.peerPort = 0
 		qp.dest = netip.AddrPortFrom(qp.destAddr, qp.dev.port)
 		qp.splitWrites = qp.typ == verbs.QPTypeRC &&
@@ -744,6 +756,7 @@ func (qp *QP) postOneLocked(wr *verbs.SendWR) error {
 			return verbs.Errorf(op, verbs.ErrInvalidArgument, "UD message of %d bytes exceeds the path MTU %d", w.length, qp.pmtu)
 		}
 		w.dest = ah.dest
+		w.src = ah.src
 		w.destQPN = wr.RemoteQPN & 0xFFFFFF
 		w.qkey = wr.RemoteQKey
 		if w.qkey&0x80000000 != 0 { // IBTA 10.2.5: use the QP's own Q_Key

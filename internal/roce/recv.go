@@ -270,7 +270,9 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 		// the UDP source port its first packet came from. A peer sends a
 		// QP's packets from one port (rxe: 0xC000 + a hash of the QPN;
 		// softrdma: the socket its flow maps to), so a packet from another
-		// port, even from the peer's host, is not the peer's QP.
+		// port, even from the peer's host, is not the peer's QP. As rxe
+		// checks, the packet must also be addressed to the QP's source
+		// GID, not to another address of the device.
 		if !qp.fromPeerLocked(pk) {
 			c.DropWrongSource.Add(1)
 			return false
@@ -304,9 +306,11 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 }
 
 // fromPeerLocked reports whether an RC/UC packet comes from the QP's
-// peer: its address, and the UDP source port once one is pinned.
+// peer: its address, the UDP source port once one is pinned, and (as rxe
+// checks) addressed to the QP's source GID.
 func (qp *QP) fromPeerLocked(pk *transport.Datagram) bool {
-	return pk.Peer.Addr().Unmap() == qp.destAddr && (qp.peerPort == 0 || pk.Peer.Port() == qp.peerPort)
+	return pk.Peer.Addr().Unmap() == qp.destAddr && (qp.peerPort == 0 || pk.Peer.Port() == qp.peerPort) &&
+		(!pk.Local.IsValid() || !qp.src.IsValid() || pk.Local.Unmap() == qp.src)
 }
 
 // learnPeerPortLocked pins an RC/UC QP to the UDP port its peer sends

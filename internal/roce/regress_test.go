@@ -106,7 +106,7 @@ func TestKeepResponsesKeepsOrder(t *testing.T) {
 
 	qp.mu.Lock()
 	bth := wire.BTHFields{PSN: 9, DestQP: 0x99}
-	qp.newPacketLocked(qp.dest, wire.RCSendOnly, &bth, 4) // a request
+	qp.newPacketLocked(qp.route(), wire.RCSendOnly, &bth, 4) // a request
 	qp.sendAckLocked(wire.PSN(5), wire.NAKSyndrome(wire.NAKRemoteAccessError))
 	qp.tx.keepResponses(d)
 	st := newTxStage()

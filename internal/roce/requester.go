@@ -184,9 +184,9 @@ var (
 func (qp *QP) sendPacketLocked(w *sendWQE) bool {
 	psn := qp.req.psn
 	bth := wire.BTHFields{PSN: psn, DestQP: qp.attr.DestQPNum}
-	dst := qp.dest
+	dst := qp.route()
 	if qp.typ == verbs.QPTypeUD {
-		dst = w.dest
+		dst = route{src: w.src, dst: w.dest}
 		bth.DestQP = w.destQPN
 	}
 

@@ -431,10 +431,10 @@ func (qp *QP) sendReadResponsesLocked(va uint64, rkey uint32, dlen uint64, psn w
 			// newGatherPacketLocked); the packet pins the MR till then.
 			mr.pins.Add(1)
 			mr.mu.RUnlock()
-			b = qp.newGatherPacketLocked(qp.dest, op, &bth, src, mr)
+			b = qp.newGatherPacketLocked(qp.route(), op, &bth, src, mr)
 			mr = nil
 		} else {
-			b = qp.newPacketLocked(qp.dest, op, &bth, int(n))
+			b = qp.newPacketLocked(qp.route(), op, &bth, int(n))
 		}
 		if info.Has(wire.FlagAETH) {
 			wire.AETH(b[info.AETHOff:]).Encode(&wire.AETHFields{Syndrome: wire.ACKSyndrome(0x1F), MSN: qp.resp.msn & 0xFFFFFF})
@@ -489,7 +489,7 @@ func (qp *QP) recvAtomicLocked(p *wire.Packet, psn wire.PSN) verdict {
 func (qp *QP) sendAtomicAckLocked(psn wire.PSN, orig uint64) {
 	qp.flushAckLocked()
 	bth := wire.BTHFields{PSN: psn, DestQP: qp.attr.DestQPNum}
-	b := qp.newPacketLocked(qp.dest, wire.RCAtomicAck, &bth, 0)
+	b := qp.newPacketLocked(qp.route(), wire.RCAtomicAck, &bth, 0)
 	info := wire.RCAtomicAck.Info()
 	wire.AETH(b[info.AETHOff:]).Encode(&wire.AETHFields{Syndrome: wire.ACKSyndrome(0x1F), MSN: qp.resp.msn & 0xFFFFFF})
 	wire.AtomicAckETH(b[info.AtomicAckETHOff:]).SetOrigData(orig)
@@ -558,7 +558,7 @@ func (qp *QP) sendNAKLocked(psn wire.PSN, syndrome uint8) {
 
 func (qp *QP) sendAckLocked(psn wire.PSN, syndrome uint8) {
 	bth := wire.BTHFields{PSN: psn, DestQP: qp.attr.DestQPNum}
-	b := qp.newPacketLocked(qp.dest, wire.RCAck, &bth, 0)
+	b := qp.newPacketLocked(qp.route(), wire.RCAck, &bth, 0)
 	wire.AETH(b[wire.RCAck.Info().AETHOff:]).Encode(&wire.AETHFields{Syndrome: syndrome, MSN: qp.resp.msn & 0xFFFFFF})
 }
 

@@ -128,6 +128,7 @@ type AH struct {
 	pd   *PD
 	attr verbs.AHAttr
 	dest netip.AddrPort
+	src  netip.Addr
 	dead atomic.Bool
 }
 
@@ -140,12 +141,13 @@ func (pd *PD) CreateAH(attr *verbs.AHAttr) (verbs.AH, error) {
 	if attr == nil || !attr.IsGlobal || attr.GRH.DGID.IsZero() {
 		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "RoCE needs a global route: set IsGlobal and GRH.DGID to the peer's GID")
 	}
-	if err := pd.dev.checkSGID(op, attr); err != nil {
+	src, err := pd.dev.checkSGID(op, attr)
+	if err != nil {
 		return nil, err
 	}
 	pd.refs.Add(1)
 	pd.dev.nAH.Add(1)
-	ah := &AH{pd: pd, attr: *attr, dest: netip.AddrPortFrom(attr.GRH.DGID.Addr(), pd.dev.port)}
+	ah := &AH{pd: pd, attr: *attr, dest: netip.AddrPortFrom(attr.GRH.DGID.Addr(), pd.dev.port), src: src}
 	add(&pd.dev.objs, pd.dev.objs.ahs, ah)
 	return ah, nil
 }

@@ -292,12 +292,22 @@ func release(d *Device, p *transport.Datagram, b **pktBuf, mr **MR) {
 	*p, *b, *mr = transport.Datagram{}, nil, nil
 }
 
+// route is where a packet goes: from one of the device's addresses (a
+// GID it can send from; zero: the transport's first) to a peer.
+type route struct {
+	src netip.Addr
+	dst netip.AddrPort
+}
+
+// route is where the QP's packets go (RC, UC: the address vector's).
+func (qp *QP) route() route { return route{src: qp.src, dst: qp.dest} }
+
 // newPacketLocked appends a packet with opcode op and payloadLen bytes of
 // payload to the QP's batch, flushing first if the batch is full. It writes
 // the BTH and zeroes the pad; the caller writes the extension headers at the
 // offsets op.Info() gives and the payload at b[info.Length:]. It returns the
 // whole packet, ICRC included (the transport fills the ICRC).
-func (qp *QP) newPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.BTHFields, payloadLen int) []byte {
+func (qp *QP) newPacketLocked(dst route, op wire.Opcode, bth *wire.BTHFields, payloadLen int) []byte {
 	return qp.appendPacketLocked(dst, op, bth, payloadLen, nil, nil)
 }
 
@@ -306,14 +316,14 @@ func (qp *QP) newPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.BTHF
 // transport gathers it from there (transport.Datagram.Payload). It returns
 // the packet's headers; the caller writes the extension headers as for
 // newPacketLocked. The packet unpins mr once sent or dropped.
-func (qp *QP) newGatherPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.BTHFields, payload []byte, mr *MR) []byte {
+func (qp *QP) newGatherPacketLocked(dst route, op wire.Opcode, bth *wire.BTHFields, payload []byte, mr *MR) []byte {
 	return qp.appendPacketLocked(dst, op, bth, len(payload), payload, mr)[:op.Info().Length]
 }
 
 // appendPacketLocked builds the packet of newPacketLocked, with the
 // payload in the buffer (gathered nil) or, gathered, after the headers
 // on the wire (transport.Datagram.Split).
-func (qp *QP) appendPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.BTHFields, payloadLen int, gathered []byte, mr *MR) []byte {
+func (qp *QP) appendPacketLocked(dst route, op wire.Opcode, bth *wire.BTHFields, payloadLen int, gathered []byte, mr *MR) []byte {
 	if qp.tx.n == txBatch {
 		qp.flushLocked()
 		if qp.tx.n == txBatch {
@@ -340,7 +350,7 @@ func (qp *QP) appendPacketLocked(dst netip.AddrPort, op wire.Opcode, bth *wire.B
 	bth.PKey = defaultPKey
 	wire.BTH(b).Encode(bth)
 	clear(b[info.Length+inBuf : info.Length+inBuf+pad])
-	qp.tx.push(transport.Datagram{Buf: b, Payload: gathered, Split: info.Length, Peer: dst, Flow: qp.qpn}, pb, mr, info.Has(wire.FlagRequest))
+	qp.tx.push(transport.Datagram{Buf: b, Payload: gathered, Split: info.Length, Peer: dst.dst, Local: dst.src, Flow: qp.qpn}, pb, mr, info.Has(wire.FlagRequest))
 	return b
 }
 

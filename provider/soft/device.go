@@ -42,7 +42,7 @@ type Device struct {
 	serveDone   chan struct{}
 	inlinePolls atomic.Uint64 // receive attempts by busy pollers
 	asideCheck  time.Duration // stepAsideCheck when the device was opened
-	ackDelay    time.Duration // ackDelay when the device was opened
+	ackDelay    time.Duration // ackDelay when the device was opened (its timer may outlive Close)
 	aside       atomic.Bool   // the loop has stepped aside for a busy poller
 	serveKick   chan struct{} // wakes the loop from stepping aside
 	log         *logger       // nil: no Config.Logger

@@ -2,11 +2,20 @@
 // (internal/roce) over UDP port 4791, bit-compatible with Linux soft-RoCE
 // (rxe) and RoCE NICs.
 //
-// Open creates a device bound to one IP address:
+// Open creates a device on a network interface, as rxe has one per
+// netdev, or bound to one IP address:
 //
+//	dev, err := soft.Open(soft.Config{Interface: "eth0"})
 //	dev, err := soft.Open(soft.Config{Addr: netip.MustParseAddr("127.0.0.2")})
 //	pd, err := dev.AllocPD()
 //	...
+//
+// A device on an interface lays out its GID table as rxe does: index 0
+// the IPv6 link-local GID derived from the MAC address, then every IPv4
+// address of the interface (IPv4-mapped), then every other IPv6 address;
+// it sends from and receives on each of them, so RoCEv2 over IPv4 and
+// over IPv6 both work (from GID 0 only where the interface has that
+// link-local address).
 //
 // Several processes on one host each open their own device on their own
 // address (127.0.0.1, 127.0.0.2, ... all reach loopback on Linux): RoCEv2
@@ -15,10 +24,11 @@
 //
 // The package also registers a verbs.Provider that lists one device per
 // network interface with an IP address (softrdma_lo, softrdma_eth0, ...);
-// opening one of those binds the interface's first address.
+// opening one of those opens the device on the interface.
 package soft
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -39,7 +49,13 @@ import (
 type Config struct {
 	// Name is the device name; default "softrdma_<netdev>" or "softrdma0".
 	Name string
-	// Addr is the IP address to bind. Required unless Transport is set.
+	// Interface, if set, names the network interface the device is on:
+	// its GID table holds every address of the interface (see the package
+	// comment) and it binds each. Addr must then be zero.
+	Interface string
+	// Addr is the one IP address to bind; its GID table is the link-local
+	// GID (index 0, not sendable) and Addr (index 1). Required unless
+	// Interface or Transport is set.
 	Addr netip.Addr
 	// Port is the UDP port; 0 means 4791. All peers must use the same port
 	// (RoCEv2 has no way to name another); only tests change it.
@@ -111,22 +127,40 @@ type Config struct {
 func Open(cfg Config) (*Device, error) {
 	tr := cfg.Transport
 	netdev := ""
+	var gids *interfaceGIDs
 	if tr == nil {
-		if !cfg.Addr.IsValid() {
-			return nil, verbs.Errorf("soft.Open", verbs.ErrInvalidArgument, "Config.Addr is required: the IP address the device sends from and receives on")
-		}
 		ucfg := cfg.UDP
-		ucfg.Addr = cfg.Addr
 		ucfg.Port = cfg.Port
 		if cfg.Capture != nil && ucfg.SourcePorts == 0 {
 			ucfg.SourcePorts = -1
 		}
+		switch {
+		case cfg.Interface != "" && cfg.Addr.IsValid():
+			return nil, verbs.Errorf("soft.Open", verbs.ErrInvalidArgument, "Config.Interface %q and Config.Addr %v: set one (a device on the interface has all of its addresses)", cfg.Interface, cfg.Addr)
+		case cfg.Interface != "":
+			g, err := gidsOf(cfg.Interface)
+			if err != nil {
+				return nil, err
+			}
+			gids, netdev = g, cfg.Interface
+			ucfg.Addr, ucfg.Addrs = g.bind[0], g.bind[1:]
+		case cfg.Addr.IsValid():
+			ucfg.Addr = cfg.Addr
+			netdev, _ = InterfaceOf(cfg.Addr)
+		default:
+			return nil, verbs.Errorf("soft.Open", verbs.ErrInvalidArgument, "Config.Interface or Config.Addr is required: the network interface or the IP address the device sends from and receives on")
+		}
 		t, err := udp.Listen(ucfg)
+		if err != nil && gids != nil && errors.Is(err, errors.ErrUnsupported) {
+			// This system's transport binds one address: the others stay
+			// in the GID table, not sendable.
+			ucfg.Addrs = nil
+			t, err = udp.Listen(ucfg)
+		}
 		if err != nil {
 			return nil, err
 		}
 		tr = t
-		netdev, _ = InterfaceOf(cfg.Addr)
 	}
 	if cfg.Capture != nil {
 		w, err := capture.NewWriter(cfg.Capture)
@@ -137,15 +171,21 @@ func Open(cfg Config) (*Device, error) {
 		tr = capture.Wrap(tr, w)
 	}
 	name := cfg.Name
-	if name == "" {
+	switch {
+	case name != "":
+	case gids != nil:
+		name = "softrdma_" + netdev
+	case netdev != "":
+		name = DeviceName(netdev, cfg.Addr)
+	default:
 		name = "softrdma0"
-		if netdev != "" {
-			name = DeviceName(netdev, cfg.Addr)
-		}
 	}
 	var ll netip.Addr
 	var guid uint64
-	if ifi, err := net.InterfaceByName(netdev); err == nil {
+	var addrs []netip.Addr
+	if gids != nil {
+		guid, ll, addrs = gids.guid, gids.linkLocal, gids.addrs
+	} else if ifi, err := net.InterfaceByName(netdev); err == nil {
 		guid = NodeGUID(ifi, cfg.Addr)
 		ll = roce.LinkLocalFromMAC(ifi.HardwareAddr)
 		if len(ifi.HardwareAddr) != 6 {
@@ -160,7 +200,7 @@ func Open(cfg Config) (*Device, error) {
 		notify = d.log.note
 	}
 	eng, err := roce.New(roce.Config{
-		Name: name, Transport: tr, NetDev: netdev, LinkLocal: ll,
+		Name: name, Transport: tr, NetDev: netdev, LinkLocal: ll, Addrs: addrs,
 		AcceptUnverifiedICRC: cfg.AcceptUnverifiedICRC,
 		NoGather:             cfg.NoGather || os.Getenv("SOFTRDMA_NO_GATHER") == "1",
 		NoSplitWrites:        cfg.NoSplitWrites || os.Getenv("SOFTRDMA_NO_SPLIT_WRITES") == "1",
@@ -183,6 +223,91 @@ func Open(cfg Config) (*Device, error) {
 	go d.serve()
 	opened.add(d)
 	return d, nil
+}
+
+// interfaceGIDs is the GID table of a device on an interface, rxe's way.
+type interfaceGIDs struct {
+	guid      uint64
+	linkLocal netip.Addr   // GID 0
+	addrs     []netip.Addr // GID 1...: every IPv4 address, then every other IPv6 one
+	bind      []netip.Addr // the addresses to bind, the first IPv4 one (else the first IPv6) first; link-local ones zoned
+}
+
+// gidsOf returns the GID table of the device on interface name: GID 0 the
+// link-local address derived from the MAC address (rxe's default GID; from
+// the node GUID where there is no MAC), then every IPv4 address, then every
+// IPv6 address that is not GID 0 (the kernel's RoCE GID management adds
+// them in this order). Each address the interface has is bound; GID 0 is
+// too when the interface has it.
+func gidsOf(name string) (*interfaceGIDs, error) {
+	ifi, err := net.InterfaceByName(name)
+	if err != nil {
+		return nil, verbs.Errorf("soft.Open", verbs.ErrNotFound, "interface %q: %v", name, err)
+	}
+	ads, err := ifi.Addrs()
+	if err != nil {
+		return nil, verbs.Errorf("soft.Open", verbs.ErrNotFound, "addresses of interface %s: %v", name, err)
+	}
+	var v4, v6 []netip.Addr
+	for _, ad := range ads {
+		p, err := netip.ParsePrefix(ad.String())
+		if err != nil {
+			continue
+		}
+		if a := p.Addr().Unmap(); a.Is4() {
+			v4 = append(v4, a)
+		} else {
+			v6 = append(v6, a)
+		}
+	}
+	if len(v4)+len(v6) == 0 {
+		return nil, verbs.Errorf("soft.Open", verbs.ErrNotFound, "interface %s has no IP address: a RoCEv2 device needs one", name)
+	}
+	g := &interfaceGIDs{}
+	first := v6[0:0:0]
+	if len(v4) > 0 {
+		first = v4[:1]
+	}
+	if fa, ok := firstAddr(*ifi); ok {
+		g.guid = NodeGUID(ifi, fa)
+	} else {
+		g.guid = NodeGUID(ifi, append(first, v6...)[0])
+	}
+	g.linkLocal = roce.LinkLocalFromMAC(ifi.HardwareAddr)
+	if !g.linkLocal.IsValid() {
+		g.linkLocal = linkLocalFromGUID(g.guid)
+	}
+	g.addrs = append(g.addrs, v4...)
+	var llBound netip.Addr
+	for _, a := range v6 {
+		if a == g.linkLocal {
+			llBound = a
+			continue
+		}
+		g.addrs = append(g.addrs, a)
+	}
+	zoned := func(a netip.Addr) netip.Addr {
+		if a.Is6() && a.IsLinkLocalUnicast() {
+			return a.WithZone(name)
+		}
+		return a
+	}
+	// The first bound address is the device's LocalAddr: an IPv4 one if
+	// any, else a routable IPv6 one, else the link-local one.
+	for _, a := range g.addrs {
+		if !a.IsLinkLocalUnicast() {
+			g.bind = append(g.bind, zoned(a))
+		}
+	}
+	for _, a := range g.addrs {
+		if a.IsLinkLocalUnicast() {
+			g.bind = append(g.bind, zoned(a))
+		}
+	}
+	if llBound.IsValid() {
+		g.bind = append(g.bind, zoned(llBound))
+	}
+	return g, nil
 }
 
 // InterfaceOf returns the name of the network interface that has address
@@ -259,7 +384,7 @@ func (provider) Devices() ([]verbs.Device, error) {
 		if !ok || seen[name] {
 			continue
 		}
-		out = append(out, &ifaceDevice{name: name, addr: addr, guid: NodeGUID(&ifi, addr)})
+		out = append(out, &ifaceDevice{name: name, netdev: ifi.Name, addr: addr, guid: NodeGUID(&ifi, addr)})
 	}
 	return out, nil
 }
@@ -288,20 +413,30 @@ func firstAddr(ifi net.Interface) (netip.Addr, bool) {
 
 // ifaceDevice is a device not yet opened: opening binds the address.
 type ifaceDevice struct {
-	name string
-	addr netip.Addr
-	guid uint64
+	name   string
+	netdev string
+	addr   netip.Addr
+	guid   uint64
 }
 
 func (d *ifaceDevice) Name() string { return d.name }
 func (d *ifaceDevice) GUID() uint64 { return d.guid }
 func (d *ifaceDevice) Open() (verbs.Context, error) {
-	return Open(Config{Name: d.name, Addr: d.addr})
+	return Open(Config{Name: d.name, Interface: d.netdev})
 }
 
 func init() { verbs.Register(provider{}) }
 
-// DeviceAddr returns the IP address a listed device binds (or has bound).
+// DeviceInterface returns the network interface of a listed, not yet
+// opened device (Config.Interface opens it).
+func DeviceInterface(d verbs.Device) (string, bool) {
+	if d, ok := d.(*ifaceDevice); ok {
+		return d.netdev, true
+	}
+	return "", false
+}
+
+// DeviceAddr returns the first IP address a listed device binds (or has bound).
 func DeviceAddr(d verbs.Device) (netip.Addr, bool) {
 	switch d := d.(type) {
 	case *ifaceDevice:

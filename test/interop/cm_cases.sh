@@ -4,23 +4,27 @@
 # they do not fit run_case.
 
 # cm_case NAME DIRECTION TOOL "SERVER ARGS" "CLIENT ARGS" ADDRFLAG
-#   The client gets "ADDRFLAG <server address>" appended.
+#   The client gets "ADDRFLAG <server address>" appended: $GUEST or $HOST,
+#   or with CM_V6=1 $GUEST6 or $HOST6.
 cm_case() {
 	local name=$1 dir=$2 tool=$3 sargs=$4 cargs=$5 aflag=$6
+	selected "$name" || return 0
+	local guest=$GUEST host=$HOST
+	[ -n "${CM_V6:-}" ] && guest=$GUEST6 host=$HOST6
 	local log=$OUT/$name.log ok=1
 	: >"$log"
 	capture "$name"
 	if [ "$dir" = rxe-server ]; then
 		job=$($VM exec -b vm1 "$tool $sargs")
 		sleep 2 # rdma_listen in the TCG guest
-		$VM nsexec env SOFTRDMA_ADDR=$HOST timeout 120 "$BIN" "$tool" $cargs $aflag $GUEST >>"$log" 2>&1 || ok=0
+		$VM nsexec env SOFTRDMA_ADDR=$HOST timeout 120 "$BIN" "$tool" $cargs $aflag $guest >>"$log" 2>&1 || ok=0
 		echo "--- rxe server:" >>"$log"
 		$VM wait vm1 "$job" >>"$log" 2>&1 || ok=0
 	else
 		$VM nsexec env SOFTRDMA_ADDR=$HOST timeout 120 "$BIN" "$tool" $sargs >"$log.server" 2>&1 &
 		local spid=$!
 		sleep 1
-		$VM exec vm1 "$tool $cargs $aflag $HOST" >>"$log" 2>&1 || ok=0
+		$VM exec vm1 "$tool $cargs $aflag $host" >>"$log" 2>&1 || ok=0
 		wait "$spid" || ok=0
 		echo "--- softrdma server:" >>"$log"
 		cat "$log.server" >>"$log"
@@ -46,3 +50,10 @@ cm_case ucmatose-rxe-server rxe-server ucmatose "" "" -s
 cm_case ucmatose-softrdma-server soft-server ucmatose "" "" -s
 cm_case udaddy-rxe-server rxe-server udaddy "" "" -s
 cm_case udaddy-softrdma-server soft-server udaddy "" "" -s
+# rdma_cm over IPv6: each side resolves the ULA to its GID index 2.
+if [ $QUICK = 0 ]; then
+	CM_V6=1 cm_case rping6-rxe-server rxe-server rping "-s -a $GUEST6 -v" "-c -C 10 -v -V" -a
+	CM_V6=1 cm_case rping6-softrdma-server soft-server rping "-s -a $HOST6 -v" "-c -C 10 -v -V" -a
+	CM_V6=1 cm_case ucmatose6-rxe-server rxe-server ucmatose "-b $GUEST6" "" -s
+	CM_V6=1 cm_case ucmatose6-softrdma-server soft-server ucmatose "-b $HOST6" "" -s
+fi

@@ -32,6 +32,8 @@ OUT=$RUN/interop
 mkdir -p "$OUT"
 HOST=10.77.0.1
 GUEST=10.77.0.2
+HOST6=fd77::1 # vm.sh up adds the ULAs: GID index 2 on both sides
+GUEST6=fd77::2
 BIN=$OUT/softrdma
 ICRC=$OUT/icrccheck
 PASS=0
@@ -321,6 +323,15 @@ if [ $QUICK = 0 ]; then
 	SHAPE_FILTER='HCA' local_case devinfo_l "-l" "-l" ibv_devinfo
 	SHAPE_FILTER='device' local_case devices "" "" ibv_devices
 	SHAPE_FILTER='device|---' local_case devices_arg "-v extra" "-v extra" ibv_devices
+fi
+# RoCEv2 over IPv6: the out-of-band exchange stays on IPv4, the RDMA
+# traffic goes between the ULAs (-g 2) or the link-local GIDs (-g 0).
+run_case rc_pingpong6-rxe-server rxe-server "-g 2 -n 20" "-g 2 -n 20" ibv_rc_pingpong
+if [ $QUICK = 0 ]; then
+	run_case rc_pingpong6-softrdma-server soft-server "-g 2 -n 20" "-g 2 -n 20" ibv_rc_pingpong
+	both ud_pingpong6 ibv_ud_pingpong "-g 2 -n 20 -s 1024" "-g 2 -n 20 -s 1024"
+	both write_bw6 ib_write_bw "-x 2 -s 65536 -n 50 -F" "-x 2 -s 65536 -n 50 -F"
+	both rc_pingpong_ll ibv_rc_pingpong "-g 0 -n 20" "-g 0 -n 20"
 fi
 counters "after the lossless cases"
 

@@ -23,7 +23,8 @@
 # Topology: namespace "softrdma-interop" holds bridge br0 = 10.77.0.1/24 (the
 # host side, where softrdma runs via `nsexec`) and one tap per VM; VM i is
 # "vm<i>" = 10.77.0.(1+i), MAC 52:54:00:77:00:(1+i in hex), rxe device rxe0 on
-# eth0 (GID index 1 = the RoCEv2 IPv4 GID).
+# eth0 (GID index 1 = the RoCEv2 IPv4 GID). For RoCEv2 over IPv6, `up` also
+# gives br0 the ULA fd77::1/64 and vm<i> fd77::(1+i) (rxe0's GID index 2).
 #
 # Environment:
 #   SOFTRDMA_VM_CACHE         package cache and build output (default /var/cache/softrdma-vm)
@@ -50,6 +51,7 @@ MEM=${SOFTRDMA_VM_MEM:-768}
 NS=softrdma-interop   # network namespace
 BR=br0                # bridge inside it
 NET=10.77.0           # /24; .1 = host side (br0), .(1+i) = vm<i>
+NET6=fd77:           # ULA /64; ::1 = host side (br0), ::(1+i) = vm<i>
 MAX_VMS=8
 
 DEBS=$CACHE/debs      # downloaded .deb files
@@ -557,7 +559,10 @@ setup_ns() {
 	fi
 	ip -n "$NS" link set lo up
 	if ! ip -n "$NS" link show "$BR" >/dev/null 2>&1; then
-		ip -n "$NS" link add "$BR" type bridge
+		# A fixed MAC: a bridge otherwise takes its lowest port's MAC,
+		# and its IPv6 link-local address (made from the first MAC) would
+		# no longer be the GID made from its MAC (GID index 0).
+		ip -n "$NS" link add "$BR" address 52:54:00:77:00:01 type bridge
 		ip -n "$NS" addr add "$NET.1/24" dev "$BR"
 	fi
 	ip -n "$NS" link set "$BR" up
@@ -638,6 +643,19 @@ cmd_up() {
 		sleep 0.5
 	done
 	log "all $n VM(s) ready in $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}")s"
+	# IPv6 (nodad: usable at once); rxe adds each address to its GID table.
+	# Then wait out duplicate address detection of the link-local
+	# addresses (GID index 0), which cannot send while tentative.
+	ip -n "$NS" -6 addr replace "$NET6:1/64" dev "$BR" nodad
+	for ((i = 1; i <= n; i++)); do
+		cmd_exec "vm$i" "ip -6 addr add $NET6:$((1 + i))/64 dev eth0 nodad &&
+			for k in \$(seq 50); do ip -6 addr show dev eth0 tentative | grep -q inet6 || exit 0; sleep 0.2; done; exit 1" ||
+			die "vm$i: adding $NET6:$((1 + i)), or its link-local address stayed tentative"
+	done
+	for ((i = 0; i < 50; i++)); do
+		ip -n "$NS" -6 addr show dev "$BR" tentative | grep -q inet6 || break
+		sleep 0.2
+	done
 }
 
 cmd_down() {

@@ -201,7 +201,11 @@ func (t *Transport) Send(pkts []transport.Datagram) (int, error) {
 	ts := t.now()
 	for i := range pkts[:n] {
 		p := &pkts[i]
-		t.w.Write(ts, netip.AddrPortFrom(t.local.Addr(), t.local.Port()), p.Peer, p)
+		src := p.Local
+		if !src.IsValid() {
+			src = t.local.Addr()
+		}
+		t.w.Write(ts, netip.AddrPortFrom(src, t.local.Port()), p.Peer, p)
 	}
 	return n, err
 }
@@ -230,6 +234,15 @@ func (t *Transport) Recv(pkts []transport.Datagram) (int, error) {
 
 // LocalAddr is the wrapped transport's.
 func (t *Transport) LocalAddr() netip.AddrPort { return t.inner.LocalAddr() }
+
+// LocalAddrs is the wrapped transport's (transport.MultiHomed), or its
+// one address.
+func (t *Transport) LocalAddrs() []netip.Addr {
+	if m, ok := t.inner.(transport.MultiHomed); ok {
+		return m.LocalAddrs()
+	}
+	return []netip.Addr{t.local.Addr()}
+}
 
 // LinkMTU is the wrapped transport's.
 func (t *Transport) LinkMTU() int { return t.inner.LinkMTU() }

@@ -61,8 +61,11 @@ const maxDatagram = 65536
 
 // listenPortable opens the portable transport on cfg.Addr.
 func listenPortable(cfg Config) (*portable, error) {
-	if !cfg.Addr.IsValid() {
-		return nil, errors.New("udp.Listen: Config.Addr is required")
+	if _, err := cfg.localAddrs(); err != nil {
+		return nil, err
+	}
+	if len(cfg.Addrs) > 0 {
+		return nil, fmt.Errorf("udp.Listen: Config.Addrs: the portable transport binds one address: %w", errors.ErrUnsupported)
 	}
 	cfg = cfg.withDefaults()
 	addr := netip.AddrPortFrom(cfg.Addr.Unmap(), cfg.Port)
@@ -128,6 +131,9 @@ func (t *portable) closeConns() error {
 // LocalAddr returns the bound address and port.
 func (t *portable) LocalAddr() netip.AddrPort { return t.local }
 
+// LocalAddrs returns the one bound address (transport.MultiHomed).
+func (t *portable) LocalAddrs() []netip.Addr { return []netip.Addr{t.local.Addr().WithZone("")} }
+
 // LinkMTU returns the MTU of the interface under the bound address.
 func (t *portable) LinkMTU() int { return t.mtu }
 
@@ -183,6 +189,9 @@ func (t *portable) Send(pkts []transport.Datagram) (int, error) {
 	defer t.sendMu.Unlock()
 	for i := range pkts {
 		p := &pkts[i]
+		if p.Local.IsValid() && p.Local.Unmap().WithZone("") != t.local.Addr().WithZone("") {
+			return i, fmt.Errorf("udp: packet %d: source address %v is not the transport's (%v)", i, p.Local, t.local.Addr())
+		}
 		s := &t.senders[flowSender(p.Flow, len(t.senders))]
 		ip := wire.IPInfo{Src: t.local.Addr(), Dst: p.Peer.Addr().Unmap(), SrcPort: s.port, DstPort: p.Peer.Port(), DF: true}
 		buf := p.Buf

@@ -25,6 +25,8 @@
 package udp
 
 import (
+	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"sync/atomic"
@@ -34,8 +36,17 @@ import (
 
 // Config says where the transport lives.
 type Config struct {
-	// Addr is the local IP address to bind; required.
+	// Addr is the local IP address to bind; required. LocalAddr reports
+	// it, and a packet sent without a source address (Datagram.Local)
+	// leaves from it.
 	Addr netip.Addr
+	// Addrs are further local addresses to bind, each with its own
+	// receiving socket on Port and its own sending sockets: a device on a
+	// network interface sends from and receives on every address of its
+	// GID table. A link-local IPv6 address needs its zone (fe80::1%eth0).
+	// At most 15; on Linux only (elsewhere Listen fails with an error
+	// that matches errors.ErrUnsupported).
+	Addrs []netip.Addr
 	// Port is the UDP port; 0 means 4791. Peers are addressed on the port
 	// they give; softrdma devices use their own port for peers too.
 	Port uint16
@@ -65,6 +76,36 @@ type Config struct {
 }
 
 var _ transport.Transport = (*Transport)(nil)
+
+// maxHomes bounds the local addresses of one transport (Config.Addrs).
+const maxHomes = 16
+
+// localAddrs checks Addr and Addrs and returns them, unmapped, Addr first.
+func (cfg Config) localAddrs() ([]netip.Addr, error) {
+	if !cfg.Addr.IsValid() {
+		return nil, errors.New("udp.Listen: Config.Addr is required")
+	}
+	if len(cfg.Addrs)+1 > maxHomes {
+		return nil, fmt.Errorf("udp.Listen: %d addresses: at most %d", len(cfg.Addrs)+1, maxHomes)
+	}
+	out := []netip.Addr{cfg.Addr.Unmap()}
+	for _, a := range cfg.Addrs {
+		if !a.IsValid() || a.IsUnspecified() || a.IsMulticast() {
+			return nil, fmt.Errorf("udp.Listen: Config.Addrs: %v is not a unicast address", a)
+		}
+		a = a.Unmap()
+		if a.IsLinkLocalUnicast() && a.Is6() && a.Zone() == "" {
+			return nil, fmt.Errorf("udp.Listen: Config.Addrs: link-local %v needs its interface as zone (%v%%eth0)", a, a)
+		}
+		for _, b := range out {
+			if b.WithZone("") == a.WithZone("") {
+				return nil, fmt.Errorf("udp.Listen: Config.Addrs: %v is listed twice", a)
+			}
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
 
 // withDefaults returns cfg with its zero fields set to their defaults.
 func (cfg Config) withDefaults() Config {

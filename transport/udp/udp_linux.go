@@ -27,17 +27,34 @@ import (
 
 // sender is one sending socket.
 type sender struct {
-	fd   int
-	port uint16
+	fd    int
+	port  uint16
+	v6    bool
+	src   netip.Addr // the address it is bound to
+	scope uint32     // interface index of a link-local src, for link-local peers
 }
 
-// Transport is a transport.Transport over one UDP socket. Send and Recv
-// are safe for concurrent use; each serialises its callers.
+// home is one local address: its receiving socket, bound to the port, and
+// its sending sockets senders[first : first+n].
+type home struct {
+	addr  netip.Addr
+	fd    int
+	v6    bool
+	first int
+	n     int
+}
+
+// Transport is a transport.Transport over UDP sockets: a receiving socket
+// on each local address (Config.Addr first, then Config.Addrs) and sending
+// sockets on each. Send and Recv are safe for concurrent use; each
+// serialises its callers.
 type Transport struct {
-	fd    int // the receiving socket, bound to local
+	fd    int // the receiving socket of the first address, bound to local
 	evfd  int // eventfd, signalled by Close to end blocking waits
 	fdMu  sync.RWMutex
 	local netip.AddrPort
+	homes []home
+	addrs []netip.Addr // LocalAddrs
 	v6    bool
 	mtu   int
 	batch int
@@ -56,6 +73,8 @@ type Transport struct {
 
 	recvMu  sync.Mutex
 	rbuf    batchBuf
+	rhome   int      // the home whose socket the pending batch came from
+	rnext   int      // the home whose socket the next recvmmsg tries first
 	rprep   int      // receive headers the last recvmmsg filled, to restore
 	rbig    [][]byte // receive buffers, one per message slot
 	rlen    []int    // datagram length per slot
@@ -110,47 +129,26 @@ const (
 	bigBuf = 65536
 )
 
-// Listen opens the transport on cfg.Addr.
+// Listen opens the transport on cfg.Addr and cfg.Addrs.
 func Listen(cfg Config) (*Transport, error) {
-	if !cfg.Addr.IsValid() {
-		return nil, errors.New("udp.Listen: Config.Addr is required")
+	addrs, err := cfg.localAddrs()
+	if err != nil {
+		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	addr := netip.AddrPortFrom(cfg.Addr.Unmap(), cfg.Port)
-	fd, _, err := openSocket(addr)
-	if err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return nil, fmt.Errorf("udp.Listen: %v is in use: another softrdma device or Linux rxe is bound there; use another address", addr)
-		}
-		if errors.Is(err, syscall.EADDRNOTAVAIL) {
-			return nil, fmt.Errorf("udp.Listen: %v: no interface has this address", addr)
-		}
-		return nil, fmt.Errorf("udp.Listen: %v: %w", addr, err)
-	}
-	t := &Transport{fd: fd, evfd: -1, local: addr, v6: addr.Addr().Is6(), batch: cfg.BatchSize, mtu: linkMTU(addr.Addr())}
+	addr := netip.AddrPortFrom(addrs[0], cfg.Port)
+	t := &Transport{fd: -1, evfd: -1, local: addr, v6: addr.Addr().Is6(), batch: cfg.BatchSize, mtu: linkMTU(addr.Addr())}
 	if t.evfd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
-		unix.Close(fd)
 		return nil, fmt.Errorf("udp.Listen: eventfd: %w", err)
 	}
-	if serr := setSockopts(fd, t.v6, cfg.SocketBuffer); serr != nil {
-		t.closeFDs()
-		return nil, fmt.Errorf("udp.Listen: setting Don't Fragment: %w", serr)
-	}
-	if cfg.SourcePorts < 0 {
-		t.senders = []sender{{fd: fd, port: addr.Port()}}
-	} else {
-		for i := 0; i < cfg.SourcePorts; i++ {
-			sfd, port, err := openSocket(netip.AddrPortFrom(addr.Addr(), 0))
-			if err == nil {
-				t.senders = append(t.senders, sender{fd: sfd, port: port})
-				err = setSockopts(sfd, t.v6, cfg.SocketBuffer)
-			}
-			if err != nil {
-				t.closeFDs()
-				return nil, fmt.Errorf("udp.Listen: opening sending socket %d on %v: %w", i, addr.Addr(), err)
-			}
+	for _, a := range addrs {
+		if err := t.addHome(a, cfg); err != nil {
+			t.closeFDs()
+			return nil, err
 		}
 	}
+	t.fd = t.homes[0].fd
+	t.addrs = addrs
 	t.sbuf = newBatchBuf(cfg.BatchSize)
 	t.rbuf = newBatchBuf(cfg.BatchSize)
 	t.rbig = make([][]byte, cfg.BatchSize)
@@ -166,14 +164,71 @@ func Listen(cfg Config) (*Transport, error) {
 	if !cfg.DisableGSO {
 		// Receiving coalesced datagrams needs UDP_GRO; without it the
 		// kernel splits them again before delivery.
-		t.gso = unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_GRO, 1) == nil
+		t.gso = true
+		for _, h := range t.homes {
+			t.gso = t.gso && unix.SetsockoptInt(h.fd, unix.SOL_UDP, unix.UDP_GRO, 1) == nil
+		}
 	}
 	return t, nil
+}
+
+// addHome binds the receiving socket of local address a and opens its
+// sending sockets.
+func (t *Transport) addHome(a netip.Addr, cfg Config) error {
+	addr := netip.AddrPortFrom(a, cfg.Port)
+	fd, _, err := openSocket(addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("udp.Listen: %v is in use: another softrdma device or Linux rxe is bound there; use another address", addr)
+		}
+		if errors.Is(err, syscall.EADDRNOTAVAIL) {
+			return fmt.Errorf("udp.Listen: %v: no interface has this address", addr)
+		}
+		return fmt.Errorf("udp.Listen: %v: %w", addr, err)
+	}
+	v6 := a.Is6()
+	h := home{addr: a.WithZone(""), fd: fd, v6: v6, first: len(t.senders)}
+	t.homes = append(t.homes, h)
+	if serr := setSockopts(fd, v6, cfg.SocketBuffer); serr != nil {
+		return fmt.Errorf("udp.Listen: setting Don't Fragment: %w", serr)
+	}
+	scope := zoneIndex(a)
+	if cfg.SourcePorts < 0 {
+		t.senders = append(t.senders, sender{fd: fd, port: addr.Port(), v6: v6, src: h.addr, scope: scope})
+	} else {
+		for i := 0; i < cfg.SourcePorts; i++ {
+			sfd, port, err := openSocket(netip.AddrPortFrom(a, 0))
+			if err == nil {
+				t.senders = append(t.senders, sender{fd: sfd, port: port, v6: v6, src: h.addr, scope: scope})
+				err = setSockopts(sfd, v6, cfg.SocketBuffer)
+			}
+			if err != nil {
+				return fmt.Errorf("udp.Listen: opening sending socket %d on %v: %w", i, a, err)
+			}
+		}
+	}
+	t.homes[len(t.homes)-1].n = len(t.senders) - h.first
+	return nil
+}
+
+// zoneIndex returns the interface index of a's zone (0: none).
+func zoneIndex(a netip.Addr) uint32 {
+	if z := a.Zone(); z != "" {
+		if ifi, err := net.InterfaceByName(z); err == nil {
+			return uint32(ifi.Index)
+		}
+	}
+	return 0
 }
 
 // openSocket opens a non-blocking UDP socket bound to addr (port 0: an
 // ephemeral port) and returns it with its port. It is not registered with
 // Go's network poller.
+//
+// A link-local IPv6 address is bound even while it is tentative
+// (IPV6_FREEBIND): an interface that has just come up holds its
+// link-local address tentative for a second or two (duplicate address
+// detection), and the device on it must open meanwhile.
 func openSocket(addr netip.AddrPort) (int, uint16, error) {
 	af := unix.AF_INET
 	if addr.Addr().Is6() {
@@ -189,13 +244,10 @@ func openSocket(addr netip.AddrPort) (int, uint16, error) {
 			unix.Close(fd)
 			return -1, 0, err
 		}
-		sa6 := &unix.SockaddrInet6{Port: int(addr.Port()), Addr: addr.Addr().As16()}
-		if z := addr.Addr().Zone(); z != "" {
-			if ifi, err := net.InterfaceByName(z); err == nil {
-				sa6.ZoneId = uint32(ifi.Index)
-			}
+		if addr.Addr().IsLinkLocalUnicast() {
+			unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_FREEBIND, 1)
 		}
-		sa = sa6
+		sa = &unix.SockaddrInet6{Port: int(addr.Port()), Addr: addr.Addr().As16(), ZoneId: zoneIndex(addr.Addr())}
 	} else {
 		sa = &unix.SockaddrInet4{Port: int(addr.Port()), Addr: addr.Addr().As4()}
 	}
@@ -220,9 +272,15 @@ func openSocket(addr netip.AddrPort) (int, uint16, error) {
 
 // setSockopts sets Don't Fragment and the buffer sizes. DF on an
 // unconnected socket makes Linux send IP ID 0, the value the ICRC is
-// computed for.
+// computed for. An IPv6 socket also takes datagrams with UDP checksum 0:
+// Linux rxe sends RoCEv2 over IPv6 with checksum 0 (the ICRC protects
+// the packet; RFC 6936 allows it for tunnels), which the kernel drops
+// unless the socket accepts them, as rxe's own socket does.
 func setSockopts(fd int, v6 bool, bufSize int) error {
 	err := setDontFragment(fd, v6)
+	if v6 && err == nil {
+		err = unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1)
+	}
 	for _, opt := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
 		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt[0], bufSize) != nil {
 			unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt[1], bufSize)
@@ -240,8 +298,13 @@ func setDontFragment(fd int, v6 bool) error {
 	return unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
 }
 
-// LocalAddr returns the bound address and port.
+// LocalAddr returns the first bound address (Config.Addr) and the port.
 func (t *Transport) LocalAddr() netip.AddrPort { return t.local }
+
+// LocalAddrs returns every address the transport sends from and receives
+// on (transport.MultiHomed): Config.Addr, then Config.Addrs, unmapped and
+// without zones. The caller must not modify the slice.
+func (t *Transport) LocalAddrs() []netip.Addr { return t.addrs }
 
 // LinkMTU returns the MTU of the interface under the bound address.
 func (t *Transport) LinkMTU() int { return t.mtu }
@@ -271,9 +334,14 @@ func (t *Transport) Close() error {
 
 // closeFDs closes every descriptor the transport opened.
 func (t *Transport) closeFDs() error {
-	err := unix.Close(t.fd)
+	var err error
+	for i, h := range t.homes {
+		if e := unix.Close(h.fd); i == 0 {
+			err = e
+		}
+	}
 	for _, s := range t.senders {
-		if s.fd != t.fd {
+		if !t.isHomeFD(s.fd) {
 			unix.Close(s.fd)
 		}
 	}
@@ -281,6 +349,47 @@ func (t *Transport) closeFDs() error {
 		unix.Close(t.evfd)
 	}
 	return err
+}
+
+// isHomeFD says whether fd is a receiving socket.
+func (t *Transport) isHomeFD(fd int) bool {
+	for _, h := range t.homes {
+		if h.fd == fd {
+			return true
+		}
+	}
+	return false
+}
+
+// waitRecv blocks until a receiving socket has a datagram or the
+// transport is closed. Precondition: fdMu read-locked.
+func (t *Transport) waitRecv() error {
+	if len(t.homes) == 1 {
+		return t.waitFD(t.fd, unix.POLLIN)
+	}
+	var arr [maxHomes + 1]unix.PollFd
+	for {
+		if t.closed.Load() {
+			return transport.ErrClosed
+		}
+		fds := arr[:0]
+		for _, h := range t.homes {
+			fds = append(fds, unix.PollFd{Fd: int32(h.fd), Events: unix.POLLIN})
+		}
+		fds = append(fds, unix.PollFd{Fd: int32(t.evfd), Events: unix.POLLIN})
+		_, err := unix.Ppoll(fds, nil, nil)
+		if t.closed.Load() {
+			return transport.ErrClosed
+		}
+		if err != nil && err != unix.EINTR {
+			return err
+		}
+		for _, f := range fds[:len(t.homes)] {
+			if f.Revents != 0 {
+				return nil
+			}
+		}
+	}
 }
 
 // waitFD blocks until fd is ready for events (unix.POLLIN or POLLOUT) or
@@ -308,6 +417,26 @@ func (t *Transport) ipInfo(peer netip.AddrPort, local netip.Addr) wire.IPInfo {
 	return wire.IPInfo{Src: peer.Addr().Unmap(), Dst: local, SrcPort: peer.Port(), DstPort: t.local.Port(), DF: true}
 }
 
+// homeOf returns the index of the home whose address is a packet's source
+// (Datagram.Local; zero means the first), or -1.
+func (t *Transport) homeOf(local netip.Addr) int {
+	if !local.IsValid() {
+		return 0
+	}
+	if local.Is4In6() {
+		local = local.Unmap()
+	}
+	for i := range t.homes {
+		if t.homes[i].addr == local {
+			return i
+		}
+	}
+	if local.Zone() != "" {
+		return t.homeOf(local.WithZone(""))
+	}
+	return -1
+}
+
 // Gathers reports that Send takes packets with a separate payload
 // (transport.Gatherer): they go out as sendmmsg iovecs, without a copy.
 func (t *Transport) Gathers() bool { return true }
@@ -319,9 +448,34 @@ func (t *Transport) Coalesces(peer netip.AddrPort) bool {
 	return t.gso && peer.Addr().Unmap().IsLoopback()
 }
 
-// senderFor picks the sending socket of a flow.
-func (t *Transport) senderFor(flow uint32) int {
-	return flowSender(flow, len(t.senders))
+// senderFor picks the sending socket of a packet: one of its source
+// address's, by its flow. The packets' sources were checked by
+// checkSources.
+func (t *Transport) senderFor(p *transport.Datagram) int {
+	if len(t.homes) == 1 {
+		return flowSender(p.Flow, len(t.senders))
+	}
+	h := &t.homes[t.homeOf(p.Local)]
+	return h.first + flowSender(p.Flow, h.n)
+}
+
+// checkSources checks that every packet's source address is one of the
+// transport's.
+func (t *Transport) checkSources(pkts []transport.Datagram) error {
+	if len(t.homes) == 1 {
+		for i := range pkts {
+			if l := pkts[i].Local; l.IsValid() && l.Unmap().WithZone("") != t.homes[0].addr {
+				return fmt.Errorf("udp: packet %d: source address %v is not the transport's (%v)", i, l, t.homes[0].addr)
+			}
+		}
+		return nil
+	}
+	for i := range pkts {
+		if t.homeOf(pkts[i].Local) < 0 {
+			return fmt.Errorf("udp: packet %d: source address %v is not one of the transport's %v", i, pkts[i].Local, t.addrs)
+		}
+	}
+	return nil
 }
 
 // Send sends pkts in batches of at most BatchSize packets with sendmmsg,
@@ -347,6 +501,9 @@ func (t *Transport) send(orig []transport.Datagram, block bool) (int, error) {
 	if t.closed.Load() {
 		return 0, transport.ErrClosed
 	}
+	if err := t.checkSources(orig); err != nil {
+		return 0, err
+	}
 	t.sendMu.Lock()
 	defer t.sendMu.Unlock()
 	pkts, regrouped := t.groupBySender(orig)
@@ -354,12 +511,12 @@ func (t *Transport) send(orig []transport.Datagram, block bool) (int, error) {
 	total := 0
 	for len(pkts) > 0 {
 		// A run of packets of one flow goes out in one call.
-		si := t.senderFor(pkts[0].Flow)
+		si := t.senderFor(&pkts[0])
 		s := &t.senders[si]
 		b := &t.sbuf
 		nmsg, npkt := 0, 0
 		niov := 0
-		for npkt < len(pkts) && npkt < t.batch && t.senderFor(pkts[npkt].Flow) == si {
+		for npkt < len(pkts) && npkt < t.batch && t.senderFor(&pkts[npkt]) == si {
 			first := &pkts[npkt]
 			seg := first.Len()
 			k := 1
@@ -368,7 +525,7 @@ func (t *Transport) send(orig []transport.Datagram, block bool) (int, error) {
 				for npkt+k < len(pkts) && npkt+k < t.batch && k < maxSegments {
 					q := &pkts[npkt+k]
 					ql := q.Len()
-					if q.Peer != first.Peer || ql > seg || size+ql > maxGSOBytes || t.senderFor(q.Flow) != si {
+					if q.Peer != first.Peer || ql > seg || size+ql > maxGSOBytes || t.senderFor(q) != si {
 						break
 					}
 					size += ql
@@ -381,7 +538,7 @@ func (t *Transport) send(orig []transport.Datagram, block bool) (int, error) {
 			iov0 := niov
 			for j := npkt; j < npkt+k; j++ {
 				p := &pkts[j]
-				ip := wire.IPInfo{Src: t.local.Addr(), Dst: p.Peer.Addr().Unmap(), SrcPort: s.port, DstPort: p.Peer.Port(), DF: true}
+				ip := wire.IPInfo{Src: s.src, Dst: p.Peer.Addr().Unmap(), SrcPort: s.port, DstPort: p.Peer.Port(), DF: true}
 				if len(p.Payload) == 0 {
 					if len(p.Buf) < wire.BTHLen+wire.ICRCLen {
 						return total, fmt.Errorf("udp: packet %d of %d bytes is shorter than a BTH and an ICRC", j, len(p.Buf))
@@ -409,7 +566,7 @@ func (t *Transport) send(orig []transport.Datagram, block bool) (int, error) {
 			h := &b.hdrs[nmsg].hdr
 			h.Iov = &b.iovs[iov0]
 			h.SetIovlen(niov - iov0)
-			t.setName(b, nmsg, first.Peer)
+			t.setName(b, nmsg, s, first.Peer)
 			if k > 1 {
 				ctrl := b.ctrl[nmsg*ctrlSlot : (nmsg+1)*ctrlSlot]
 				cm := (*unix.Cmsghdr)(unsafe.Pointer(&ctrl[0]))
@@ -452,7 +609,7 @@ func (t *Transport) send(orig []transport.Datagram, block bool) (int, error) {
 		total += j
 		if sent < nmsg {
 			// This socket is full: skip the rest of its datagrams.
-			for npkt < len(pkts) && t.senderFor(pkts[npkt].Flow) == si {
+			for npkt < len(pkts) && t.senderFor(&pkts[npkt]) == si {
 				npkt++
 			}
 		}
@@ -475,7 +632,7 @@ func (t *Transport) groupBySender(pkts []transport.Datagram) (_ []transport.Data
 	t.grpIdx = t.grpIdx[:0]
 	mixed := false
 	for i := range pkts {
-		s := uint8(t.senderFor(pkts[i].Flow))
+		s := uint8(t.senderFor(&pkts[i]))
 		t.grpIdx = append(t.grpIdx, s)
 		if s != t.grpIdx[0] {
 			mixed = true
@@ -496,13 +653,18 @@ func (t *Transport) groupBySender(pkts []transport.Datagram) (_ []transport.Data
 	return t.grp, true
 }
 
-// setName points message i's address at peer.
-func (t *Transport) setName(b *batchBuf, i int, peer netip.AddrPort) {
+// setName points message i's address at peer, in the family of sending
+// socket s (a link-local peer is on s's link).
+func (t *Transport) setName(b *batchBuf, i int, s *sender, peer netip.AddrPort) {
 	h := &b.hdrs[i].hdr
-	if t.v6 {
+	if s.v6 {
 		sa := &b.addr6[i]
 		sa.Family = unix.AF_INET6
 		sa.Addr = peer.Addr().As16()
+		sa.Scope_id = 0
+		if peer.Addr().IsLinkLocalUnicast() {
+			sa.Scope_id = s.scope
+		}
 		putPort(&sa.Port, peer.Port())
 		h.Name = (*byte)(unsafe.Pointer(sa))
 		h.Namelen = unix.SizeofSockaddrInet6
@@ -577,7 +739,10 @@ func (t *Transport) Recv(pkts []transport.Datagram) (int, error) {
 }
 
 // TryRecv receives what is waiting, without blocking; see transport.Poller.
-// It returns 0 at once if another goroutine is receiving.
+// It returns 0 at once if another goroutine is receiving. With several
+// addresses (Config.Addrs) each call looks at one address's socket, in
+// turn, so it may return 0 while a packet waits on another address: the
+// following calls reach it (Wait returns at once meanwhile).
 func (t *Transport) TryRecv(pkts []transport.Datagram) (int, error) {
 	if !t.recvMu.TryLock() {
 		return 0, nil
@@ -594,7 +759,7 @@ func (t *Transport) TryRecv(pkts []transport.Datagram) (int, error) {
 func (t *Transport) Wait() error {
 	t.fdMu.RLock()
 	defer t.fdMu.RUnlock()
-	if err := t.waitFD(t.fd, unix.POLLIN); err != nil {
+	if err := t.waitRecv(); err != nil {
 		return transport.ErrClosed
 	}
 	return nil
@@ -627,18 +792,31 @@ func (t *Transport) recvLocked(pkts []transport.Datagram, block bool) (int, erro
 	}
 	t.rprep = 0
 	var got int
+	tries := 0 // receiving sockets found empty in a row
 	for {
-		// Raw, as in sendBatch: the socket is non-blocking.
-		r, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(t.fd), uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(n), 0, 0, 0)
+		// Raw, as in sendBatch: the socket is non-blocking. With several
+		// addresses, the sockets take turns, one per call of TryRecv: a
+		// busy poller on an idle device then costs one system call per
+		// poll however many addresses the device has, and a packet on
+		// another address waits at most that many polls.
+		hi := t.rnext
+		r, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(t.homes[hi].fd), uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(n), 0, 0, 0)
+		if len(t.homes) > 1 {
+			t.rnext = (hi + 1) % len(t.homes)
+		}
 		if errno == 0 {
 			got = int(r)
+			t.rhome = hi
 			break
 		}
 		switch {
 		case errno == unix.EAGAIN && !block:
 			return 0, nil
+		case errno == unix.EAGAIN && tries+1 < len(t.homes):
+			tries++
 		case errno == unix.EAGAIN:
-			if err := t.waitFD(t.fd, unix.POLLIN); err != nil {
+			tries = 0
+			if err := t.waitRecv(); err != nil {
 				return 0, err
 			}
 		case errno == unix.EINTR:
@@ -680,20 +858,18 @@ func (t *Transport) prepRecv(i int) {
 	h.Flags = 0
 	h.Control = &b.ctrl[i*ctrlSlot]
 	h.SetControllen(ctrlSlot)
-	if t.v6 {
-		h.Name = (*byte)(unsafe.Pointer(&b.addr6[i]))
-		h.Namelen = unix.SizeofSockaddrInet6
-	} else {
-		h.Name = (*byte)(unsafe.Pointer(&b.addr4[i]))
-		h.Namelen = unix.SizeofSockaddrInet4
-	}
+	// Room for either family: the sockets of several homes share the
+	// headers.
+	h.Name = (*byte)(unsafe.Pointer(&b.addr6[i]))
+	h.Namelen = unix.SizeofSockaddrInet6
 }
 
 // drain hands out received packets, splitting GRO-coalesced datagrams at
 // their segment size.
 func (t *Transport) drain(pkts []transport.Datagram) int {
 	b := &t.rbuf
-	local := t.local.Addr()
+	hm := &t.homes[t.rhome]
+	local := hm.addr
 	k := 0
 	for k < len(pkts) && t.pendMsg < t.pendEnd {
 		i := t.pendMsg
@@ -714,11 +890,11 @@ func (t *Transport) drain(pkts []transport.Datagram) int {
 		// until the next Recv or TryRecv (see transport.Transport.Recv).
 		p.Buf = data
 		n := len(data)
-		if t.v6 {
+		if hm.v6 {
 			sa := &b.addr6[i]
 			p.Peer = netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), getPort(sa.Port))
 		} else {
-			sa := &b.addr4[i]
+			sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(&b.addr6[i]))
 			p.Peer = netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), getPort(sa.Port))
 		}
 		p.Local = local
@@ -733,7 +909,7 @@ func (t *Transport) drain(pkts []transport.Datagram) int {
 			switch {
 			case wire.CheckICRC(p.Buf, &ip):
 				p.ICRC = transport.ICRCOK
-			case t.v6:
+			case hm.v6:
 				t.stats.icrcBad.Add(1)
 				p.ICRC = transport.ICRCBad
 			default:

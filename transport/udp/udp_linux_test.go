@@ -2,6 +2,7 @@ package udp
 
 import (
 	"errors"
+	"net/netip"
 	"os"
 	"testing"
 	"time"
@@ -229,5 +230,123 @@ func TestTrySend(t *testing.T) {
 	}
 	if got != len(pkts) {
 		t.Fatalf("received %d of %d datagrams", got, len(pkts))
+	}
+}
+
+// TestMultiHomed: a transport on an IPv4 and an IPv6 address sends from
+// the address each packet names (Datagram.Local) and receives on both,
+// reporting the address each packet arrived on, with good ICRCs (the
+// ICRC covers the source address, so a packet sent from the wrong one
+// would fail the check); a source that is not the transport's is refused.
+func TestMultiHomed(t *testing.T) {
+	a4, b4 := testAddrs(t, 9)
+	v6 := netip.MustParseAddr("::1")
+	// Both bind ::1, so each gets its own port.
+	pa := uint16(20000 + os.Getpid()%20000)
+	ta, err := Listen(Config{Addr: a4, Addrs: []netip.Addr{v6}, Port: pa})
+	if err != nil {
+		t.Skip(err)
+	}
+	defer ta.Close()
+	tb, err := Listen(Config{Addr: b4, Addrs: []netip.Addr{v6}, Port: pa + 1})
+	if err != nil {
+		t.Skip(err)
+	}
+	defer tb.Close()
+	if got := ta.LocalAddrs(); len(got) != 2 || got[0] != a4 || got[1] != v6 {
+		t.Fatalf("LocalAddrs = %v, want [%v %v]", got, a4, v6)
+	}
+	in := recvBufs(8)
+	for i, c := range []struct {
+		from, via netip.Addr
+		to        netip.AddrPort
+	}{
+		{netip.Addr{}, a4, netip.AddrPortFrom(b4, pa+1)}, // zero Local: the first address
+		{v6, v6, netip.AddrPortFrom(v6, pa+1)},
+		{a4, a4, netip.AddrPortFrom(b4, pa+1)},
+		{v6, v6, netip.AddrPortFrom(v6, pa+1)},
+	} {
+		out := []transport.Datagram{{Buf: packet(64, byte(i)), Peer: c.to, Local: c.from, Flow: uint32(i)}}
+		if _, err := ta.Send(out); err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		k, err := tb.Recv(in)
+		if err != nil || k != 1 {
+			t.Fatalf("case %d: Recv = %d, %v", i, k, err)
+		}
+		p := in[0]
+		if p.Local != c.to.Addr() || p.Peer.Addr() != c.via || p.ICRC != transport.ICRCOK || string(p.Buf) != string(out[0].Buf) {
+			t.Fatalf("case %d: got local %v peer %v ICRC %v; want local %v peer %v ICRC ok", i, p.Local, p.Peer, p.ICRC, c.to.Addr(), c.via)
+		}
+	}
+	bad := []transport.Datagram{{Buf: packet(8, 0), Peer: netip.AddrPortFrom(b4, pa+1), Local: netip.MustParseAddr("127.0.0.99")}}
+	if _, err := ta.Send(bad); err == nil {
+		t.Fatal("Send from an address the transport does not have succeeded")
+	}
+	// A blocking receive wakes for a packet on the second address.
+	done := make(chan error, 1)
+	go func() {
+		_, err := tb.Recv(in)
+		done <- err
+	}()
+	if _, err := ta.Send([]transport.Datagram{{Buf: packet(8, 9), Peer: netip.AddrPortFrom(v6, pa+1), Local: v6}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestListenAddrsErrors: bad extra addresses are refused with a reason.
+func TestListenAddrsErrors(t *testing.T) {
+	a, _ := testAddrs(t, 10)
+	for _, addrs := range [][]netip.Addr{
+		{netip.MustParseAddr("fe80::1")}, // no zone
+		{a},                              // twice
+		{netip.IPv6Unspecified()},
+	} {
+		if tr, err := Listen(Config{Addr: a, Addrs: addrs}); err == nil {
+			tr.Close()
+			t.Errorf("Listen with Addrs %v succeeded", addrs)
+		}
+	}
+}
+
+// TestMultiHomedTryRecv: non-blocking receives take the addresses in
+// turn, so a packet waiting on the second address is received within two
+// calls, and Wait reports it.
+func TestMultiHomedTryRecv(t *testing.T) {
+	a4, b4 := testAddrs(t, 11)
+	v6 := netip.MustParseAddr("::1")
+	pa := uint16(20000 + (os.Getpid()+7)%20000)
+	ta, err := Listen(Config{Addr: a4, Addrs: []netip.Addr{v6}, Port: pa})
+	if err != nil {
+		t.Skip(err)
+	}
+	defer ta.Close()
+	tb, err := Listen(Config{Addr: b4, Addrs: []netip.Addr{v6}, Port: pa + 1})
+	if err != nil {
+		t.Skip(err)
+	}
+	defer tb.Close()
+	in := recvBufs(8)
+	for i := range 4 {
+		if _, err := ta.Send([]transport.Datagram{{Buf: packet(16, byte(i)), Peer: netip.AddrPortFrom(v6, pa+1), Local: v6}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tb.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for range 2 {
+			k, err := tb.TryRecv(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += k
+		}
+		if got != 1 || in[0].Local != v6 {
+			t.Fatalf("round %d: two TryRecv calls got %d packets (local %v), want the one on %v", i, got, in[0].Local, v6)
+		}
 	}
 }
