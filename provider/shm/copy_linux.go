@@ -208,6 +208,13 @@ func (c *conn) applyCopy(m *ctrl, payload []byte) bool {
 			}
 		}
 	}
+	if st == grantOK && m.typ != mCopyRead {
+		// Release what we wrote to whoever consumes the requester's
+		// next ring slot (consumeLocked): an application that learns of
+		// the data from a completion is then ordered after it, also for
+		// the race detector.
+		c.dev.copies.Add(1)
+	}
 	resp.d = st
 	c.send(&resp, data, -1, false)
 	if mr != nil {

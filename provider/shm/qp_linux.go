@@ -1007,6 +1007,9 @@ func (qp *QP) consumeLocked() bool {
 		if !ok {
 			break
 		}
+		// The requester published this slot after the owner's copies it
+		// asked for were applied: acquire them (copy_linux.go).
+		qp.dev.copies.Load()
 		if h.flags&flagFirst != 0 {
 			if !qp.takeRecvLocked() {
 				qp.rnrLocked()
