@@ -5,10 +5,14 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/verbs"
 )
 
@@ -298,6 +302,94 @@ func TestRegMRWriteImmOrdersData(t *testing.T) {
 		}
 		if got := string(b.mr.Bytes()[i*64 : i*64+7]); got != "ordered" {
 			t.Errorf("WRITE_WITH_IMM %d landed as %q", i, got)
+		}
+	}
+}
+
+// TestHostileOwnerCopyReplies: an owner whose COPY_RESP no owner sends
+// fails the request with WCRemOpErr, and nothing else happens to us. The
+// owner here is a bare socket speaking the control protocol.
+func TestHostileOwnerCopyReplies(t *testing.T) {
+	cases := []struct {
+		name   string
+		op     verbs.WROpcode
+		answer func(m ctrl) (ctrl, []byte)
+	}{
+		{"unknown status", verbs.WRRDMARead, func(m ctrl) (ctrl, []byte) {
+			return ctrl{typ: mCopyResp, reqID: m.reqID, d: 99}, make([]byte, m.d)
+		}},
+		{"READ answer too short", verbs.WRRDMARead, func(m ctrl) (ctrl, []byte) {
+			return ctrl{typ: mCopyResp, reqID: m.reqID}, make([]byte, m.d-1)
+		}},
+		{"READ answer too long", verbs.WRRDMARead, func(m ctrl) (ctrl, []byte) {
+			return ctrl{typ: mCopyResp, reqID: m.reqID}, make([]byte, m.d+1)
+		}},
+		{"atomic answer with data", verbs.WRAtomicFetchAndAdd, func(m ctrl) (ctrl, []byte) {
+			return ctrl{typ: mCopyResp, reqID: m.reqID}, make([]byte, 8)
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := twoProcSide(t)
+			fakeID := uint64(time.Now().UnixNano()) | 1
+			ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: s.dev.sockName(fakeID), Net: "unixpacket"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go fakeCopyOwner(t, ln, fakeID, c.answer)
+			remote := cm.Endpoint{QPN: 77, GID: gidOf(s.dev.uid, fakeID)}
+			if err := cm.Connect(s.qp, s.endpoint(), remote, params(sideOpts{rnrRetry: 7})); err != nil {
+				t.Fatal(err)
+			}
+			postSend(t, s.qp, verbs.SendWR{WRID: 1, Opcode: c.op, RemoteAddr: 1 << 20, RKey: 5, SGList: []verbs.SGE{s.mr.SGE(0, 8)}})
+			if wc := poll(t, s.cq, 1)[0]; wc.Status != verbs.WCRemOpErr {
+				t.Errorf("%+v, want %v", wc, verbs.WCRemOpErr)
+			}
+			if st := s.qp.State(); st != verbs.QPStateErr {
+				t.Errorf("QP in %v, want ERR", st)
+			}
+		})
+	}
+}
+
+// fakeCopyOwner accepts one connection, says "copy" to every grant
+// request and answers COPY_* requests with answer.
+func fakeCopyOwner(t *testing.T, ln *net.UnixListener, id uint64, answer func(ctrl) (ctrl, []byte)) {
+	uc, err := ln.AcceptUnix()
+	if err != nil {
+		return
+	}
+	defer uc.Close()
+	bellFD, bell, err := newMemfd("softrdma-shm-bell", bellBytes)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer unix.Munmap(bell)
+	defer unix.Close(bellFD)
+	send := func(m ctrl, payload []byte, oob []byte) {
+		b := make([]byte, ctrlHdr+len(payload))
+		m.encode(b)
+		copy(b[ctrlHdr:], payload)
+		uc.WriteMsgUnix(b, oob, nil)
+	}
+	send(ctrl{typ: mHello, x: id}, nil, unix.UnixRights(bellFD))
+	buf, oob := make([]byte, ctrlMax), make([]byte, 256)
+	for {
+		n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
+		if err != nil || n == 0 {
+			return
+		}
+		closeFds(parseFds(oob[:oobn]))
+		m, ok := decodeCtrl(buf[:n])
+		switch {
+		case !ok:
+		case m.typ == mGrantReq:
+			send(ctrl{typ: mGrantResp, reqID: m.reqID, d: grantCopy}, nil, nil)
+		case m.typ == mCopyRead || m.typ == mCopyWrite || m.typ == mCopyAtomic:
+			r, payload := answer(m)
+			send(r, payload, nil)
 		}
 	}
 }
