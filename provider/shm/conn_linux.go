@@ -116,6 +116,8 @@ type conn struct {
 
 	gmu    sync.RWMutex
 	grants map[grantKey]*grant // what peers let our QPs map
+
+	copySlots chan struct{} // one token per COPY_* request awaiting its answer (copyWindow)
 }
 
 type ctrlReply struct {
@@ -238,7 +240,7 @@ func (d *Device) handshake(uc *net.UnixConn, want uint64) (*conn, error) {
 	}
 	uc.SetDeadline(time.Time{})
 	c := &conn{dev: d, uc: uc, peerID: m.x, peerUID: cred.Uid, bell: doorbell(bell), done: make(chan struct{}),
-		pending: map[uint32]chan ctrlReply{}, grants: map[grantKey]*grant{}}
+		pending: map[uint32]chan ctrlReply{}, grants: map[grantKey]*grant{}, copySlots: make(chan struct{}, copyWindow)}
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -328,30 +330,54 @@ func (c *conn) send(m *ctrl, payload []byte, fd int, dontWait bool) error {
 
 // call sends a request (with payload) and waits for its reply.
 func (c *conn) call(m *ctrl, payload []byte, timeout time.Duration) (ctrlReply, error) {
-	ch := make(chan ctrlReply, 1)
-	c.pmu.Lock()
-	c.nextReq++
-	m.reqID = c.nextReq
-	c.pending[m.reqID] = ch
-	c.pmu.Unlock()
-	defer func() {
-		c.pmu.Lock()
-		delete(c.pending, m.reqID)
-		c.pmu.Unlock()
-	}()
-	if err := c.send(m, payload, -1, false); err != nil {
+	p, err := c.start(m, payload)
+	if err != nil {
 		return ctrlReply{}, err
 	}
+	return c.finish(p, timeout)
+}
+
+// pendingCall is a request sent whose reply finish waits for.
+type pendingCall struct {
+	id uint32
+	ch chan ctrlReply
+}
+
+// start sends a request (with payload) and returns what finish needs to
+// wait for its reply; every successful start must be finished.
+func (c *conn) start(m *ctrl, payload []byte) (pendingCall, error) {
+	p := pendingCall{ch: make(chan ctrlReply, 1)}
+	c.pmu.Lock()
+	c.nextReq++
+	m.reqID, p.id = c.nextReq, c.nextReq
+	c.pending[p.id] = p.ch
+	c.pmu.Unlock()
+	if err := c.send(m, payload, -1, false); err != nil {
+		c.forget(p.id)
+		return p, err
+	}
+	return p, nil
+}
+
+// finish waits for the reply to a request start sent.
+func (c *conn) finish(p pendingCall, timeout time.Duration) (ctrlReply, error) {
+	defer c.forget(p.id)
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
-	case r := <-ch:
+	case r := <-p.ch:
 		return r, nil
 	case <-c.done:
 		return ctrlReply{}, errConnDead
 	case <-t.C:
 		return ctrlReply{}, errors.New("peer did not answer")
 	}
+}
+
+func (c *conn) forget(id uint32) {
+	c.pmu.Lock()
+	delete(c.pending, id)
+	c.pmu.Unlock()
 }
 
 func (c *conn) readLoop(buf, oob []byte) {

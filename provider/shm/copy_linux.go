@@ -39,6 +39,15 @@ import (
 // below a Unix socket's default send buffer (208 KiB).
 const copyChunk = 32 << 10
 
+// copyWindow is how many COPY_* requests a conn may have awaiting their
+// answers, over all its QPs: a 64 KiB WRITE costs about one round trip,
+// not two. It also bounds what is in flight in each direction of the
+// socket — our requests' data and our answers to the peer's READs, each at
+// most copyWindow × copyChunk — below a Unix socket's default send buffer
+// (208 KiB), so a conn reader that answers never waits for buffer space
+// the other reader, itself answering, would have to free.
+const copyWindow = 2
+
 // copyTimeout bounds the wait for an owner's answer; a peer that does not
 // answer fails the request as a transport timeout would.
 const copyTimeout = 10 * time.Second
@@ -54,22 +63,34 @@ const (
 // copyCallLocked sends one COPY_* request for w and waits for the answer.
 func (qp *QP) copyCallLocked(m *ctrl, payload []byte) (ctrlReply, verbs.WCStatus) {
 	m.a, m.b = qp.qpn, qp.destQPN.Load()
-	r, err := qp.conn.call(m, payload, copyTimeout)
+	c := qp.conn
+	c.copySlots <- struct{}{}
+	r, err := c.call(m, payload, copyTimeout)
+	<-c.copySlots
+	return r, copyStatus(r, err)
+}
+
+// copyStatus is the completion status an owner's answer (or its absence)
+// gives a request.
+func copyStatus(r ctrlReply, err error) verbs.WCStatus {
 	if err != nil {
-		return r, verbs.WCRetryExcErr // the peer is gone or silent
+		return verbs.WCRetryExcErr // the peer is gone or silent
 	}
 	switch r.m.d {
 	case grantOK:
-		return r, verbs.WCSuccess
+		return verbs.WCSuccess
 	case grantInvReq:
-		return r, verbs.WCRemInvReqErr
+		return verbs.WCRemInvReqErr
 	case grantAccess:
-		return r, verbs.WCRemAccessErr
+		return verbs.WCRemAccessErr
 	}
-	return r, verbs.WCRemOpErr // an answer no owner gives: the peer is broken
+	return verbs.WCRemOpErr // an answer no owner gives: the peer is broken
 }
 
-// copyWriteLocked carries a WRITE to the owner in chunks.
+// copyWriteLocked carries a WRITE to the owner in chunks, as many in
+// flight as the conn's copy slots allow: the owner's reader applies them
+// in order, and a failed chunk fails the WRITE (chunks after it may land
+// or not, as the bytes of a WRITE that fails at a responder).
 func (qp *QP) copyWriteLocked(w *sendWQE) {
 	if w.length > 1<<31 {
 		w.status, w.localError = verbs.WCLocLenErr, true
@@ -78,20 +99,53 @@ func (qp *QP) copyWriteLocked(w *sendWQE) {
 	if qp.copyBuf == nil {
 		qp.copyBuf = make([]byte, copyChunk)
 	}
-	for off := uint64(0); off < w.length; {
+	c := qp.conn
+	var window [copyWindow]pendingCall
+	head, tail := 0, 0 // window[head%copyWindow .. tail%copyWindow] await answers, one slot each
+	st, local := verbs.WCSuccess, false
+	finishOne := func() {
+		r, err := c.finish(window[head%copyWindow], copyTimeout)
+		<-c.copySlots
+		head++
+		if s := copyStatus(r, err); st == verbs.WCSuccess {
+			st = s
+		}
+	}
+	for off := uint64(0); off < w.length && st == verbs.WCSuccess; {
+		if head == tail {
+			c.copySlots <- struct{}{} // holding none, waiting cannot deadlock
+		} else {
+			select {
+			case c.copySlots <- struct{}{}:
+			default:
+				finishOne() // never wait for a slot while holding one
+				continue
+			}
+		}
 		chunk := qp.copyBuf[:min(copyChunk, w.length-off)]
 		if w.isInline {
 			copy(chunk, w.inline[off:])
 		} else if !w.sgl.gather(qp.pd, off, chunk) {
-			w.status, w.localError = verbs.WCLocProtErr, true
-			return
+			<-c.copySlots
+			st, local = verbs.WCLocProtErr, true
+			break
 		}
-		m := ctrl{typ: mCopyWrite, c: w.rkey, x: w.raddr, y: w.length, e: uint32(off)}
-		if _, st := qp.copyCallLocked(&m, chunk); st != verbs.WCSuccess {
-			w.status = st
-			return
+		m := ctrl{typ: mCopyWrite, a: qp.qpn, b: qp.destQPN.Load(), c: w.rkey, x: w.raddr, y: w.length, e: uint32(off)}
+		p, err := c.start(&m, chunk) // the kernel has the chunk when start returns
+		if err != nil {
+			<-c.copySlots
+			st = verbs.WCRetryExcErr
+			break
 		}
+		window[tail%copyWindow] = p
+		tail++
 		off += uint64(len(chunk))
+	}
+	for head != tail {
+		finishOne()
+	}
+	if st != verbs.WCSuccess {
+		w.status, w.localError = st, local
 	}
 }
 
