@@ -324,9 +324,20 @@ func (c *conn) send(m *ctrl, payload []byte, fd int, dontWait bool) error {
 		})
 		return serr
 	}
+	// A peer that stops reading its socket must not hold our writers,
+	// and a conn reader answering it, forever: a write that cannot finish
+	// within sendTimeout drops the connection.
+	c.uc.SetWriteDeadline(time.Now().Add(sendTimeout))
 	_, _, err := c.uc.WriteMsgUnix(b[:n], oob, nil)
+	if err != nil {
+		c.uc.Close() // the reader ends, and closeNow runs
+	}
 	return err
 }
+
+// sendTimeout is how long a control message may wait for room in a
+// peer's socket: a live peer's reader drains it in microseconds.
+const sendTimeout = 5 * time.Second
 
 // call sends a request (with payload) and waits for its reply.
 func (c *conn) call(m *ctrl, payload []byte, timeout time.Duration) (ctrlReply, error) {

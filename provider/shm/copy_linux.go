@@ -12,10 +12,11 @@ package shm
 //	                                               in, copy out, or the atomic
 //	complete or fail ◄── COPY_RESP status (+ the data read, the original value)
 //
-// Every operation is one synchronous round trip per chunk, applied once
-// (a message is never resent). The requester executes its WQEs in order
-// and waits for each answer, so a copy is ordered with the QP's other
-// one-sided operations as a mapped one is. The owner checks what a
+// Each chunk is one round trip, applied once (a message is never
+// resent); at most copyWindow requests of a conn await their answers. The
+// requester executes its WQEs in order and waits for each one's answers,
+// so a copy is ordered with the QP's other one-sided operations as a
+// mapped one is. The owner checks what a
 // responder checks on a RETH on every message, not once per grant: there is
 // no mapping to revoke, and a DeregMR (which takes the MR's lock and marks
 // it dead) or a SEND_WITH_INV is seen by the next message. The checks use

@@ -481,3 +481,50 @@ func TestRegMRBidirectionalStreams(t *testing.T) {
 func cmEndpoint(qp verbs.QP, dev *Device) cm.Endpoint {
 	return cm.Endpoint{QPN: qp.QPNum(), GID: dev.GID()}
 }
+
+// TestHostileRequesterDoesNotRead: a peer that floods COPY requests and
+// never reads the answers loses its connection once our answers have
+// waited sendTimeout for room.
+func TestHostileRequesterDoesNotRead(t *testing.T) {
+	s := twoProcSide(t)
+	uc, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: s.dev.sockName(s.dev.id), Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	bellFD, bell, err := newMemfd("softrdma-shm-bell", bellBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(bell)
+	defer unix.Close(bellFD)
+	b := make([]byte, ctrlHdr)
+	(&ctrl{typ: mHello, x: uint64(time.Now().UnixNano()) | 1}).encode(b)
+	if _, _, err := uc.WriteMsgUnix(b, unix.UnixRights(bellFD), nil); err != nil {
+		t.Fatal(err)
+	}
+	// Flood: each request is answered; we read nothing.
+	uc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	(&ctrl{typ: mCopyRead, a: 1, b: s.qp.QPNum(), c: 2, y: 8, d: 8}).encode(b)
+	var werr error
+	for i := 0; werr == nil; i++ {
+		_, _, werr = uc.WriteMsgUnix(b, nil, nil)
+	}
+	if ne, ok := werr.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("still connected after 30 s of unread answers: %v", werr)
+	}
+	// Our side of the connection is gone (closeNow runs as its reader ends).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.dev.mu.Lock()
+		n := len(s.dev.all)
+		s.dev.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections remain to the flooding peer", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
