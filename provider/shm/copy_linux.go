@@ -16,14 +16,14 @@ package shm
 // resent); at most copyWindow requests of a conn await their answers. The
 // requester executes its WQEs in order and waits for each one's answers,
 // so a copy is ordered with the QP's other one-sided operations as a
-// mapped one is. The owner checks what a
-// responder checks on a RETH on every message, not once per grant: there is
-// no mapping to revoke, and a DeregMR (which takes the MR's lock and marks
-// it dead) or a SEND_WITH_INV is seen by the next message. The checks use
-// the whole operation's range, so a WRITE out of bounds places no byte.
+// mapped one is. The owner checks what a responder checks on a RETH on
+// every message, not once per grant: there is no mapping to revoke, and a
+// DeregMR (which takes the MR's lock and marks it dead) or a SEND_WITH_INV
+// is seen by the next message. The checks use the whole operation's
+// range, so a WRITE out of bounds places no byte.
 //
 // process_vm_writev would spare the owner's CPU but needs ptrace
-// permission over the owner (Yama's ptrace_scope 1, Debian's default,
+// permission over the owner (Yama's ptrace_scope 1, Ubuntu's default,
 // refuses it between siblings) and could not wait out a DeregMR: the
 // owner could not know when a peer's write ends.
 
