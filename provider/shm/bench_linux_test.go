@@ -16,9 +16,19 @@ import (
 )
 
 func benchPeer(b *testing.B, mode string) (*side, *peerProc) {
-	s := newSide(b, sideOpts{})
+	return benchPeerOpts(b, mode, false)
+}
+
+// benchPeerOpts is benchPeer with both sides' MRs RegMR'd Go memory if
+// regMR: every WRITE is then a copy the target's device applies.
+func benchPeerOpts(b *testing.B, mode string, regMR bool) (*side, *peerProc) {
+	s := newSide(b, sideOpts{regMR: regMR})
 	b.Cleanup(func() { s.close(b) })
-	p := startPeer(b, s)
+	var env []string
+	if regMR {
+		env = append(env, "SHM_TEST_PEER_REGMR=1")
+	}
+	p := startPeerEnv(b, s, env...)
 	fmt.Fprintln(p.in, mode)
 	b.Cleanup(func() {
 		fmt.Fprintln(p.in, "stop")
@@ -33,8 +43,14 @@ func benchPeer(b *testing.B, mode string) (*side, *peerProc) {
 // way, each side polling its memory for the other's WRITE. ns/op is the
 // round trip; lat-ns is half of it, what ib_write_lat and ucp_put_lat
 // report.
-func BenchmarkWriteLat8(b *testing.B) {
-	s, p := benchPeer(b, "wpong")
+func BenchmarkWriteLat8(b *testing.B) { benchWriteLat8(b, false) }
+
+// BenchmarkWriteLat8RegMR is BenchmarkWriteLat8 between RegMR'd Go
+// memory on both sides: each WRITE is a COPY_WRITE round trip.
+func BenchmarkWriteLat8RegMR(b *testing.B) { benchWriteLat8(b, true) }
+
+func benchWriteLat8(b *testing.B, regMR bool) {
+	s, p := benchPeerOpts(b, "wpong", regMR)
 	mine := word(s.mr.Bytes()[8:])
 	src := s.mr.Bytes()[:8]
 	wr := verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: p.info.addr, RKey: p.info.rkey, SGList: []verbs.SGE{s.mr.SGE(0, 8)}}
@@ -113,8 +129,14 @@ func BenchmarkSendRate8(b *testing.B) {
 }
 
 // BenchmarkWriteBW64K streams 64 KiB RDMA WRITEs into the peer's region.
-func BenchmarkWriteBW64K(b *testing.B) {
-	s, p := benchPeer(b, "idle")
+func BenchmarkWriteBW64K(b *testing.B) { benchWriteBW64K(b, false) }
+
+// BenchmarkWriteBW64KRegMR streams 64 KiB WRITEs into the peer's RegMR'd
+// Go memory (and out of ours): each is two COPY_WRITE round trips.
+func BenchmarkWriteBW64KRegMR(b *testing.B) { benchWriteBW64K(b, true) }
+
+func benchWriteBW64K(b *testing.B, regMR bool) {
+	s, p := benchPeerOpts(b, "idle", regMR)
 	const size = 64 << 10
 	wr := verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: p.info.addr + 65536, RKey: p.info.rkey, SGList: []verbs.SGE{s.mr.SGE(65536, size)}}
 	b.SetBytes(size)
@@ -177,4 +199,32 @@ func BenchmarkPostWrite8(b *testing.B) {
 	wr := verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: p.mr.Addr(), RKey: p.mr.RKey(), SGList: []verbs.SGE{a.mr.SGE(0, 8)}}
 	b.ReportAllocs()
 	streamSends(b, a, &wr)
+}
+
+// BenchmarkWriteSync8 posts a signaled 8-byte WRITE into an idle peer's
+// region and polls its completion, one at a time: ns/op is the time a
+// requester waits for one WRITE. For AllocMR memory that is the post and
+// the memcpy; for RegMR'd Go memory (BenchmarkWriteSync8RegMR) a
+// COPY_WRITE round trip through the peer's device goroutine.
+func BenchmarkWriteSync8(b *testing.B) { benchWriteSync8(b, false) }
+
+// BenchmarkWriteSync8RegMR: see BenchmarkWriteSync8.
+func BenchmarkWriteSync8RegMR(b *testing.B) { benchWriteSync8(b, true) }
+
+func benchWriteSync8(b *testing.B, regMR bool) {
+	s, p := benchPeerOpts(b, "idle", regMR)
+	wr := verbs.SendWR{Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, RemoteAddr: p.info.addr, RKey: p.info.rkey, SGList: []verbs.SGE{s.mr.SGE(0, 8)}}
+	wc := make([]verbs.WC, 1)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := s.qp.PostSend(&wr); err != nil {
+			b.Fatal(err)
+		}
+		n, _ := s.cq.Poll(wc)
+		for ; n == 0; n, _ = s.cq.Poll(wc) {
+		}
+		if wc[0].Status != verbs.WCSuccess {
+			b.Fatalf("%+v", wc[0])
+		}
+	}
 }

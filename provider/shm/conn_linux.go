@@ -9,6 +9,10 @@ package shm
 //	GRANT_RESP  yes (with the memfd, address, length, access) or the status
 //	REVOKE      "unmap rkey c now" (DeregMR, SEND_WITH_INV) → REVOKE_ACK
 //	UD          a datagram (UD QPs go over the socket, one system call each)
+//	COPY_WRITE  WRITE data for a region that cannot be mapped (RegMR'd Go
+//	COPY_READ   memory), a READ of one, an atomic on one: the owner checks
+//	COPY_ATOMIC and applies it (copy.go) → COPY_RESP, the status and the
+//	            data read or the original value
 //
 // Every message is checked: its length, its type, the fds it carries. The
 // socket closing (the peer exited or was killed: the kernel closes it at
@@ -38,11 +42,16 @@ const (
 	mRevoke
 	mRevokeAck
 	mUD
+	mCopyWrite
+	mCopyRead
+	mCopyAtomic
+	mCopyResp
 )
 
 const (
-	ctrlHdr = 64
-	ctrlMax = ctrlHdr + maxInline + 64
+	ctrlHdr   = 64
+	ctrlSmall = ctrlHdr + maxInline + 64 // every message but COPY_WRITE and COPY_RESP fits
+	ctrlMax   = ctrlHdr + copyChunk
 )
 
 // ctrl is a control message's header.
@@ -79,14 +88,15 @@ func decodeCtrl(b []byte) (m ctrl, ok bool) {
 	m.e = binary.LittleEndian.Uint32(b[24:])
 	m.x = binary.LittleEndian.Uint64(b[32:])
 	m.y = binary.LittleEndian.Uint64(b[40:])
-	return m, m.typ >= mHello && m.typ <= mUD
+	return m, m.typ >= mHello && m.typ <= mCopyResp
 }
 
 // Grant statuses in GRANT_RESP.
 const (
 	grantOK     = 0
 	grantInvReq = 1 // the responder QP does not allow the access
-	grantAccess = 2 // bad rkey, PD, region access, or memory not shareable
+	grantAccess = 2 // bad rkey, PD, region access or bounds
+	grantCopy   = 3 // allowed, but the region cannot be mapped: use COPY_* messages
 )
 
 type conn struct {
@@ -106,11 +116,14 @@ type conn struct {
 
 	gmu    sync.RWMutex
 	grants map[grantKey]*grant // what peers let our QPs map
+
+	copySlots chan struct{} // one token per COPY_* request awaiting its answer (copyWindow)
 }
 
 type ctrlReply struct {
-	m  ctrl
-	fd int
+	m       ctrl
+	fd      int
+	payload []byte // COPY_RESP only: a copy of the message's payload
 }
 
 type grantKey struct {
@@ -125,6 +138,22 @@ type grant struct {
 	addr     uint64       // the owner's virtual address of mem[0]
 	mrAccess verbs.Access
 	qpAccess verbs.Access
+	copy     bool // the owner applies each access (grantCopy); mem stays nil
+}
+
+// live reports whether the grant may be used. Precondition: mu held.
+func (g *grant) live() bool { return g.mem != nil || g.copy }
+
+// drop unmaps the grant and makes it unusable, waiting out accesses in
+// flight.
+func (g *grant) drop() {
+	g.mu.Lock()
+	if g.mem != nil {
+		unix.Munmap(g.mem)
+		g.mem = nil
+	}
+	g.copy = false
+	g.mu.Unlock()
 }
 
 // dial connects to the device peer names, or returns the live conn.
@@ -211,7 +240,7 @@ func (d *Device) handshake(uc *net.UnixConn, want uint64) (*conn, error) {
 	}
 	uc.SetDeadline(time.Time{})
 	c := &conn{dev: d, uc: uc, peerID: m.x, peerUID: cred.Uid, bell: doorbell(bell), done: make(chan struct{}),
-		pending: map[uint32]chan ctrlReply{}, grants: map[grantKey]*grant{}}
+		pending: map[uint32]chan ctrlReply{}, grants: map[grantKey]*grant{}, copySlots: make(chan struct{}, copyWindow)}
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -268,8 +297,12 @@ func (c *conn) send(m *ctrl, payload []byte, fd int, dontWait bool) error {
 	if c.dead.Load() {
 		return errConnDead
 	}
-	var b [ctrlMax]byte
-	m.encode(b[:])
+	var small [ctrlSmall]byte
+	b := small[:]
+	if ctrlHdr+len(payload) > len(b) {
+		b = make([]byte, ctrlHdr+len(payload)) // COPY_WRITE, COPY_RESP: the slow path
+	}
+	m.encode(b)
 	n := ctrlHdr + copy(b[ctrlHdr:], payload)
 	var oob []byte
 	if fd >= 0 {
@@ -291,36 +324,71 @@ func (c *conn) send(m *ctrl, payload []byte, fd int, dontWait bool) error {
 		})
 		return serr
 	}
+	// A peer that stops reading its socket must not hold our writers,
+	// and a conn reader answering it, forever: a write that cannot finish
+	// within sendTimeout drops the connection.
+	c.uc.SetWriteDeadline(time.Now().Add(sendTimeout))
 	_, _, err := c.uc.WriteMsgUnix(b[:n], oob, nil)
+	if err != nil {
+		c.uc.Close() // the reader ends, and closeNow runs
+	}
 	return err
 }
 
-// call sends a request and waits for its reply.
-func (c *conn) call(m *ctrl, timeout time.Duration) (ctrlReply, error) {
-	ch := make(chan ctrlReply, 1)
-	c.pmu.Lock()
-	c.nextReq++
-	m.reqID = c.nextReq
-	c.pending[m.reqID] = ch
-	c.pmu.Unlock()
-	defer func() {
-		c.pmu.Lock()
-		delete(c.pending, m.reqID)
-		c.pmu.Unlock()
-	}()
-	if err := c.send(m, nil, -1, false); err != nil {
+// sendTimeout is how long a control message may wait for room in a
+// peer's socket: a live peer's reader drains it in microseconds.
+const sendTimeout = 5 * time.Second
+
+// call sends a request (with payload) and waits for its reply.
+func (c *conn) call(m *ctrl, payload []byte, timeout time.Duration) (ctrlReply, error) {
+	p, err := c.start(m, payload)
+	if err != nil {
 		return ctrlReply{}, err
 	}
+	return c.finish(p, timeout)
+}
+
+// pendingCall is a request sent whose reply finish waits for.
+type pendingCall struct {
+	id uint32
+	ch chan ctrlReply
+}
+
+// start sends a request (with payload) and returns what finish needs to
+// wait for its reply; every successful start must be finished.
+func (c *conn) start(m *ctrl, payload []byte) (pendingCall, error) {
+	p := pendingCall{ch: make(chan ctrlReply, 1)}
+	c.pmu.Lock()
+	c.nextReq++
+	m.reqID, p.id = c.nextReq, c.nextReq
+	c.pending[p.id] = p.ch
+	c.pmu.Unlock()
+	if err := c.send(m, payload, -1, false); err != nil {
+		c.forget(p.id)
+		return p, err
+	}
+	return p, nil
+}
+
+// finish waits for the reply to a request start sent.
+func (c *conn) finish(p pendingCall, timeout time.Duration) (ctrlReply, error) {
+	defer c.forget(p.id)
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
-	case r := <-ch:
+	case r := <-p.ch:
 		return r, nil
 	case <-c.done:
 		return ctrlReply{}, errConnDead
 	case <-t.C:
 		return ctrlReply{}, errors.New("peer did not answer")
 	}
+}
+
+func (c *conn) forget(id uint32) {
+	c.pmu.Lock()
+	delete(c.pending, id)
+	c.pmu.Unlock()
 }
 
 func (c *conn) readLoop(buf, oob []byte) {
@@ -370,7 +438,12 @@ func (c *conn) handle(m *ctrl, payload []byte, fds []int) bool {
 		d.kick()
 	case mGrantReq:
 		c.answerGrant(m)
-	case mGrantResp, mRevokeAck:
+	case mCopyWrite, mCopyRead, mCopyAtomic:
+		return c.applyCopy(m, payload)
+	case mGrantResp, mRevokeAck, mCopyResp:
+		if m.typ != mCopyResp && len(payload) != 0 {
+			return false
+		}
 		c.pmu.Lock()
 		ch := c.pending[m.reqID]
 		c.pmu.Unlock()
@@ -382,7 +455,11 @@ func (c *conn) handle(m *ctrl, payload []byte, fds []int) bool {
 			closeFds(fds)
 			return true
 		}
-		ch <- ctrlReply{m: *m, fd: fd}
+		r := ctrlReply{m: *m, fd: fd}
+		if len(payload) > 0 {
+			r.payload = append([]byte(nil), payload...)
+		}
+		ch <- r
 	case mRevoke:
 		c.revokeGrants(m.c)
 		c.send(&ctrl{typ: mRevokeAck, reqID: m.reqID}, nil, -1, false)
@@ -422,7 +499,13 @@ func (c *conn) answerGrant(m *ctrl) {
 			break
 		}
 		mr.mu.Lock()
-		if !mr.dead && !mr.rkeyRevoked && mr.pd == qp.pd && mr.access&want == want && mr.fd >= 0 {
+		switch {
+		case mr.dead || mr.rkeyRevoked || mr.pd != qp.pd || mr.access&want != want:
+		case mr.fd < 0:
+			// Go memory: each access comes as a COPY_* message, checked
+			// then; there is no mapping to revoke.
+			resp.d = grantCopy
+		default:
 			resp.d = grantOK
 			resp.x, resp.y = mr.addr, uint64(len(mr.buf))
 			resp.a, resp.e = uint32(mr.access), uint32(qp.access.Load())
@@ -446,12 +529,7 @@ func (c *conn) revokeGrants(rkey uint32) {
 	}
 	c.gmu.Unlock()
 	for _, g := range gs {
-		g.mu.Lock()
-		if g.mem != nil {
-			unix.Munmap(g.mem)
-			g.mem = nil
-		}
-		g.mu.Unlock()
+		g.drop()
 	}
 }
 
@@ -464,19 +542,30 @@ func (c *conn) grant(qpn, destQPN, rkey uint32, want verbs.Access) (*grant, verb
 	if g != nil {
 		g.mu.RLock()
 		c.gmu.RUnlock()
-		if g.mem != nil {
+		if g.live() {
 			return g, verbs.WCSuccess
 		}
 		g.mu.RUnlock()
 	} else {
 		c.gmu.RUnlock()
 	}
-	r, err := c.call(&ctrl{typ: mGrantReq, a: qpn, b: destQPN, c: rkey, d: uint32(want)}, 10*time.Second)
+	r, err := c.call(&ctrl{typ: mGrantReq, a: qpn, b: destQPN, c: rkey, d: uint32(want)}, nil, 10*time.Second)
 	if err != nil {
 		return nil, verbs.WCRetryExcErr // the peer is gone: as a transport timeout
 	}
 	switch r.m.d {
 	case grantOK:
+	case grantCopy:
+		g = &grant{copy: true}
+		c.gmu.Lock()
+		if old := c.grants[k]; old != nil {
+			g = old // a racing request's answer, mapped or not: as good
+		} else {
+			c.grants[k] = g
+		}
+		g.mu.RLock()
+		c.gmu.Unlock()
+		return g, verbs.WCSuccess
 	case grantInvReq:
 		return nil, verbs.WCRemInvReqErr
 	default:
@@ -523,12 +612,7 @@ func (c *conn) closeNow() {
 	c.gmu.Lock()
 	for k, g := range c.grants {
 		delete(c.grants, k)
-		g.mu.Lock()
-		if g.mem != nil {
-			unix.Munmap(g.mem)
-			g.mem = nil
-		}
-		g.mu.Unlock()
+		g.drop()
 	}
 	c.gmu.Unlock()
 	d.mu.Lock()

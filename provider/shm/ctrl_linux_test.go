@@ -8,6 +8,10 @@ func FuzzCtrl(f *testing.F) {
 	var b [ctrlHdr]byte
 	(&ctrl{typ: mGrantReq, reqID: 1, a: 2, b: 3, c: 4, d: 5, x: 6, y: 7}).encode(b[:])
 	f.Add(b[:])
+	(&ctrl{typ: mCopyWrite, reqID: 2, a: 2, b: 3, c: 4, e: 32768, x: 1 << 40, y: 65536}).encode(b[:])
+	f.Add(b[:])
+	(&ctrl{typ: mCopyResp, reqID: 3, d: grantCopy, x: 9}).encode(b[:])
+	f.Add(b[:])
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, ok := decodeCtrl(data)
 		if !ok {

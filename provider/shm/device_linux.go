@@ -58,6 +58,7 @@ type Device struct {
 	napWake     chan struct{} // a CQ waiter is about to block: the progress goroutine must not nap
 	nap, safety time.Duration // napTime and safetyWake when the device opened
 	rnrWake     atomic.Int64  // earliest RNR deadline a QP waits for (unix nanos, 0 none)
+	copies      atomic.Uint64 // COPY_WRITEs and COPY_ATOMICs applied (copy_linux.go)
 	stop        chan struct{}
 	wg          sync.WaitGroup
 	connWG      sync.WaitGroup

@@ -50,6 +50,13 @@ func TestErrorStatuses(t *testing.T) {
 			return verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{a.mr.SGE(0, 8)}}
 		}, want: verbs.WCRNRRetryExcErr},
 	}
+	// The same rules for a responder's RegMR'd Go memory, which the owner
+	// checks on each COPY_* message instead of once per grant.
+	for _, c := range cases[:5] {
+		c.name += " (RegMR)"
+		c.b.regMR = true
+		cases = append(cases, c)
+	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			a, b := pair(t, c.a, c.b)

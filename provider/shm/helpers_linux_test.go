@@ -27,6 +27,7 @@ type sideOpts struct {
 	srq      bool
 	typ      verbs.QPType
 	rnrRetry uint8
+	regMR    bool // the side's MR is RegMR'd Go memory, not AllocMR's memfd
 }
 
 func newSide(t testing.TB, o sideOpts) *side {
@@ -41,7 +42,12 @@ func newSide(t testing.TB, o sideOpts) *side {
 	if o.mrAccess == 0 {
 		o.mrAccess = fullAccess
 	}
-	if s.mr, err = s.pd.AllocMR(1<<20, o.mrAccess); err != nil {
+	if o.regMR {
+		s.mr, err = s.pd.RegMR(make([]byte, 1<<20), o.mrAccess)
+	} else {
+		s.mr, err = s.pd.AllocMR(1<<20, o.mrAccess)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	init := &verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, QPType: verbs.QPTypeRC, Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}}

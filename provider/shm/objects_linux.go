@@ -89,14 +89,14 @@ func checkAccess(op string, access verbs.Access) error {
 	return nil
 }
 
-// RegMR registers Go memory for local access. Remote access to Go memory
-// is not supported (a peer cannot map the Go heap): use AllocMR.
+// RegMR registers Go memory. A peer cannot map the Go heap, so its
+// WRITEs, READs and atomics on the region are messages this device's
+// goroutines apply, a copy through this process's CPU (a round trip over
+// the device's socket per 32 KiB; docs/shm.md states the cost). AllocMR
+// memory is what peers reach with a single memcpy.
 func (pd *PD) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 	if err := checkAccess("RegMR", access); err != nil {
 		return nil, err
-	}
-	if access&remoteAccess != 0 {
-		return nil, verbs.Errorf("RegMR", verbs.ErrNotSupported, "peers cannot map Go memory; use AllocMR for memory with remote access")
 	}
 	if len(buf) == 0 {
 		return nil, verbs.Errorf("RegMR", verbs.ErrInvalidArgument, "empty buffer")
@@ -153,8 +153,9 @@ func (mr *MR) SGE(off, length int) verbs.SGE {
 
 // Dereg invalidates the keys and, for AllocMR memory, revokes every
 // peer's mapping (waiting for accesses in flight to end; a peer that does
-// not answer within 2 s loses its connection) before unmapping. After it
-// returns no peer reads or writes the memory.
+// not answer within 2 s loses its connection) before unmapping. For
+// RegMR memory it waits for the copy in flight, if any. After it returns
+// no peer reads or writes the memory.
 func (mr *MR) Dereg() error {
 	d := mr.pd.dev
 	d.mrMu.Lock()
@@ -186,7 +187,7 @@ func revokeAt(gs map[*conn]bool, rkey uint32) {
 		if c.dead.Load() {
 			continue
 		}
-		if _, err := c.call(&ctrl{typ: mRevoke, c: rkey}, 2*time.Second); err != nil {
+		if _, err := c.call(&ctrl{typ: mRevoke, c: rkey}, nil, 2*time.Second); err != nil {
 			c.close() // a peer that does not answer is cut off
 			<-c.done
 		}

@@ -67,7 +67,7 @@ func runPeer() {
 		os.Exit(1)
 	}
 	t := &testing.T{}
-	s := newSide(t, sideOpts{})
+	s := newSide(t, sideOpts{regMR: os.Getenv("SHM_TEST_PEER_REGMR") == "1"})
 	in := bufio.NewScanner(os.Stdin)
 	fmt.Println(s.info())
 	if !in.Scan() {
@@ -107,7 +107,12 @@ func runPeer() {
 				fmt.Printf("WC %d %d %d %d %d %d\n", w.WRID, w.Status, w.Opcode, w.ByteLen, w.ImmData, w.WCFlags)
 			}
 		case "dump": // dump off len
+			// The MR's lock orders the dump after copies the device's
+			// goroutines applied to RegMR memory (for the race detector).
+			mr := s.mr.(*MR)
+			mr.mu.RLock()
 			fmt.Println(hex.EncodeToString(s.mr.Bytes()[num(f[1]) : num(f[1])+num(f[2])]))
+			mr.mu.RUnlock()
 		case "fadd": // fadd n: n FETCH_ADDs of 1 on the parent's first word
 			for i := range num(f[1]) {
 				postSend(t, s.qp, verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRAtomicFetchAndAdd, CompareAdd: 1, RemoteAddr: r.addr, RKey: r.rkey, SGList: []verbs.SGE{s.mr.SGE(64, 8)}})
@@ -202,8 +207,15 @@ type peerProc struct {
 
 func startPeer(t testing.TB, s *side) *peerProc {
 	t.Helper()
+	return startPeerEnv(t, s)
+}
+
+// startPeerEnv starts a peer with extra environment variables
+// (SHM_TEST_PEER_REGMR=1: its MR is RegMR'd Go memory).
+func startPeerEnv(t testing.TB, s *side, env ...string) *peerProc {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "SHM_TEST_PEER=1")
+	cmd.Env = append(append(os.Environ(), "SHM_TEST_PEER=1"), env...)
 	cmd.Stderr = os.Stderr
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()

@@ -77,6 +77,7 @@ type QP struct {
 	dead                 bool
 	lastGrant            *grant // the grant of the last one-sided op, checked for revocation on use
 	lastRKey             uint32
+	copyBuf              []byte // COPY_WRITE chunks, allocated on first use
 }
 
 type sendWQE struct {
@@ -792,7 +793,7 @@ func (qp *QP) remoteLocked(rkey uint32, raddr, n uint64, want verbs.Access) (*gr
 	var g *grant
 	if g = qp.lastGrant; g != nil && qp.lastRKey == rkey {
 		g.mu.RLock()
-		if g.mem == nil { // revoked since
+		if !g.live() { // revoked since
 			g.mu.RUnlock()
 			g = nil
 		}
@@ -805,6 +806,9 @@ func (qp *QP) remoteLocked(rkey uint32, raddr, n uint64, want verbs.Access) (*gr
 			return nil, nil, st
 		}
 		qp.lastGrant, qp.lastRKey = g, rkey
+	}
+	if g.copy {
+		return g, nil, verbs.WCSuccess // the owner checks each access itself
 	}
 	var st verbs.WCStatus
 	switch {
@@ -830,6 +834,11 @@ func (qp *QP) writeLocked(w *sendWQE) {
 	g, dst, st := qp.remoteLocked(w.rkey, w.raddr, w.length, verbs.AccessRemoteWrite)
 	if st != verbs.WCSuccess {
 		w.status = st
+		return
+	}
+	if g.copy {
+		g.mu.RUnlock()
+		qp.copyWriteLocked(w)
 		return
 	}
 	defer g.mu.RUnlock()
@@ -873,6 +882,11 @@ func (qp *QP) readLocked(w *sendWQE) {
 		w.status = st
 		return
 	}
+	if g.copy {
+		g.mu.RUnlock()
+		qp.copyReadLocked(w)
+		return
+	}
 	ok := w.sgl.scatter(qp.pd, 0, src)
 	g.mu.RUnlock()
 	if !ok {
@@ -888,6 +902,11 @@ func (qp *QP) atomicLocked(w *sendWQE) {
 	g, b, st := qp.remoteLocked(w.rkey, w.raddr, 8, verbs.AccessRemoteAtomic)
 	if st != verbs.WCSuccess {
 		w.status = st
+		return
+	}
+	if g.copy {
+		g.mu.RUnlock()
+		qp.copyAtomicLocked(w)
 		return
 	}
 	p := (*uint64)(unsafe.Pointer(&b[0]))
@@ -988,6 +1007,9 @@ func (qp *QP) consumeLocked() bool {
 		if !ok {
 			break
 		}
+		// The requester published this slot after the owner's copies it
+		// asked for were applied: acquire them (copy_linux.go).
+		qp.dev.copies.Load()
 		if h.flags&flagFirst != 0 {
 			if !qp.takeRecvLocked() {
 				qp.rnrLocked()
@@ -1100,12 +1122,7 @@ func (qp *QP) Destroy() error {
 		for k, g := range c.grants {
 			if k.qpn == qp.qpn {
 				delete(c.grants, k)
-				g.mu.Lock()
-				if g.mem != nil {
-					unix.Munmap(g.mem)
-					g.mem = nil
-				}
-				g.mu.Unlock()
+				g.drop()
 			}
 		}
 		c.gmu.Unlock()

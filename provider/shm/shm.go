@@ -17,9 +17,10 @@
 //
 // Memory a peer may access must come from AllocMR: it lives in a sealed
 // memfd that a peer maps only after presenting a valid rkey for a region
-// with the matching remote access. RegMR of Go memory works for local
-// access (SGEs of SEND, RECV and READ destinations); remote access to it
-// is refused with verbs.ErrNotSupported.
+// with the matching remote access. RegMR of Go memory works too: peers'
+// WRITEs, READs and atomics on it are messages the owner applies, a copy
+// through the owner's CPU and a socket round trip each (see docs/shm.md
+// for the cost).
 //
 // The package registers a verbs.Provider named "shm" listing a device
 // "shm0" (opening it is shm.Open(Config{})) and the devices this process
