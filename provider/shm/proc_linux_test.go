@@ -315,7 +315,14 @@ func TestTwoProcessesEveryOpcode(t *testing.T) {
 
 // TestAtomicsFromSeveralProcesses has three processes add to one word.
 func TestAtomicsFromSeveralProcesses(t *testing.T) {
-	const procs, each = 3, 500
+	atomicsFromSeveralProcesses(t, 500, func(pd verbs.PD) (verbs.MR, error) { return pd.AllocMR(4096, fullAccess) })
+}
+
+// atomicsFromSeveralProcesses has three peer processes each FETCH_ADD 1
+// to one word of an MR that newMR makes, each times, and checks that
+// every add was applied exactly once.
+func atomicsFromSeveralProcesses(t *testing.T, each uint64, newMR func(verbs.PD) (verbs.MR, error)) {
+	const procs = 3
 	dev, err := Open(Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -325,7 +332,10 @@ func TestAtomicsFromSeveralProcesses(t *testing.T) {
 	defer pd.Dealloc()
 	cq, _ := dev.CreateCQ(16, nil)
 	defer cq.Destroy()
-	mr, _ := pd.AllocMR(4096, fullAccess)
+	mr, err := newMR(pd)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer mr.Dereg()
 	var peers []*peerProc
 	for range procs {

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/hex"
-	"fmt"
 	"net"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,41 +68,7 @@ func TestRegMRTwoProcesses(t *testing.T) {
 // TestRegMRAtomicsFromSeveralProcesses has three processes add to one
 // word of our Go memory: each FETCH_ADD is applied exactly once.
 func TestRegMRAtomicsFromSeveralProcesses(t *testing.T) {
-	const procs, each = 3, 300
-	dev, err := Open(Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	pd, _ := dev.AllocPD()
-	defer pd.Dealloc()
-	cq, _ := dev.CreateCQ(16, nil)
-	defer cq.Destroy()
-	mr, err := pd.RegMR(make([]byte, 4096), fullAccess)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mr.Dereg()
-	var peers []*peerProc
-	for range procs {
-		qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTypeRC, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer qp.Destroy()
-		peers = append(peers, startPeer(t, &side{dev: dev, pd: pd, cq: cq, qp: qp, mr: mr}))
-	}
-	for _, p := range peers {
-		fmt.Fprintf(p.in, "fadd %d\n", each)
-	}
-	for _, p := range peers {
-		if l := p.line(t); l != "OK" {
-			t.Fatal(l)
-		}
-	}
-	if got := atomic.LoadUint64(word(mr.Bytes())); got != procs*each {
-		t.Errorf("counter %d, want %d", got, procs*each)
-	}
+	atomicsFromSeveralProcesses(t, 300, func(pd verbs.PD) (verbs.MR, error) { return pd.RegMR(make([]byte, 4096), fullAccess) })
 }
 
 // TestRegMRDereg: after DeregMR of Go memory returns, a peer's WRITE
