@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -17,10 +18,7 @@ func TestPingpongTools(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the CLI and runs processes")
 	}
-	bin := filepath.Join(t.TempDir(), "softrdma")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildCLI(t)
 	k := os.Getpid()%200 + 20
 	for i, tool := range []string{"ibv_rc_pingpong", "ibv_uc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong"} {
 		t.Run(tool, func(t *testing.T) {
@@ -65,4 +63,36 @@ func TestPingpongTools(t *testing.T) {
 			}
 		})
 	}
+}
+
+var cli struct {
+	once sync.Once
+	dir  string
+	err  error
+	out  []byte
+}
+
+// buildCLI builds this command once per test binary, for the tests that
+// run it as separate processes, and returns the executable's path.
+func buildCLI(t *testing.T) string {
+	t.Helper()
+	cli.once.Do(func() {
+		cli.dir, cli.err = os.MkdirTemp("", "softrdma-cli")
+		if cli.err == nil {
+			cli.out, cli.err = exec.Command("go", "build", "-o", filepath.Join(cli.dir, "softrdma"), ".").CombinedOutput()
+		}
+	})
+	if cli.err != nil {
+		t.Fatalf("build: %v\n%s", cli.err, cli.out)
+	}
+	return filepath.Join(cli.dir, "softrdma")
+}
+
+// TestMain removes buildCLI's executable after the tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if cli.dir != "" {
+		os.RemoveAll(cli.dir)
+	}
+	os.Exit(code)
 }

@@ -20,10 +20,7 @@ func TestShmTools(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the CLI and runs processes")
 	}
-	bin := filepath.Join(t.TempDir(), "softrdma")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildCLI(t)
 	shmGID := "253:115:104:109:" // perftest prints GIDs byte by byte: fd73:686d...
 	for i, tc := range []struct {
 		tool   string
