@@ -1,0 +1,257 @@
+// Package reuseport lets several processes use RoCEv2 on one address:
+// each binds UDP port 4791 on it with SO_REUSEPORT, and an eBPF program
+// attached to the group hands each datagram to the socket of the process
+// that owns its destination QP (or, for a connection-manager MAD, its
+// connection or listener). See docs/sharing.md for the design.
+//
+// A process takes a slot (0 to Slots-1) on joining; every QPN it hands
+// out carries the slot in its top SlotBits bits, and every CM comm ID in
+// its top SlotBits bits, which is what the program reads. The slot is an
+// entry in a BPF_MAP_TYPE_REUSEPORT_SOCKARRAY keyed by slot, so it stays
+// put while others come and go, and the kernel clears it when the socket
+// closes: a process that exits, however it exits, frees its share.
+//
+// The maps live pinned in bpffs (Dir), one pair per network namespace,
+// address and port, so that every process opens the same ones. That
+// needs CAP_BPF (or root) and bpffs mounted at /sys/fs/bpf; without them
+// Open fails and a device binds its address alone, as before.
+package reuseport
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// SlotBits is how many of a QPN's (and a comm ID's) top bits name the
+// process's slot; Slots processes can share one address.
+const (
+	SlotBits = 6
+	Slots    = 1 << SlotBits
+)
+
+// Dir is where the groups' maps are pinned.
+var Dir = "/sys/fs/bpf/softrdma"
+
+// maxServices bounds the listeners on one address.
+const maxServices = 4096
+
+// Group is one shared address and port: its pinned socket array and
+// service map.
+type Group struct {
+	addr     netip.AddrPort
+	socks    int // slot → socket (REUSEPORT_SOCKARRAY, u32 → u64 fd/cookie)
+	services int // low 32 bits of a service ID (network order) → slot
+}
+
+// Open opens (or creates) the maps of addr's group. It fails when this
+// process cannot use bpf(2) or bpffs: the caller then binds alone.
+func Open(addr netip.AddrPort) (*Group, error) {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(filepath.Dir(Dir), &fs); err != nil || fs.Type != unix.BPF_FS_MAGIC {
+		return nil, fmt.Errorf("reuseport: %s is not a bpf filesystem (mount it: mount -t bpf bpf %s)", filepath.Dir(Dir), filepath.Dir(Dir))
+	}
+	if err := os.Mkdir(Dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("reuseport: %w", err)
+	}
+	ns, err := netnsID()
+	if err != nil {
+		return nil, err
+	}
+	// bpffs refuses names with a dot (its own files have them).
+	name := strings.NewReplacer(".", "_", ":", "_").Replace(addr.Addr().WithZone("").String())
+	base := filepath.Join(Dir, fmt.Sprintf("net%d-%s-%d", ns, name, addr.Port()))
+	g := &Group{addr: addr, socks: -1, services: -1}
+	g.socks, err = openOrCreate(base+"-socks", func() (int, error) {
+		return mapCreate(unix.BPF_MAP_TYPE_REUSEPORT_SOCKARRAY, 4, 8, Slots, "softrdma_socks")
+	})
+	if err == nil {
+		g.services, err = openOrCreate(base+"-services", func() (int, error) {
+			return mapCreate(unix.BPF_MAP_TYPE_HASH, 4, 4, maxServices, "softrdma_svcs")
+		})
+	}
+	if err != nil {
+		g.Close()
+		return nil, fmt.Errorf("reuseport: %v: %w", addr, err)
+	}
+	return g, nil
+}
+
+// netnsID names the network namespace by its inode.
+func netnsID() (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/net", &st); err != nil {
+		return 0, fmt.Errorf("reuseport: reading the network namespace: %w", err)
+	}
+	return st.Ino, nil
+}
+
+// Close closes the maps (the pins stay for the others).
+func (g *Group) Close() {
+	for _, fd := range []*int{&g.socks, &g.services} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
+}
+
+// attach loads the program and attaches it to the group of fd, a socket
+// bound with SO_REUSEPORT. Every member attaches the same program, so the
+// last one to do so changes nothing.
+func (g *Group) attach(fd int) error {
+	prog, err := progLoad(program(g.socks, g.services), "softrdma_steer")
+	if err != nil {
+		return err
+	}
+	defer unix.Close(prog)
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_EBPF, prog); err != nil {
+		return fmt.Errorf("attaching the steering program: %w", err)
+	}
+	return nil
+}
+
+// alive reports whether a socket holds slot.
+func (g *Group) alive(slot uint32) bool {
+	_, err := mapLookup(g.socks, slot)
+	return err == nil
+}
+
+// serviceKey is the services map's key for a service ID: its low 32 bits
+// as they lie in the packet.
+func serviceKey(serviceID uint64) uint32 {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], uint32(serviceID))
+	return binary.NativeEndian.Uint32(b[:])
+}
+
+// Share is a device's membership: a slot in the group of each of its
+// addresses.
+type Share struct {
+	groups []*Group
+	slot   uint32
+
+	mu       sync.Mutex
+	services map[uint64]int // service ID → claims
+}
+
+// Prepare opens the groups of addrs, before their sockets are bound.
+func Prepare(addrs []netip.AddrPort) (*Share, error) {
+	s := &Share{services: map[uint64]int{}}
+	for _, a := range addrs {
+		g, err := Open(a)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.groups = append(s.groups, g)
+	}
+	return s, nil
+}
+
+// Join puts fds (the bound sockets of the addresses given to Prepare, in
+// order) into the lowest slot free in every group and attaches the
+// program. The sockets must be bound with SO_REUSEPORT.
+func (s *Share) Join(fds []int) error {
+	if len(fds) != len(s.groups) {
+		return fmt.Errorf("reuseport: %d sockets for %d addresses", len(fds), len(s.groups))
+	}
+	for i, g := range s.groups {
+		if err := g.attach(fds[i]); err != nil {
+			return fmt.Errorf("reuseport: %v: %w", g.addr, err)
+		}
+	}
+	for slot := uint32(0); slot < Slots; slot++ {
+		taken := 0
+		var err error
+		for i, g := range s.groups {
+			if err = mapUpdate(g.socks, slot, uint64(fds[i]), bpfNoExist); err != nil {
+				break
+			}
+			taken++
+		}
+		if err == nil {
+			s.slot = slot
+			return nil
+		}
+		for _, g := range s.groups[:taken] {
+			mapDelete(g.socks, slot)
+		}
+		if !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("reuseport: taking slot %d: %w", slot, err)
+		}
+	}
+	return fmt.Errorf("reuseport: all %d slots of %v are taken: %d processes share it already", Slots, s.groups[0].addr, Slots)
+}
+
+// Slot is the slot Join took.
+func (s *Share) Slot() uint32 { return s.slot }
+
+// ClaimService steers connection requests for serviceID (an rdma_cm port
+// space and port) to this process. It fails if a live process claimed it
+// first; a claim left by a process that has gone is taken over. Claims
+// nest: the service is released when each claim has been.
+func (s *Share) ClaimService(serviceID uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.services[serviceID] > 0 {
+		s.services[serviceID]++
+		return nil
+	}
+	key := serviceKey(serviceID)
+	for i, g := range s.groups {
+		if owner, err := mapLookup32(g.services, key); err == nil && owner != s.slot && g.alive(owner) {
+			s.releaseLocked(serviceID, i)
+			return fmt.Errorf("reuseport: service %#x on %v is claimed by another process (slot %d): %w", serviceID, g.addr, owner, unix.EADDRINUSE)
+		}
+		if err := mapUpdate32(g.services, key, s.slot, bpfAny); err != nil {
+			s.releaseLocked(serviceID, i)
+			return fmt.Errorf("reuseport: claiming service %#x on %v: %w", serviceID, g.addr, err)
+		}
+	}
+	s.services[serviceID] = 1
+	return nil
+}
+
+// ReleaseService undoes one ClaimService.
+func (s *Share) ReleaseService(serviceID uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.services[serviceID]--; s.services[serviceID] > 0 {
+		return
+	}
+	delete(s.services, serviceID)
+	s.releaseLocked(serviceID, len(s.groups))
+}
+
+// releaseLocked deletes the first n groups' entries for serviceID that
+// are still this slot's.
+func (s *Share) releaseLocked(serviceID uint64, n int) {
+	key := serviceKey(serviceID)
+	for _, g := range s.groups[:n] {
+		if owner, err := mapLookup32(g.services, key); err == nil && owner == s.slot {
+			mapDelete(g.services, key)
+		}
+	}
+}
+
+// Close gives up the services this device claimed and closes the maps.
+// The slot is freed when the sockets close.
+func (s *Share) Close() {
+	s.mu.Lock()
+	for id := range s.services {
+		s.releaseLocked(id, len(s.groups))
+	}
+	s.services = nil
+	s.mu.Unlock()
+	for _, g := range s.groups {
+		g.Close()
+	}
+}
