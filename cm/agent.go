@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/softrdma/softrdma/internal/reuseport"
 	"github.com/softrdma/softrdma/verbs"
 	"github.com/softrdma/softrdma/wire"
 )
@@ -158,6 +159,10 @@ type agent struct {
 	ctx   verbs.Context
 	guid  uint64 // local CA GUID (the device's node GUID)
 	hiTID uint32
+	// idSlot and idMask shape local comm IDs on a device that shares its
+	// address with other processes: the slot in the top bits, which
+	// steer the MADs that name the ID to this process (sharedDevice).
+	idSlot, idMask uint32
 
 	in   chan madIn
 	kick chan struct{}
@@ -214,6 +219,16 @@ func agentFor(ctx verbs.Context, port uint8) (*agent, error) {
 	return a, nil
 }
 
+// sharedDevice is a device that may share its address with devices in
+// other processes (provider/soft on Linux): connection requests reach
+// this process for the services it claims, and every other CM MAD by
+// the slot in the comm ID it names.
+type sharedDevice interface {
+	SharedSlot() (slot uint32, shared bool)
+	ClaimService(serviceID uint64) error
+	ReleaseService(serviceID uint64)
+}
+
 func newAgent(ctx verbs.Context, gsi verbs.GSI, port uint8, now func() time.Time) *agent {
 	a := &agent{
 		gsi: gsi, port: port, ctx: ctx, now: now,
@@ -221,9 +236,16 @@ func newAgent(ctx verbs.Context, gsi verbs.GSI, port uint8, now func() time.Time
 		ids: map[uint32]*cmID{}, remote: map[remoteKey]*cmID{}, listeners: map[uint64]*Listener{},
 		sidr: map[remoteKey]*cmID{},
 	}
+	a.idMask = 0xFFFFFFFF
 	if ctx != nil {
 		if da, err := ctx.QueryDevice(); err == nil {
 			a.guid = da.NodeGUID
+		}
+		if sd, ok := ctx.(sharedDevice); ok {
+			if slot, shared := sd.SharedSlot(); shared {
+				a.idSlot = slot << (32 - reuseport.SlotBits)
+				a.idMask = 1<<(32-reuseport.SlotBits) - 1
+			}
 		}
 	}
 	a.hiTID = agentNumbers.Add(1)
@@ -288,7 +310,7 @@ func (a *agent) wake() {
 func (a *agent) newIDLocked() *cmID {
 	id := &cmID{a: a, ev: make(chan event, 4), peerPKey: 0xffff}
 	for {
-		id.localID = randUint32()
+		id.localID = a.idSlot | randUint32()&a.idMask
 		if id.localID != 0 && a.ids[id.localID] == nil {
 			break
 		}

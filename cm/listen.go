@@ -62,9 +62,14 @@ func Listen(network, address string, opts *Options) (*Listener, error) {
 			port = uint16(1024 + randUint32()%64000)
 		}
 		if a.listeners[ServiceID(ps, port)] == nil {
-			break
-		}
-		if laddr.Port() != 0 || tries > 100 {
+			err := claimService(vctx, ServiceID(ps, port))
+			if err == nil {
+				break
+			}
+			if laddr.Port() != 0 || tries > 100 {
+				return nil, fmt.Errorf("cm.Listen: %v: port %d: %w", address, port, err)
+			}
+		} else if laddr.Port() != 0 || tries > 100 {
 			return nil, fmt.Errorf("cm.Listen: %v: port %d already has a listener on device %s", address, port, vctx.Device().Name())
 		}
 		port = 0
@@ -73,6 +78,20 @@ func Listen(network, address string, opts *Options) (*Listener, error) {
 	l.serviceID = ServiceID(ps, port)
 	a.listeners[l.serviceID] = l
 	return l, nil
+}
+
+// claimService has connection requests for id steered to this process
+// when the device shares its address with other processes; it fails if
+// a listener in another process has the port.
+func claimService(ctx verbs.Context, id uint64) error {
+	sd, ok := ctx.(sharedDevice)
+	if !ok {
+		return nil
+	}
+	if err := sd.ClaimService(id); err != nil {
+		return fmt.Errorf("another process on this address listens on it (%w)", err)
+	}
+	return nil
 }
 
 // Context returns the device the listener is on.
@@ -101,6 +120,9 @@ func (l *Listener) Close() error {
 		l.a.mu.Lock()
 		if l.a.listeners[l.serviceID] == l {
 			delete(l.a.listeners, l.serviceID)
+			if sd, ok := l.opts.Context.(sharedDevice); ok {
+				sd.ReleaseService(l.serviceID)
+			}
 		}
 		l.a.mu.Unlock()
 		for {

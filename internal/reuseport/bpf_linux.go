@@ -61,6 +61,10 @@ type objAttr struct {
 const (
 	bpfAny     = 0
 	bpfNoExist = 1
+
+	// bpfNoPrealloc (BPF_F_NO_PREALLOC) makes a hash map allocate its
+	// entries as they are added, not all at creation.
+	bpfNoPrealloc = 1
 )
 
 func bpf(cmd int, attr unsafe.Pointer, size uintptr) (int, error) {
@@ -71,8 +75,8 @@ func bpf(cmd int, attr unsafe.Pointer, size uintptr) (int, error) {
 	return int(r), nil
 }
 
-func mapCreate(typ, keySize, valueSize, maxEntries uint32, name string) (int, error) {
-	a := mapCreateAttr{mapType: typ, keySize: keySize, valueSize: valueSize, maxEntries: maxEntries}
+func mapCreate(typ, keySize, valueSize, maxEntries, flags uint32, name string) (int, error) {
+	a := mapCreateAttr{mapType: typ, keySize: keySize, valueSize: valueSize, maxEntries: maxEntries, mapFlags: flags}
 	copy(a.name[:15], name)
 	fd, err := bpf(unix.BPF_MAP_CREATE, unsafe.Pointer(&a), unsafe.Sizeof(a))
 	if err != nil {

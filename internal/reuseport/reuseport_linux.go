@@ -47,20 +47,49 @@ const maxServices = 4096
 // service map.
 type Group struct {
 	addr     netip.AddrPort
-	socks    int // slot → socket (REUSEPORT_SOCKARRAY, u32 → u64 fd/cookie)
-	services int // low 32 bits of a service ID (network order) → slot
+	base     string // the pins' path, less their suffixes
+	socks    int    // slot → socket (REUSEPORT_SOCKARRAY, u32 → u64 fd/cookie)
+	services int    // low 32 bits of a service ID (network order) → slot
 }
 
-// Open opens (or creates) the maps of addr's group. It fails when this
-// process cannot use bpf(2) or bpffs: the caller then binds alone.
-func Open(addr netip.AddrPort) (*Group, error) {
+// lockDir creates Dir if need be and locks it (flock): the holder may
+// create or remove pins, and nobody takes maps that are being unpinned.
+func lockDir() (int, error) {
 	var fs unix.Statfs_t
 	if err := unix.Statfs(filepath.Dir(Dir), &fs); err != nil || fs.Type != unix.BPF_FS_MAGIC {
-		return nil, fmt.Errorf("reuseport: %s is not a bpf filesystem (mount it: mount -t bpf bpf %s)", filepath.Dir(Dir), filepath.Dir(Dir))
+		return -1, fmt.Errorf("reuseport: %s is not a bpf filesystem (mount it: mount -t bpf bpf %s)", filepath.Dir(Dir), filepath.Dir(Dir))
 	}
 	if err := os.Mkdir(Dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return nil, fmt.Errorf("reuseport: %w", err)
+		return -1, fmt.Errorf("reuseport: %w", err)
 	}
+	fd, err := unix.Open(Dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("reuseport: %w", err)
+	}
+	for {
+		err = unix.Flock(fd, unix.LOCK_EX)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("reuseport: locking %s: %w", Dir, err)
+	}
+	return fd, nil
+}
+
+// unlockDir releases lockDir's lock.
+func unlockDir(fd int) {
+	if fd >= 0 {
+		unix.Close(fd) // drops the flock
+	}
+}
+
+// open opens (or creates) the maps of addr's group, under the Dir lock.
+// It fails when this process cannot use bpf(2): the caller then binds
+// alone.
+func open(addr netip.AddrPort) (*Group, error) {
 	ns, err := netnsID()
 	if err != nil {
 		return nil, err
@@ -68,13 +97,13 @@ func Open(addr netip.AddrPort) (*Group, error) {
 	// bpffs refuses names with a dot (its own files have them).
 	name := strings.NewReplacer(".", "_", ":", "_").Replace(addr.Addr().WithZone("").String())
 	base := filepath.Join(Dir, fmt.Sprintf("net%d-%s-%d", ns, name, addr.Port()))
-	g := &Group{addr: addr, socks: -1, services: -1}
+	g := &Group{addr: addr, base: base, socks: -1, services: -1}
 	g.socks, err = openOrCreate(base+"-socks", func() (int, error) {
-		return mapCreate(unix.BPF_MAP_TYPE_REUSEPORT_SOCKARRAY, 4, 8, Slots, "softrdma_socks")
+		return mapCreate(unix.BPF_MAP_TYPE_REUSEPORT_SOCKARRAY, 4, 8, Slots, 0, "softrdma_socks")
 	})
 	if err == nil {
 		g.services, err = openOrCreate(base+"-services", func() (int, error) {
-			return mapCreate(unix.BPF_MAP_TYPE_HASH, 4, 4, maxServices, "softrdma_svcs")
+			return mapCreate(unix.BPF_MAP_TYPE_HASH, 4, 4, maxServices, bpfNoPrealloc, "softrdma_svcs")
 		})
 	}
 	if err != nil {
@@ -93,7 +122,7 @@ func netnsID() (uint64, error) {
 	return st.Ino, nil
 }
 
-// Close closes the maps (the pins stay for the others).
+// Close closes the maps (the pins stay).
 func (g *Group) Close() {
 	for _, fd := range []*int{&g.socks, &g.services} {
 		if *fd >= 0 {
@@ -137,16 +166,24 @@ func serviceKey(serviceID uint64) uint32 {
 type Share struct {
 	groups []*Group
 	slot   uint32
+	lockFD int // Dir's lock, held from Prepare to Join
 
 	mu       sync.Mutex
 	services map[uint64]int // service ID → claims
 }
 
-// Prepare opens the groups of addrs, before their sockets are bound.
+// Prepare opens the groups of addrs, before their sockets are bound. It
+// holds the directory's lock until Join or Close, so that the last
+// member of a group cannot unpin its maps meanwhile: the caller must
+// call one of them soon.
 func Prepare(addrs []netip.AddrPort) (*Share, error) {
-	s := &Share{services: map[uint64]int{}}
+	lock, err := lockDir()
+	if err != nil {
+		return nil, err
+	}
+	s := &Share{services: map[uint64]int{}, lockFD: lock}
 	for _, a := range addrs {
-		g, err := Open(a)
+		g, err := open(a)
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -157,17 +194,35 @@ func Prepare(addrs []netip.AddrPort) (*Share, error) {
 }
 
 // Join puts fds (the bound sockets of the addresses given to Prepare, in
-// order) into the lowest slot free in every group and attaches the
-// program. The sockets must be bound with SO_REUSEPORT.
+// order) into the lowest slot free in every group, and attaches the
+// program to each group that has another member. A device alone on its
+// address runs no program: the kernel hands it every datagram. The
+// sockets must be bound with SO_REUSEPORT.
+//
+// Of two devices joining at once, the one whose slot was taken last
+// sees the other and attaches; between a device's bind and its attach,
+// datagrams of a device already there may reach the newcomer by hash,
+// which drops them as packets to unknown QPs (RC peers retransmit them).
 func (s *Share) Join(fds []int) error {
+	defer func() { unlockDir(s.lockFD); s.lockFD = -1 }()
 	if len(fds) != len(s.groups) {
 		return fmt.Errorf("reuseport: %d sockets for %d addresses", len(fds), len(s.groups))
 	}
+	if err := s.takeSlot(fds); err != nil {
+		return err
+	}
 	for i, g := range s.groups {
+		if !g.othersAlive(s.slot) {
+			continue
+		}
 		if err := g.attach(fds[i]); err != nil {
 			return fmt.Errorf("reuseport: %v: %w", g.addr, err)
 		}
 	}
+	return nil
+}
+
+func (s *Share) takeSlot(fds []int) error {
 	for slot := uint32(0); slot < Slots; slot++ {
 		taken := 0
 		var err error
@@ -189,6 +244,16 @@ func (s *Share) Join(fds []int) error {
 		}
 	}
 	return fmt.Errorf("reuseport: all %d slots of %v are taken: %d processes share it already", Slots, s.groups[0].addr, Slots)
+}
+
+// othersAlive reports whether a slot other than mine holds a socket.
+func (g *Group) othersAlive(mine uint32) bool {
+	for slot := uint32(0); slot < Slots; slot++ {
+		if slot != mine && g.alive(slot) {
+			return true
+		}
+	}
+	return false
 }
 
 // Slot is the slot Join took.
@@ -242,8 +307,9 @@ func (s *Share) releaseLocked(serviceID uint64, n int) {
 	}
 }
 
-// Close gives up the services this device claimed and closes the maps.
-// The slot is freed when the sockets close.
+// Close gives up the services this device claimed and closes the maps;
+// call it after closing the sockets, which frees the slot. The last
+// member of a group removes its pins.
 func (s *Share) Close() {
 	s.mu.Lock()
 	for id := range s.services {
@@ -251,7 +317,21 @@ func (s *Share) Close() {
 	}
 	s.services = nil
 	s.mu.Unlock()
+	if s.lockFD < 0 {
+		lock, err := lockDir()
+		if err != nil {
+			lock = -1 // leave the pins: the next member reuses them
+		}
+		s.lockFD = lock
+	}
 	for _, g := range s.groups {
+		if s.lockFD >= 0 && !g.othersAlive(Slots) {
+			unix.Unlink(g.base + "-socks")
+			unix.Unlink(g.base + "-services")
+		}
 		g.Close()
 	}
+	s.groups = nil
+	unlockDir(s.lockFD)
+	s.lockFD = -1
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -178,4 +179,32 @@ func TestSteering(t *testing.T) {
 	if m := join(t, addr); m.s.Slot() != 0 {
 		t.Fatalf("a newcomer took slot %d; the lowest free is 0", m.s.Slot())
 	}
+}
+
+// TestLastMemberUnpins: the maps stay pinned while a member is alive and
+// go with the last one, so addresses used once leave nothing behind.
+func TestLastMemberUnpins(t *testing.T) {
+	addr := netip.MustParseAddrPort("127.0.0.78:47911")
+	a, b := join(t, addr), join(t, addr)
+	pins, _ := filepathGlob(t, "net*-127_0_0_78-47911-*")
+	if pins != 2 {
+		t.Fatalf("%d pins for the group, want 2", pins)
+	}
+	a.close()
+	if n, _ := filepathGlob(t, "net*-127_0_0_78-47911-*"); n != 2 {
+		t.Fatalf("%d pins after one of two members left, want 2", n)
+	}
+	b.close()
+	if n, names := filepathGlob(t, "net*-127_0_0_78-47911-*"); n != 0 {
+		t.Fatalf("pins left after the last member: %v", names)
+	}
+}
+
+func filepathGlob(t *testing.T, pattern string) (int, []string) {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(Dir, pattern))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(m), m
 }

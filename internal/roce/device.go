@@ -128,6 +128,12 @@ type Config struct {
 	// Linux rxe does, received on a plain UDP socket). Off, such packets are
 	// dropped and counted as icrc_unverified.
 	AcceptUnverifiedICRC bool
+	// QPNSlotBits, if positive, puts QPNSlot in the top QPNSlotBits bits
+	// of every QPN the device allocates (the rest stay random): devices
+	// in several processes that share one address (transport/udp with
+	// internal/reuseport) have their packets steered by these bits.
+	QPNSlotBits int
+	QPNSlot     uint32
 }
 
 // Device is one softrdma RoCEv2 device with one port. It implements both
@@ -193,6 +199,11 @@ func New(cfg Config) (*Device, error) {
 		port:  cfg.Transport.LocalAddr().Port(),
 		rng:   mrand.New(mrand.NewChaCha8(seed)),
 		clock: cfg.Clock,
+	}
+	if cfg.QPNSlotBits > 0 {
+		if err := d.qps.setSlot(cfg.QPNSlot, cfg.QPNSlotBits); err != nil {
+			return nil, verbs.Errorf("roce.New", verbs.ErrInvalidArgument, "%v", err)
+		}
 	}
 	d.timers.set = cfg.SetTimer
 	d.objs.init()

@@ -14,6 +14,7 @@ package roce
 //	          peer, not reused soon).
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 )
@@ -154,8 +155,13 @@ func (t *idTable[T]) each(f func(k uint32, v *T) bool) {
 // use), and a freed QPN is not handed out again while it is among the
 // last recentQPNs freed, so a late packet for a destroyed QP does not
 // reach its successor.
+//
+// With a slot (setSlot), every QPN carries it in its top bits and only
+// the rest are random.
 type qpTable struct {
 	ids    idTable[QP]
+	prefix uint32             // the slot's bits
+	mask   uint32             // the random bits; 0: all 24
 	recent [recentQPNs]uint32 // the QPNs freed last (under ids.mu)
 	next   int
 }
@@ -173,8 +179,12 @@ func (t *qpTable) add(qp *QP, rnd func() uint32) bool {
 	if t.ids.used >= maxQP {
 		return false
 	}
+	mask := t.mask
+	if mask == 0 {
+		mask = 0xFFFFFF
+	}
 	for {
-		qpn := rnd() & 0xFFFFFF
+		qpn := t.prefix | rnd()&mask
 		if qpn < firstQPN || t.ids.has(qpn) || t.recentlyFreed(qpn) {
 			continue
 		}
@@ -182,6 +192,16 @@ func (t *qpTable) add(qp *QP, rnd func() uint32) bool {
 		t.ids.insert(qpn, qp)
 		return true
 	}
+}
+
+// setSlot makes every QPN slot<<(24-bits) | random 24-bits bits.
+func (t *qpTable) setSlot(slot uint32, bits int) error {
+	if bits <= 0 || bits > 8 || slot >= 1<<bits {
+		return fmt.Errorf("QPN slot %d of %d bits: want 1 to 8 bits and a slot that fits them", slot, bits)
+	}
+	t.prefix = slot << (24 - bits)
+	t.mask = 1<<(24-bits) - 1
+	return nil
 }
 
 func (t *qpTable) recentlyFreed(qpn uint32) bool {

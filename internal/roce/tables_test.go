@@ -173,3 +173,41 @@ func TestSetupScales(t *testing.T) {
 		t.Fatalf("setup grows with the tables: RegMR %.0f → %.0f bytes, CreateQP %.0f → %.0f bytes", smallMR, bigMR, smallQP, bigQP)
 	}
 }
+
+// TestQPTableSlot: with a slot every QPN carries it in its top bits, the
+// rest random, none reserved; a slot that does not fit is refused.
+func TestQPTableSlot(t *testing.T) {
+	var qt qpTable
+	if err := qt.setSlot(5, 6); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	low := map[uint32]bool{}
+	for range 500 {
+		qp := &QP{}
+		if !qt.add(qp, rng.Uint32) {
+			t.Fatal("table full")
+		}
+		if qp.qpn>>18 != 5 || qp.qpn < firstQPN {
+			t.Fatalf("QPN %#x: slot %d, want 5", qp.qpn, qp.qpn>>18)
+		}
+		low[qp.qpn&0x3FFFF] = true
+	}
+	if len(low) < 490 {
+		t.Fatalf("%d distinct low parts in 500 QPNs: not random", len(low))
+	}
+	var z qpTable
+	if z.setSlot(64, 6) == nil || z.setSlot(0, 0) == nil {
+		t.Fatal("a slot that does not fit its bits was taken")
+	}
+	if err := z.setSlot(0, 6); err != nil {
+		t.Fatal(err)
+	}
+	for range 200 {
+		qp := &QP{}
+		z.add(qp, rng.Uint32)
+		if qp.qpn < firstQPN || qp.qpn>>18 != 0 {
+			t.Fatalf("slot 0 gave QPN %#x", qp.qpn)
+		}
+	}
+}

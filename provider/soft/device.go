@@ -8,8 +8,37 @@ import (
 
 	"github.com/softrdma/softrdma/internal/roce"
 	"github.com/softrdma/softrdma/transport"
+	"github.com/softrdma/softrdma/transport/udp"
 	"github.com/softrdma/softrdma/verbs"
 )
+
+// SharedSlot reports whether the device shares its addresses with
+// devices in other processes (udp.Config.Exclusive) and its slot among
+// them: the top reuseport.SlotBits bits of its QPNs, and of the
+// connection-manager IDs that package cm allocates on it.
+func (d *Device) SharedSlot() (uint32, bool) {
+	if d.udp == nil {
+		return 0, false
+	}
+	return d.udp.Slot()
+}
+
+// ClaimService steers connection requests for an rdma_cm service ID to
+// this process, on a shared address (cm.Listen calls it); it fails if a
+// live process there listens on it already. ReleaseService undoes it.
+func (d *Device) ClaimService(serviceID uint64) error {
+	if d.udp == nil {
+		return nil
+	}
+	return d.udp.ClaimService(serviceID)
+}
+
+// ReleaseService undoes one ClaimService.
+func (d *Device) ReleaseService(serviceID uint64) {
+	if d.udp != nil {
+		d.udp.ReleaseService(serviceID)
+	}
+}
 
 // Device is an open softrdma device: a verbs.Device that is also its own
 // verbs.Context (Open returns the device itself), with one port whose GID
@@ -24,6 +53,7 @@ type Device struct {
 	eng  *roce.Device
 	tr   transport.Transport
 	guid uint64 // NodeGUID; 0: the engine's random one (no interface)
+	udp  *udp.Transport // the transport Open made (nil: Config.Transport)
 
 	// The driver: receive loop, busy-poll sharing, deferred ACKs, timers
 	// (loop.go).

@@ -38,6 +38,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/softrdma/softrdma/internal/reuseport"
 	"github.com/softrdma/softrdma/internal/roce"
 	"github.com/softrdma/softrdma/transport"
 	"github.com/softrdma/softrdma/transport/capture"
@@ -128,6 +129,7 @@ func Open(cfg Config) (*Device, error) {
 	tr := cfg.Transport
 	netdev := ""
 	var gids *interfaceGIDs
+	var ut *udp.Transport // the transport Open made, nil if cfg.Transport
 	if tr == nil {
 		ucfg := cfg.UDP
 		ucfg.Port = cfg.Port
@@ -160,7 +162,7 @@ func Open(cfg Config) (*Device, error) {
 		if err != nil {
 			return nil, err
 		}
-		tr = t
+		tr, ut = t, t
 	}
 	if cfg.Capture != nil {
 		w, err := capture.NewWriter(cfg.Capture)
@@ -194,6 +196,14 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d := newDevice(tr, cfg)
 	d.guid = guid
+	d.udp = ut
+	var slotBits int
+	var slot uint32
+	if ut != nil {
+		if s, ok := ut.Slot(); ok {
+			slot, slotBits = s, reuseport.SlotBits
+		}
+	}
 	var notify func(roce.Note)
 	if cfg.Logger != nil {
 		d.log = newLogger(cfg.Logger, name)
@@ -211,6 +221,8 @@ func Open(cfg Config) (*Device, error) {
 		BeforeWait:           d.kickServe,
 		Context:              d,
 		Notify:               notify,
+		QPNSlot:              slot,
+		QPNSlotBits:          slotBits,
 	})
 	if err != nil {
 		tr.Close()

@@ -73,6 +73,18 @@ type Config struct {
 	// every segment's ICRC is computed for IP ID 0, which holds when the
 	// super-packet is never split on a wire.
 	DisableGSO bool
+	// Exclusive binds the addresses alone, as Linux rxe binds its port.
+	// By default, on Linux where the process may load eBPF programs
+	// (CAP_BPF or root) and bpffs is mounted at /sys/fs/bpf, the
+	// receiving sockets join a group that devices in other processes
+	// may join on the same addresses (SO_REUSEPORT with the steering
+	// program of internal/reuseport, docs/sharing.md): each datagram
+	// reaches the process whose QP (or connection-manager ID or
+	// listener) it names, so the device must number its QPs with the
+	// transport's slot (Transport.Slot). Elsewhere, or when that setup
+	// fails, the address is bound alone and a second device on it fails
+	// with an error saying so.
+	Exclusive bool
 }
 
 var _ transport.Transport = (*Transport)(nil)

@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/softrdma/softrdma/internal/reuseport"
 	"github.com/softrdma/softrdma/transport"
 	"github.com/softrdma/softrdma/wire"
 )
@@ -84,6 +85,11 @@ type Transport struct {
 	pendEnd int // slots filled by the last recvmmsg
 	pendOff int // offset of the next packet in slot pendMsg
 
+	// share is the transport's membership of its addresses' shared
+	// groups (nil: bound alone); shareErr says why sharing is off.
+	share    *reuseport.Share
+	shareErr error
+
 	closed atomic.Bool
 	stats  counters
 }
@@ -141,10 +147,29 @@ func Listen(cfg Config) (*Transport, error) {
 	if t.evfd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
 		return nil, fmt.Errorf("udp.Listen: eventfd: %w", err)
 	}
+	if !cfg.Exclusive {
+		aps := make([]netip.AddrPort, len(addrs))
+		for i, a := range addrs {
+			aps[i] = netip.AddrPortFrom(a, cfg.Port)
+		}
+		t.share, t.shareErr = reuseport.Prepare(aps)
+	} else {
+		t.shareErr = errors.New("udp.Config.Exclusive is set")
+	}
 	for _, a := range addrs {
 		if err := t.addHome(a, cfg); err != nil {
 			t.closeFDs()
 			return nil, err
+		}
+	}
+	if t.share != nil {
+		fds := make([]int, len(t.homes))
+		for i, h := range t.homes {
+			fds[i] = h.fd
+		}
+		if err := t.share.Join(fds); err != nil {
+			t.closeFDs()
+			return nil, fmt.Errorf("udp.Listen: %w", err)
 		}
 	}
 	t.fd = t.homes[0].fd
@@ -164,8 +189,17 @@ func Listen(cfg Config) (*Transport, error) {
 	if !cfg.DisableGSO {
 		// Receiving coalesced datagrams needs UDP_GRO; without it the
 		// kernel splits them again before delivery.
+		//
+		// A shared socket takes GRO on loopback only: a NIC's GRO merges
+		// the datagrams of one 5-tuple, which on a shared address may be
+		// meant for several processes' QPs and would all go to the one
+		// the first names. Loopback merges nothing; GSO datagrams come
+		// whole from their sender, one QP's each (Send).
 		t.gso = true
 		for _, h := range t.homes {
+			if t.share != nil && !h.addr.IsLoopback() {
+				continue
+			}
 			t.gso = t.gso && unix.SetsockoptInt(h.fd, unix.SOL_UDP, unix.UDP_GRO, 1) == nil
 		}
 	}
@@ -176,10 +210,13 @@ func Listen(cfg Config) (*Transport, error) {
 // sending sockets.
 func (t *Transport) addHome(a netip.Addr, cfg Config) error {
 	addr := netip.AddrPortFrom(a, cfg.Port)
-	fd, _, err := openSocket(addr)
+	fd, _, err := openSocket(addr, t.share != nil)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
-			return fmt.Errorf("udp.Listen: %v is in use: another softrdma device or Linux rxe is bound there; use another address", addr)
+			if t.share != nil {
+				return fmt.Errorf("udp.Listen: %v is in use by a socket that does not share it (Linux rxe, or a softrdma device that could not share); use another address", addr)
+			}
+			return fmt.Errorf("udp.Listen: %v is in use: another softrdma device or Linux rxe is bound there and this process cannot share it (%v); use another address", addr, t.shareErr)
 		}
 		if errors.Is(err, syscall.EADDRNOTAVAIL) {
 			return fmt.Errorf("udp.Listen: %v: no interface has this address", addr)
@@ -197,7 +234,7 @@ func (t *Transport) addHome(a netip.Addr, cfg Config) error {
 		t.senders = append(t.senders, sender{fd: fd, port: addr.Port(), v6: v6, src: h.addr, scope: scope})
 	} else {
 		for i := 0; i < cfg.SourcePorts; i++ {
-			sfd, port, err := openSocket(netip.AddrPortFrom(a, 0))
+			sfd, port, err := openSocket(netip.AddrPortFrom(a, 0), false)
 			if err == nil {
 				t.senders = append(t.senders, sender{fd: sfd, port: port, v6: v6, src: h.addr, scope: scope})
 				err = setSockopts(sfd, v6, cfg.SocketBuffer)
@@ -222,14 +259,14 @@ func zoneIndex(a netip.Addr) uint32 {
 }
 
 // openSocket opens a non-blocking UDP socket bound to addr (port 0: an
-// ephemeral port) and returns it with its port. It is not registered with
-// Go's network poller.
+// ephemeral port) and returns it with its port; shared sets SO_REUSEPORT
+// first. It is not registered with Go's network poller.
 //
 // A link-local IPv6 address is bound even while it is tentative
 // (IPV6_FREEBIND): an interface that has just come up holds its
 // link-local address tentative for a second or two (duplicate address
 // detection), and the device on it must open meanwhile.
-func openSocket(addr netip.AddrPort) (int, uint16, error) {
+func openSocket(addr netip.AddrPort, shared bool) (int, uint16, error) {
 	af := unix.AF_INET
 	if addr.Addr().Is6() {
 		af = unix.AF_INET6
@@ -237,6 +274,12 @@ func openSocket(addr netip.AddrPort) (int, uint16, error) {
 	fd, err := unix.Socket(af, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
 	if err != nil {
 		return -1, 0, err
+	}
+	if shared {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+			unix.Close(fd)
+			return -1, 0, err
+		}
 	}
 	var sa unix.Sockaddr
 	if af == unix.AF_INET6 {
@@ -348,7 +391,40 @@ func (t *Transport) closeFDs() error {
 	if t.evfd >= 0 {
 		unix.Close(t.evfd)
 	}
+	if t.share != nil {
+		t.share.Close()
+	}
 	return err
+}
+
+// Slot returns the transport's slot among the devices that share its
+// addresses, and whether it shares them (Config.Exclusive). A device on
+// a shared transport numbers its QPs slot<<(24-reuseport.SlotBits) | n
+// and its connection-manager IDs slot<<(32-reuseport.SlotBits) | n.
+func (t *Transport) Slot() (uint32, bool) {
+	if t.share == nil {
+		return 0, false
+	}
+	return t.share.Slot(), true
+}
+
+// ClaimService steers connection requests for serviceID (an rdma_cm
+// service ID: port space and port) on the transport's addresses to this
+// process; it fails if a live process on them claimed it first. It does
+// nothing on an unshared transport. Each claim is undone by one
+// ReleaseService, and all by Close.
+func (t *Transport) ClaimService(serviceID uint64) error {
+	if t.share == nil {
+		return nil
+	}
+	return t.share.ClaimService(serviceID)
+}
+
+// ReleaseService undoes one ClaimService.
+func (t *Transport) ReleaseService(serviceID uint64) {
+	if t.share != nil {
+		t.share.ReleaseService(serviceID)
+	}
 }
 
 // isHomeFD says whether fd is a receiving socket.
@@ -478,6 +554,13 @@ func (t *Transport) checkSources(pkts []transport.Datagram) error {
 	return nil
 }
 
+// sameDestQP reports whether two packets go to the same QP (their BTHs'
+// destination QPN): only then may they share a GSO datagram, which a
+// shared address steers to one process by its first packet.
+func sameDestQP(a, b *transport.Datagram) bool {
+	return len(a.Buf) >= 8 && len(b.Buf) >= 8 && a.Buf[5] == b.Buf[5] && a.Buf[6] == b.Buf[6] && a.Buf[7] == b.Buf[7]
+}
+
 // Send sends pkts in batches of at most BatchSize packets with sendmmsg,
 // runs of a QP's equal-sized packets to a loopback peer as one GSO message.
 // When a socket's buffer is full it waits for room.
@@ -525,7 +608,7 @@ func (t *Transport) send(orig []transport.Datagram, block bool) (int, error) {
 				for npkt+k < len(pkts) && npkt+k < t.batch && k < maxSegments {
 					q := &pkts[npkt+k]
 					ql := q.Len()
-					if q.Peer != first.Peer || ql > seg || size+ql > maxGSOBytes || t.senderFor(q) != si {
+					if q.Peer != first.Peer || ql > seg || size+ql > maxGSOBytes || t.senderFor(q) != si || !sameDestQP(first, q) {
 						break
 					}
 					size += ql

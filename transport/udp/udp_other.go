@@ -18,3 +18,13 @@ func Listen(cfg Config) (*Transport, error) {
 	}
 	return &Transport{p}, nil
 }
+
+// Slot reports that the address is not shared: on this system a device
+// binds its address alone (Config.Exclusive is implied).
+func (t *Transport) Slot() (uint32, bool) { return 0, false }
+
+// ClaimService does nothing: the address is not shared.
+func (t *Transport) ClaimService(uint64) error { return nil }
+
+// ReleaseService does nothing.
+func (t *Transport) ReleaseService(uint64) {}
