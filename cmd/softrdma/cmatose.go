@@ -101,6 +101,12 @@ type cmaNode struct {
 	t    *cmTool
 	mr   verbs.MR
 	conn *cm.Conn
+	// got counts the send [0] and receive [1] completions polled and
+	// not yet waited for, and first keeps the first of each: the CQ
+	// holds both, and the peer's messages may complete while this side
+	// still waits for its sends (their ACKs come later).
+	got   [2]int
+	first [2]verbs.WC
 }
 
 func (o *cmaOpts) newNode(dev *soft.Device) (*cmaNode, error) {
@@ -153,26 +159,34 @@ func (o *cmaOpts) sends(n *cmaNode, ah verbs.AH, qpn, qkey uint32) error {
 	return o.completions(n, false, nil)
 }
 
-// completions waits for count send (or receive) completions.
+// completions waits for count send (or receive) completions, counting
+// the other kind for a later call, and calls first with the first one.
 func (o *cmaOpts) completions(n *cmaNode, recv bool, first func(verbs.WC) error) error {
 	var done <-chan struct{}
 	if n.conn != nil && !o.ud {
 		done = n.conn.Done()
 	}
-	for got := 0; got < o.count; {
+	want := 0
+	if recv {
+		want = 1
+	}
+	for n.got[want] < o.count {
 		wc, err := waitWC(n.t.cq, done)
 		if err != nil {
 			return fmt.Errorf("failed polling CQ: %w", err)
 		}
-		if (wc.Opcode&verbs.WCRecv != 0) != recv {
-			continue
+		kind := 0
+		if wc.Opcode&verbs.WCRecv != 0 {
+			kind = 1
 		}
-		if got == 0 && first != nil {
-			if err := first(wc); err != nil {
-				return err
-			}
+		if n.got[kind] == 0 {
+			n.first[kind] = wc
 		}
-		got++
+		n.got[kind]++
+	}
+	n.got[want] -= o.count
+	if first != nil {
+		return first(n.first[want])
 	}
 	return nil
 }
