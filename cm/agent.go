@@ -24,7 +24,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/softrdma/softrdma/internal/reuseport"
 	"github.com/softrdma/softrdma/verbs"
 	"github.com/softrdma/softrdma/wire"
 )
@@ -224,7 +223,7 @@ func agentFor(ctx verbs.Context, port uint8) (*agent, error) {
 // this process for the services it claims, and every other CM MAD by
 // the slot in the comm ID it names.
 type sharedDevice interface {
-	SharedSlot() (slot uint32, shared bool)
+	SharedSlot() (slot uint32, bits int, shared bool)
 	ClaimService(serviceID uint64) error
 	ReleaseService(serviceID uint64)
 }
@@ -242,9 +241,9 @@ func newAgent(ctx verbs.Context, gsi verbs.GSI, port uint8, now func() time.Time
 			a.guid = da.NodeGUID
 		}
 		if sd, ok := ctx.(sharedDevice); ok {
-			if slot, shared := sd.SharedSlot(); shared {
-				a.idSlot = slot << (32 - reuseport.SlotBits)
-				a.idMask = 1<<(32-reuseport.SlotBits) - 1
+			if slot, bits, shared := sd.SharedSlot(); shared && bits > 0 && bits < 16 {
+				a.idSlot = slot << (32 - bits)
+				a.idMask = 1<<(32-bits) - 1
 			}
 		}
 	}

@@ -24,19 +24,20 @@ var rules = []struct {
 }{
 	{"wire", nil, nil},
 	{"verbs", nil, nil},
-	{"transport/udp", []string{"transport", "wire"}, []string{"golang.org/x/sys", "golang.org/x/net"}},
+	{"transport/udp", []string{"transport", "wire", "internal/reuseport"}, []string{"golang.org/x/sys", "golang.org/x/net"}},
 	{"transport/capture", []string{"transport"}, []string{"github.com/gopacket/gopacket"}},
 	{"transport", nil, nil},
 	{"internal/netsim", []string{"transport", "wire"}, nil},
 	{"internal/bench", []string{"verbs", "cm", "internal/spin", "internal/perftest"}, nil},
 	{"internal/spin", nil, nil},
+	{"internal/reuseport", nil, []string{"golang.org/x/sys"}}, // address sharing: bpf(2), SO_REUSEPORT
 	{"examples", []string{""}, []string{""}},
 	{"internal/roce", []string{"wire", "verbs", "transport", "internal/spin"}, nil},
 	{"internal/perftest", []string{"verbs"}, nil},
 	{"internal/pingpong", nil, nil},
 	{"internal/replay", []string{"internal/pcapfile"}, nil},
 	{"internal/pcapfile", nil, []string{"github.com/gopacket/gopacket"}},
-	{"provider", []string{"wire", "verbs", "transport", "internal/roce", "internal/netsim", "internal/spin"}, []string{"golang.org/x/sys"}},
+	{"provider", []string{"wire", "verbs", "transport", "internal/roce", "internal/netsim", "internal/spin", "internal/reuseport"}, []string{"golang.org/x/sys"}},
 	{"cm", []string{"verbs", "wire"}, nil},    // wire: the CM MAD layouts (DESIGN: MAD layouts live in wire)
 	{"rdmanet", []string{"verbs", "cm"}, nil}, // sockets over RDMA (rsocket)
 	{"metrics", []string{"provider/soft", "verbs"}, []string{"github.com/prometheus"}},

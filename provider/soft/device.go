@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/softrdma/softrdma/internal/reuseport"
 	"github.com/softrdma/softrdma/internal/roce"
 	"github.com/softrdma/softrdma/transport"
 	"github.com/softrdma/softrdma/transport/udp"
@@ -14,13 +15,14 @@ import (
 
 // SharedSlot reports whether the device shares its addresses with
 // devices in other processes (udp.Config.Exclusive) and its slot among
-// them: the top reuseport.SlotBits bits of its QPNs, and of the
-// connection-manager IDs that package cm allocates on it.
-func (d *Device) SharedSlot() (uint32, bool) {
+// them: the top bits bits of its QPNs, and of the connection-manager IDs
+// that package cm allocates on it, which steer packets to this process.
+func (d *Device) SharedSlot() (slot uint32, bits int, shared bool) {
 	if d.udp == nil {
-		return 0, false
+		return 0, 0, false
 	}
-	return d.udp.Slot()
+	slot, shared = d.udp.Slot()
+	return slot, reuseport.SlotBits, shared
 }
 
 // ClaimService steers connection requests for an rdma_cm service ID to

@@ -206,12 +206,27 @@ func TestCloseUnblocksRecv(t *testing.T) {
 	})
 }
 
+// TestAddressInUse: a transport bound alone (Config.Exclusive, or where
+// the address cannot be shared) keeps a second one off its address, and a
+// shared one keeps off a transport that wants the address alone.
 func TestAddressInUse(t *testing.T) {
 	forImpls(t, 4, func(t *testing.T, im impl, k byte) {
-		a, b := testAddrs(t, k)
-		listenPair(t, im, a, b)
+		a, _ := testAddrs(t, k)
+		first, err := im.listen(Config{Addr: a, Port: 4791, Exclusive: true})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if _, err := im.listen(Config{Addr: a, Port: 4791}); err == nil {
-			t.Fatal("a second transport on the same address succeeded")
+			t.Fatal("a second transport on an address bound alone succeeded")
+		}
+		first.Close()
+		shared, err := im.listen(Config{Addr: a, Port: 4791})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer shared.Close()
+		if _, err := im.listen(Config{Addr: a, Port: 4791, Exclusive: true}); err == nil {
+			t.Fatal("an exclusive transport on an address already bound succeeded")
 		}
 	})
 }
