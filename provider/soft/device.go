@@ -54,7 +54,7 @@ func (d *Device) ReleaseService(serviceID uint64) {
 type Device struct {
 	eng  *roce.Device
 	tr   transport.Transport
-	guid uint64 // NodeGUID; 0: the engine's random one (no interface)
+	guid uint64         // NodeGUID; 0: the engine's random one (no interface)
 	udp  *udp.Transport // the transport Open made (nil: Config.Transport)
 
 	// The driver: receive loop, busy-poll sharing, deferred ACKs, timers
