@@ -131,7 +131,11 @@ var errCQOverrun = &verbs.Error{Op: "PollCQ", Err: verbs.ErrQueueFull,
 
 // Wait blocks until the CQ holds a completion.
 func (cq *CQ) Wait(ctx context.Context) error {
-	// A waiter may block: the driver must be receiving.
+	// A waiter may block: the driver must be receiving, for as long as it
+	// waits (Device.Waiting). Counted first, then BeforeWait: a driver
+	// stepping aside sees the count, or this call sees it aside.
+	cq.dev.cqWaits.Add(1)
+	defer cq.dev.cqWaits.Add(-1)
 	if f := cq.dev.cfg.BeforeWait; f != nil {
 		f()
 	}

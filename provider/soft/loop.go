@@ -88,7 +88,8 @@ func (d *Device) resetBufs() {
 // a CQ of this device (or calling Progress) receives and processes packets
 // itself, which saves the hop through this goroutine; whoever holds rxMu
 // receives. While such a poller keeps polling, serve steps aside and
-// sleeps, so that the process has one busy thread, not two.
+// sleeps, so that the process has one busy thread, not two; never while
+// a goroutine waits in CQ.Wait, which counts on serve.
 func (d *Device) serve() {
 	if !d.serving.CompareAndSwap(false, true) {
 		return
@@ -150,10 +151,17 @@ var stepAsideCheck = 10 * time.Millisecond
 
 // stepAside sleeps while busy pollers receive for the device: until a
 // check finds that no poller tried to receive since the previous one, a
-// CQ.Wait is about to block (kickServe), or the device closes.
+// CQ.Wait begins (kickServe), or the device closes. It does not sleep
+// while a CQ.Wait is in progress: the waiter counts on this loop, and
+// its kick may have come before aside was set (it looks at aside only
+// once, when it begins). The waiter counts itself before it looks, and
+// this looks after setting aside, so one of the two sees the other.
 func (d *Device) stepAside(seen uint64) {
 	d.aside.Store(true)
 	defer d.aside.Store(false)
+	if d.eng.Waiting() {
+		return
+	}
 	t := time.NewTimer(d.asideCheck)
 	defer t.Stop()
 	for !d.eng.Closed() {
@@ -163,7 +171,7 @@ func (d *Device) stepAside(seen uint64) {
 		case <-t.C:
 		}
 		n := d.inlinePolls.Load()
-		if n == seen {
+		if n == seen || d.eng.Waiting() {
 			return
 		}
 		seen = n

@@ -335,6 +335,42 @@ func TestServeStepsAside(t *testing.T) {
 		}
 	})
 
+	t.Run("not while a CQ.Wait waits", func(t *testing.T) {
+		// CQ.Wait kicks the loop once, when it begins. A loop that
+		// decided to step aside just after (on polls made before the
+		// waiter came) slept through the completion the waiter waited
+		// for: two checks, 20 ms, for each time an rdmanet stream's
+		// Write stopped spinning.
+		setVars(t, time.Hour, ackDelay)
+		a, b, _ := pair(t, Config{}, Config{})
+		b.postRecv(9)
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			done <- b.rcq.Wait(ctx)
+		}()
+		for !b.dev.eng.Waiting() {
+			time.Sleep(time.Millisecond)
+		}
+		// The waiter has made its one kick; the loop steps aside now.
+		aside := make(chan struct{})
+		go func() {
+			b.dev.stepAside(b.dev.inlinePolls.Load())
+			close(aside)
+		}()
+		select {
+		case <-aside:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the receive loop stepped aside for an hour while a goroutine waited in CQ.Wait")
+		}
+		a.send(4) // the loop receives it: nobody else polls
+		if err := <-done; err != nil {
+			t.Fatalf("CQ.Wait: %v", err)
+		}
+		expectWC(t, b.waitWC(b.rcq), 9, verbs.WCSuccess, verbs.WCRecv)
+	})
+
 	t.Run("NoInlinePoll", func(t *testing.T) {
 		setVars(t, time.Hour, ackDelay)
 		ta, _ := udpPair(t)
