@@ -353,7 +353,7 @@ func TestServeStepsAside(t *testing.T) {
 		for !b.dev.eng.Waiting() {
 			time.Sleep(time.Millisecond)
 		}
-		// The waiter has made its one kick; the loop steps aside now.
+		// The waiter blocks, its kicks made; the loop steps aside now.
 		aside := make(chan struct{})
 		go func() {
 			b.dev.stepAside(b.dev.inlinePolls.Load())
@@ -367,6 +367,9 @@ func TestServeStepsAside(t *testing.T) {
 		a.send(4) // the loop receives it: nobody else polls
 		if err := <-done; err != nil {
 			t.Fatalf("CQ.Wait: %v", err)
+		}
+		if b.dev.eng.Waiting() {
+			t.Fatal("the device still counts a waiter after CQ.Wait returned")
 		}
 		expectWC(t, b.waitWC(b.rcq), 9, verbs.WCSuccess, verbs.WCRecv)
 	})
