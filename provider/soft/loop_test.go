@@ -48,6 +48,32 @@ type sendLog struct {
 	*udp.Transport
 	mu    sync.Mutex
 	calls [][]wire.Opcode
+	// checkSlots, when set, makes every receive check that each slot it
+	// is handed points at a whole, unused receive buffer (resetBufs);
+	// badSlots counts those that did not.
+	checkSlots atomic.Bool
+	badSlots   atomic.Int64
+}
+
+func (s *sendLog) Recv(pkts []transport.Datagram) (int, error) {
+	s.checkRecvSlots(pkts)
+	return s.Transport.Recv(pkts)
+}
+
+func (s *sendLog) TryRecv(pkts []transport.Datagram) (int, error) {
+	s.checkRecvSlots(pkts)
+	return s.Transport.TryRecv(pkts)
+}
+
+func (s *sendLog) checkRecvSlots(pkts []transport.Datagram) {
+	if !s.checkSlots.Load() {
+		return
+	}
+	for _, p := range pkts {
+		if len(p.Buf) < roce.MaxPacketSize || p.Peer.IsValid() || p.Payload != nil {
+			s.badSlots.Add(1)
+		}
+	}
 }
 
 func (s *sendLog) Send(pkts []transport.Datagram) (int, error) {
@@ -391,6 +417,26 @@ func TestServeStepsAside(t *testing.T) {
 			t.Fatalf("NoInlinePoll: %d inline polls, aside %v", d.inlinePolls.Load(), d.aside.Load())
 		}
 	})
+}
+
+// TestReceiveSlotsReset: every receive is handed every slot pointing at
+// a whole buffer of the device's, however many packets the receive
+// before filled (resetBufs resets only those).
+func TestReceiveSlotsReset(t *testing.T) {
+	a, b, bl := pair(t, Config{}, Config{})
+	bl.checkSlots.Store(true)
+	for i := 1; i <= 34; i++ {
+		n := 1 << (i % 17) // 1 B to 64 KiB: 1 to 16 packets a receive
+		a.buf[n-1] = byte(i)
+		a.write(uint64(i), 0, n)
+		if i%2 == 0 { // b's polling receives, not its loop
+			progressUntil(t, b, n-1, byte(i))
+		}
+		expectWC(t, a.waitWC(a.scq), uint64(i), verbs.WCSuccess, verbs.WCRDMAWrite)
+	}
+	if n := bl.badSlots.Load(); n != 0 {
+		t.Fatalf("%d receive slots were handed to the transport still holding a packet of the receive before", n)
+	}
 }
 
 // deferredAckPair connects a to b, where b's receive loop has stepped
