@@ -104,7 +104,7 @@ func (d *Device) received(got int, err error) {
 // itself, which saves the hop through this goroutine; whoever holds rxMu
 // receives. While such a poller keeps polling, serve steps aside and
 // sleeps, so that the process has one busy thread, not two; never while
-// a goroutine waits in CQ.Wait, which counts on serve.
+// a goroutine blocks in CQ.Wait, which counts on serve.
 func (d *Device) serve() {
 	if !d.serving.CompareAndSwap(false, true) {
 		return
@@ -166,11 +166,12 @@ var stepAsideCheck = 10 * time.Millisecond
 
 // stepAside sleeps while busy pollers receive for the device: until a
 // check finds that no poller tried to receive since the previous one, a
-// CQ.Wait begins (kickServe), or the device closes. It does not sleep
-// while a CQ.Wait is in progress: the waiter counts on this loop, and
-// its kick may have come before aside was set (it looks at aside only
-// once, when it begins). The waiter counts itself before it looks, and
-// this looks after setting aside, so one of the two sees the other.
+// CQ.Wait begins or is about to block (kickServe), or the device closes.
+// It does not sleep while a CQ.Wait blocks (roce.Device.Waiting): the
+// waiter counts on this loop, and its kicks may have come before aside
+// was set. The waiter counts itself before its last look at aside, and
+// this looks at the count after setting aside, so one of the two sees
+// the other.
 func (d *Device) stepAside(seen uint64) {
 	d.aside.Store(true)
 	defer d.aside.Store(false)
