@@ -24,6 +24,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime/pprof"
+	"runtime/trace"
 	"sort"
 	"syscall"
 	"time"
@@ -42,6 +44,8 @@ type goOpts struct {
 	dev         string // rdmanet: this side's soft device address
 	size, n     int
 	warm        int
+	cpuProfile  string // write a CPU profile of this process here
+	trace       string // write a runtime trace of this process here
 }
 
 // stream reports whether proto is a byte stream (TCP, rdmanet).
@@ -57,6 +61,8 @@ func parseGoOpts(args []string) (goOpts, error) {
 	fs.IntVar(&o.size, "size", 8, "message size")
 	fs.IntVar(&o.n, "n", 1000, "messages (stream) or round trips (pp)")
 	fs.IntVar(&o.warm, "warm", 100, "untimed round trips first (pp)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write this process's CPU profile to the file (go tool pprof)")
+	fs.StringVar(&o.trace, "trace", "", "write this process's runtime trace to the file (go tool trace)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -81,6 +87,10 @@ func parseGoOpts(args []string) (goOpts, error) {
 // goBaselineMain runs the hidden _go-server / _go-client modes.
 func goBaselineMain(role string, args []string) {
 	o, err := parseGoOpts(args)
+	stop := func() {}
+	if err == nil {
+		stop, err = startProfiles(o)
+	}
 	if err == nil {
 		if role == "_go-server" {
 			err = goServer(o)
@@ -88,10 +98,45 @@ func goBaselineMain(role string, args []string) {
 			err = goClient(o)
 		}
 	}
+	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", role, err)
 		os.Exit(1)
 	}
+}
+
+// startProfiles starts the CPU profile and the runtime trace o asks for
+// (to see where a run's time goes on each side); stop ends them.
+func startProfiles(o goOpts) (stop func(), err error) {
+	var files []*os.File
+	stop = func() {
+		pprof.StopCPUProfile()
+		trace.Stop()
+		for _, f := range files {
+			f.Close()
+		}
+		files = nil
+	}
+	open := func(path string, start func(io.Writer) error) error {
+		if path == "" {
+			return nil
+		}
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		files = append(files, f)
+		return start(f)
+	}
+	if err := open(o.cpuProfile, pprof.StartCPUProfile); err != nil {
+		stop()
+		return func() {}, err
+	}
+	if err := open(o.trace, trace.Start); err != nil {
+		stop()
+		return func() {}, err
+	}
+	return stop, nil
 }
 
 func printResult(m map[string]float64) {

@@ -132,8 +132,9 @@ var errCQOverrun = &verbs.Error{Op: "PollCQ", Err: verbs.ErrQueueFull,
 // Wait blocks until the CQ holds a completion.
 func (cq *CQ) Wait(ctx context.Context) error {
 	// A waiter may block: the driver must be receiving.
-	if f := cq.dev.cfg.BeforeWait; f != nil {
-		f()
+	before := cq.dev.cfg.BeforeWait
+	if before != nil {
+		before()
 	}
 	for i := 0; i < spinPolls; i++ {
 		if cq.count.Load() > 0 {
@@ -143,6 +144,15 @@ func (cq *CQ) Wait(ctx context.Context) error {
 	}
 	cq.waiters.Add(1)
 	defer cq.waiters.Add(-1)
+	// It blocks: the driver must receive for as long as it does
+	// (Device.Waiting), even if it stepped aside after the call above.
+	// Counted first, then told again: a driver that steps aside and then
+	// looks sees the count, or this call sees it aside.
+	cq.dev.cqWaits.Add(1)
+	defer cq.dev.cqWaits.Add(-1)
+	if before != nil {
+		before()
+	}
 	for {
 		if cq.count.Load() > 0 {
 			return nil

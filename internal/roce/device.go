@@ -76,8 +76,10 @@ type Config struct {
 	// goroutine (a busy poller then needs no hop through a receive
 	// goroutine). It must not block.
 	Poll func()
-	// BeforeWait, if set, is called when CQ.Wait is about to block: a
-	// driver that left receiving to busy pollers must receive again.
+	// BeforeWait, if set, is called when CQ.Wait begins and again when it
+	// is about to block: a driver that left receiving to busy pollers
+	// must receive again, and must not leave it again while
+	// Device.Waiting reports a blocked waiter.
 	BeforeWait func()
 	// Context, if set, is the verbs.Context that PD.Context returns: the
 	// provider's own device type that wraps this engine.
@@ -159,6 +161,7 @@ type Device struct {
 
 	nPD, nCQ, nMR, nAH, nSRQ atomic.Int32
 	closed                   atomic.Bool
+	cqWaits                  atomic.Int32 // goroutines blocking in CQ.Wait (Waiting)
 
 	gather      bool                // the transport gathers payloads (transport.Gatherer)
 	coalescer   transport.Coalescer // nil: no split WRITEs (NoSplitWrites, or the transport cannot coalesce)
@@ -277,6 +280,14 @@ func (d *Device) Open() (verbs.Context, error) {
 
 // Closed reports whether Close has been called.
 func (d *Device) Closed() bool { return d.closed.Load() }
+
+// Waiting reports whether a goroutine blocks in CQ.Wait on one of the
+// device's CQs (past its short spin): it counts on the driver to receive
+// for it. CQ.Wait counts itself before it calls Config.BeforeWait again
+// and blocks, so a driver that publishes that it left receiving to busy
+// pollers and then sees Waiting false will get that call from any Wait
+// that blocks after.
+func (d *Device) Waiting() bool { return d.cqWaits.Load() > 0 }
 
 // NetDev names the network interface under the device.
 func (d *Device) NetDev() string { return d.cfg.NetDev }

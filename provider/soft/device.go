@@ -78,6 +78,7 @@ type Device struct {
 	aside       atomic.Bool   // the loop has stepped aside for a busy poller
 	serveKick   chan struct{} // wakes the loop from stepping aside
 	log         *logger       // nil: no Config.Logger
+	filled      int           // pkts[:filled] need resetBufs (under rxMu)
 }
 
 // --- verbs.Device ---

@@ -51,6 +51,7 @@ func newDevice(tr transport.Transport, cfg Config) *Device {
 	for i := range d.bufs {
 		d.bufs[i] = make([]byte, roce.MaxPacketSize+64)
 	}
+	d.filled = n // resetBufs sets every slot the first time
 	d.ackTimer = time.AfterFunc(time.Hour, d.sendLateAcks)
 	d.ackTimer.Stop()
 	return d
@@ -73,11 +74,25 @@ func (d *Device) onTimer() {
 	}
 }
 
-// resetBufs points every receive slot at its buffer.
+// resetBufs points the receive slots the last receive filled at their
+// buffers again; the others still are (a transport fills only the slots
+// it returns). Not every slot every time: busy pollers call this for
+// every poll, mostly empty ones, and clearing all 64 slots was a tenth of
+// a receiving process's CPU.
 // Precondition: rxMu held.
 func (d *Device) resetBufs() {
-	for i := range d.pkts {
+	for i := range d.pkts[:d.filled] {
 		d.pkts[i] = transport.Datagram{Buf: d.bufs[i][:cap(d.bufs[i])]}
+	}
+	d.filled = 0
+}
+
+// received records which slots a receive filled: got, or all of them
+// after an error. Precondition: rxMu held.
+func (d *Device) received(got int, err error) {
+	d.filled = got
+	if err != nil {
+		d.filled = len(d.pkts)
 	}
 }
 
@@ -88,7 +103,8 @@ func (d *Device) resetBufs() {
 // a CQ of this device (or calling Progress) receives and processes packets
 // itself, which saves the hop through this goroutine; whoever holds rxMu
 // receives. While such a poller keeps polling, serve steps aside and
-// sleeps, so that the process has one busy thread, not two.
+// sleeps, so that the process has one busy thread, not two; never while
+// a goroutine blocks in CQ.Wait, which counts on serve.
 func (d *Device) serve() {
 	if !d.serving.CompareAndSwap(false, true) {
 		return
@@ -150,10 +166,18 @@ var stepAsideCheck = 10 * time.Millisecond
 
 // stepAside sleeps while busy pollers receive for the device: until a
 // check finds that no poller tried to receive since the previous one, a
-// CQ.Wait is about to block (kickServe), or the device closes.
+// CQ.Wait begins or is about to block (kickServe), or the device closes.
+// It does not sleep while a CQ.Wait blocks (roce.Device.Waiting): the
+// waiter counts on this loop, and its kicks may have come before aside
+// was set. The waiter counts itself before its last look at aside, and
+// this looks at the count after setting aside, so one of the two sees
+// the other.
 func (d *Device) stepAside(seen uint64) {
 	d.aside.Store(true)
 	defer d.aside.Store(false)
+	if d.eng.Waiting() {
+		return
+	}
 	t := time.NewTimer(d.asideCheck)
 	defer t.Stop()
 	for !d.eng.Closed() {
@@ -163,7 +187,7 @@ func (d *Device) stepAside(seen uint64) {
 		case <-t.C:
 		}
 		n := d.inlinePolls.Load()
-		if n == seen {
+		if n == seen || d.eng.Waiting() {
 			return
 		}
 		seen = n
@@ -188,6 +212,7 @@ func (d *Device) serveBlocking() {
 		d.rxMu.Lock()
 		d.resetBufs()
 		got, err := d.tr.Recv(d.pkts)
+		d.received(got, err)
 		if err == nil {
 			d.eng.HandleBatch(d.rx, d.pkts[:got], time.Now())
 		}
@@ -233,6 +258,7 @@ func (d *Device) pollRx(inline bool) (int, error) {
 	d.rx.MustNotBlock(inline)
 	d.resetBufs()
 	got, err := d.poller.TryRecv(d.pkts)
+	d.received(got, err)
 	if got > 0 {
 		d.eng.HandleBatch(d.rx, d.pkts[:got], time.Now())
 	} else {

@@ -48,6 +48,32 @@ type sendLog struct {
 	*udp.Transport
 	mu    sync.Mutex
 	calls [][]wire.Opcode
+	// checkSlots, when set, makes every receive check that each slot it
+	// is handed points at a whole, unused receive buffer (resetBufs);
+	// badSlots counts those that did not.
+	checkSlots atomic.Bool
+	badSlots   atomic.Int64
+}
+
+func (s *sendLog) Recv(pkts []transport.Datagram) (int, error) {
+	s.checkRecvSlots(pkts)
+	return s.Transport.Recv(pkts)
+}
+
+func (s *sendLog) TryRecv(pkts []transport.Datagram) (int, error) {
+	s.checkRecvSlots(pkts)
+	return s.Transport.TryRecv(pkts)
+}
+
+func (s *sendLog) checkRecvSlots(pkts []transport.Datagram) {
+	if !s.checkSlots.Load() {
+		return
+	}
+	for _, p := range pkts {
+		if len(p.Buf) < roce.MaxPacketSize || p.Peer.IsValid() || p.Payload != nil {
+			s.badSlots.Add(1)
+		}
+	}
 }
 
 func (s *sendLog) Send(pkts []transport.Datagram) (int, error) {
@@ -335,6 +361,45 @@ func TestServeStepsAside(t *testing.T) {
 		}
 	})
 
+	t.Run("not while a CQ.Wait waits", func(t *testing.T) {
+		// CQ.Wait kicks the loop once, when it begins. A loop that
+		// decided to step aside just after (on polls made before the
+		// waiter came) slept through the completion the waiter waited
+		// for: two checks, 20 ms, for each time an rdmanet stream's
+		// Write stopped spinning.
+		setVars(t, time.Hour, ackDelay)
+		a, b, _ := pair(t, Config{}, Config{})
+		b.postRecv(9)
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			done <- b.rcq.Wait(ctx)
+		}()
+		for !b.dev.eng.Waiting() {
+			time.Sleep(time.Millisecond)
+		}
+		// The waiter blocks, its kicks made; the loop steps aside now.
+		aside := make(chan struct{})
+		go func() {
+			b.dev.stepAside(b.dev.inlinePolls.Load())
+			close(aside)
+		}()
+		select {
+		case <-aside:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the receive loop stepped aside for an hour while a goroutine waited in CQ.Wait")
+		}
+		a.send(4) // the loop receives it: nobody else polls
+		if err := <-done; err != nil {
+			t.Fatalf("CQ.Wait: %v", err)
+		}
+		if b.dev.eng.Waiting() {
+			t.Fatal("the device still counts a waiter after CQ.Wait returned")
+		}
+		expectWC(t, b.waitWC(b.rcq), 9, verbs.WCSuccess, verbs.WCRecv)
+	})
+
 	t.Run("NoInlinePoll", func(t *testing.T) {
 		setVars(t, time.Hour, ackDelay)
 		ta, _ := udpPair(t)
@@ -352,6 +417,23 @@ func TestServeStepsAside(t *testing.T) {
 			t.Fatalf("NoInlinePoll: %d inline polls, aside %v", d.inlinePolls.Load(), d.aside.Load())
 		}
 	})
+}
+
+// TestReceiveSlotsReset: every receive is handed every slot pointing at
+// a whole buffer of the device's, however many packets the receive
+// before filled (resetBufs resets only those). Busy pollers receive
+// through the same pollRx.
+func TestReceiveSlotsReset(t *testing.T) {
+	a, _, bl := pair(t, Config{}, Config{})
+	bl.checkSlots.Store(true)
+	for i := 1; i <= 34; i++ {
+		n := 1 << (i % 17) // 1 B to 64 KiB: 1 to 16 packets a receive
+		a.write(uint64(i), 0, n)
+		expectWC(t, a.waitWC(a.scq), uint64(i), verbs.WCSuccess, verbs.WCRDMAWrite)
+	}
+	if n := bl.badSlots.Load(); n != 0 {
+		t.Fatalf("%d receive slots were handed to the transport still holding a packet of the receive before", n)
+	}
 }
 
 // deferredAckPair connects a to b, where b's receive loop has stepped
