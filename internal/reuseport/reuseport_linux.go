@@ -266,6 +266,9 @@ func (s *Share) Slot() uint32 { return s.slot }
 func (s *Share) ClaimService(serviceID uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.services == nil {
+		return fmt.Errorf("reuseport: claiming service %#x: the device is closed", serviceID)
+	}
 	if s.services[serviceID] > 0 {
 		s.services[serviceID]++
 		return nil
@@ -289,6 +292,9 @@ func (s *Share) ClaimService(serviceID uint64) error {
 func (s *Share) ReleaseService(serviceID uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.services[serviceID] == 0 {
+		return // never claimed, or all released by Close
+	}
 	if s.services[serviceID]--; s.services[serviceID] > 0 {
 		return
 	}

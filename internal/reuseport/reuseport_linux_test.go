@@ -208,3 +208,21 @@ func filepathGlob(t *testing.T, pattern string) (int, []string) {
 	}
 	return len(m), m
 }
+
+// TestClaimAfterClose: a listener closed after its device (the order a
+// program's defers may take) releases nothing and does not panic; a claim
+// on a closed device is an error.
+func TestClaimAfterClose(t *testing.T) {
+	addr := netip.MustParseAddrPort("127.0.0.79:47912")
+	m := join(t, addr)
+	svc := uint64(0x0106)<<16 | 7000
+	if err := m.s.ClaimService(svc); err != nil {
+		t.Fatal(err)
+	}
+	m.close()
+	m.s.ReleaseService(svc)
+	m.s.ReleaseService(svc + 1)
+	if err := m.s.ClaimService(svc); err == nil {
+		t.Fatal("a claim on a closed device succeeded")
+	}
+}
