@@ -197,13 +197,14 @@ func Open(cfg Config) (*Device, error) {
 	d := newDevice(tr, cfg)
 	d.guid = guid
 	d.udp = ut
-	var slotBits int
+	// QPNs carry the device's slot among the processes that share its
+	// address (slot 0 when it does not share it): the destination steers
+	// by it, and the transport coalesces packets to one slot's QPs.
 	var slot uint32
 	if ut != nil {
-		if s, ok := ut.Slot(); ok {
-			slot, slotBits = s, reuseport.SlotBits
-		}
+		slot, _ = ut.Slot()
 	}
+	slotBits := reuseport.SlotBits
 	var notify func(roce.Note)
 	if cfg.Logger != nil {
 		d.log = newLogger(cfg.Logger, name)

@@ -554,11 +554,21 @@ func (t *Transport) checkSources(pkts []transport.Datagram) error {
 	return nil
 }
 
-// sameDestQP reports whether two packets go to the same QP (their BTHs'
-// destination QPN): only then may they share a GSO datagram, which a
-// shared address steers to one process by its first packet.
-func sameDestQP(a, b *transport.Datagram) bool {
-	return len(a.Buf) >= 8 && len(b.Buf) >= 8 && a.Buf[5] == b.Buf[5] && a.Buf[6] == b.Buf[6] && a.Buf[7] == b.Buf[7]
+// sameSteering reports whether two packets reach the same process on a
+// destination address that processes share (docs/sharing.md): their
+// destination QPNs carry the same slot in their top reuseport.SlotBits
+// bits, and neither is QP1, whose MADs are steered by their contents.
+// Only then may they share a GSO datagram, which the destination steers
+// as a whole by its first packet. softrdma numbers every device's QPs
+// this way, shared or not (an unshared device uses slot 0), so packets to
+// many QPs of one device still leave in one datagram.
+func sameSteering(a, b *transport.Datagram) bool {
+	if len(a.Buf) < 8 || len(b.Buf) < 8 {
+		return false
+	}
+	const shift = 8 - reuseport.SlotBits
+	qp1 := func(p []byte) bool { return p[5] == 0 && p[6] == 0 && p[7] == 1 }
+	return a.Buf[5]>>shift == b.Buf[5]>>shift && !qp1(a.Buf) && !qp1(b.Buf)
 }
 
 // Send sends pkts in batches of at most BatchSize packets with sendmmsg,
@@ -608,7 +618,7 @@ func (t *Transport) send(orig []transport.Datagram, block bool) (int, error) {
 				for npkt+k < len(pkts) && npkt+k < t.batch && k < maxSegments {
 					q := &pkts[npkt+k]
 					ql := q.Len()
-					if q.Peer != first.Peer || ql > seg || size+ql > maxGSOBytes || t.senderFor(q) != si || !sameDestQP(first, q) {
+					if q.Peer != first.Peer || ql > seg || size+ql > maxGSOBytes || t.senderFor(q) != si || !sameSteering(first, q) {
 						break
 					}
 					size += ql

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softrdma/softrdma/internal/reuseport"
 	"github.com/softrdma/softrdma/transport"
 	"github.com/softrdma/softrdma/wire"
 )
@@ -352,5 +353,37 @@ func TestMultiHomedTryRecv(t *testing.T) {
 		if got != 1 || in[0].Local != v6 {
 			t.Fatalf("round %d: two TryRecv calls got %d packets (local %v), want the one on %v", i, got, in[0].Local, v6)
 		}
+	}
+}
+
+// TestSameSteering: packets share a GSO datagram only when a shared
+// destination address would steer them to one process: the same slot in
+// their destination QPNs' top bits, and not QP1 (MADs go by contents).
+func TestSameSteering(t *testing.T) {
+	to := func(qpn uint32) *transport.Datagram {
+		b := make([]byte, 12)
+		b[5], b[6], b[7] = byte(qpn>>16), byte(qpn>>8), byte(qpn)
+		return &transport.Datagram{Buf: b}
+	}
+	slot := func(s, n uint32) uint32 { return s<<(24-reuseport.SlotBits) | n }
+	for _, c := range []struct {
+		a, b uint32
+		want bool
+	}{
+		{slot(0, 0x1234), slot(0, 0x1234), true},
+		{slot(0, 0x1234), slot(0, 0x3FFFF), true}, // two QPs of one device
+		{slot(3, 0x11), slot(3, 0x2222), true},
+		{slot(0, 0x1234), slot(1, 0x1234), false}, // two processes
+		{slot(63, 5), slot(62, 5), false},
+		{1, slot(0, 0x1234), false}, // a MAD goes by its comm ID or service
+		{slot(0, 0x1234), 1, false},
+		{1, 1, false},
+	} {
+		if got := sameSteering(to(c.a), to(c.b)); got != c.want {
+			t.Errorf("QPNs %#x and %#x: same steering %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
+	if sameSteering(&transport.Datagram{Buf: []byte{1, 2}}, to(0x11)) {
+		t.Error("a packet too short for a BTH was coalesced")
 	}
 }
