@@ -199,10 +199,11 @@ func Prepare(addrs []netip.AddrPort) (*Share, error) {
 // address runs no program: the kernel hands it every datagram. The
 // sockets must be bound with SO_REUSEPORT.
 //
-// Of two devices joining at once, the one whose slot was taken last
-// sees the other and attaches; between a device's bind and its attach,
-// datagrams of a device already there may reach the newcomer by hash,
-// which drops them as packets to unknown QPs (RC peers retransmit them).
+// Joins are serialized by the directory's lock (Prepare to Join), so a
+// newcomer always sees the members before it. Between its bind and its
+// attach, datagrams of a device already there may reach the newcomer by
+// hash, which drops them as packets to unknown QPs (RC peers retransmit
+// them).
 func (s *Share) Join(fds []int) error {
 	defer func() { unlockDir(s.lockFD); s.lockFD = -1 }()
 	if len(fds) != len(s.groups) {
