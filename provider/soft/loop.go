@@ -8,6 +8,7 @@ package soft
 //	CQ.Poll on an empty CQ, Progress ── inlinePoll ──► the same, on the
 //	     │  poller's goroutine; its ACKs may wait for its next post
 //	ackTimer ── after ackDelay ──► sends ACKs a poller left waiting
+//	     │  (while serve is active; stepped aside, serve's check does)
 //	timer ── engine.SetTimer(at) ... at ──► engine.OnTimeout(now)
 //
 // Whoever holds rxMu receives; the receive buffers and the engine's
@@ -243,17 +244,27 @@ func (d *Device) pollRx(inline bool) (int, error) {
 		// this poller comes back in a microsecond, the timer in 100.
 		d.eng.RetryBacklog(d.rx, time.Now())
 	}
-	if d.rx.Waiting() || d.rx.Unsent() || d.eng.Backlogged() {
+	// What the transport could not take goes after ackDelay at the
+	// latest. So do ACKs left waiting, unless the loop has stepped aside
+	// for busy pollers: then the poller sends them with its next post or
+	// poll, and if it stops, the loop comes back and sends them (at once
+	// if the poller waits on a CQ, else at its next step-aside check).
+	// Re-arming the timer on every batch moved its deadline on every
+	// batch: an idle thread woke up twice a millisecond to find nothing
+	// due, taking a busy poller's CPU each time (issue 15's p99).
+	if d.rx.Unsent() || d.eng.Backlogged() || d.rx.Waiting() && !(inline && d.aside.Load()) {
 		d.ackTimer.Reset(d.ackDelay)
 	}
 	return got, err
 }
 
 // ackDelay bounds how long an ACK waits for the poller that left it
-// (Config.NoDeferredAck): ackTimer sends it if the poller has not come
-// back by then. Far below any retransmission timeout in use (IBTA Local
-// ACK Timeout 8 is 1 ms; perftest uses 14, 67 ms). A variable so that
-// tests can take the timer out of the way.
+// (Config.NoDeferredAck) while the receive loop is active: ackTimer sends
+// it if the poller has not come back by then. Far below any
+// retransmission timeout in use (IBTA Local ACK Timeout 8 is 1 ms;
+// perftest and cm use 14, 67 ms). While the loop has stepped aside the
+// bound is two step-aside checks (stepAsideCheck) instead. A variable so
+// that tests can take the timer out of the way.
 var ackDelay = 100 * time.Microsecond
 
 // sendLateAcks is ackTimer's function: it sends the ACKs a busy poller

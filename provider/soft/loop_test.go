@@ -301,7 +301,9 @@ func TestServeStepsAside(t *testing.T) {
 		if !b.dev.aside.Load() {
 			t.Fatal("the loop came back without a kick while the poller polled")
 		}
-		expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCSend)
+		// b's ACK waits for b's next poll (the sleeping loop would send
+		// it only at its next check, in an hour).
+		expectWC(t, a.busyPoll(a.scq, b.dev.Progress, "b's ACK never left although b kept polling"), 1, verbs.WCSuccess, verbs.WCSend)
 
 		// Blocking in CQ.Wait kicks the loop back at once: a SEND that
 		// only the loop can now receive completes the wait.
@@ -404,11 +406,43 @@ func TestDeferredAck(t *testing.T) {
 	})
 
 	t.Run("timer when the poller goes away", func(t *testing.T) {
-		a, b, bl := deferredAckPair(t, 100*time.Microsecond, Config{})
+		// b's loop does not step aside: it waits in the kernel between
+		// packets (SpinPolls -1), so once b stops polling, only the
+		// timer sends the ACK of a packet b received inline (or the loop
+		// received it itself and acknowledged it at once).
+		setVars(t, time.Hour, 100*time.Microsecond)
+		a, b, bl := pair(t, Config{}, Config{SpinPolls: -1})
 		a.buf[0] = 1
 		a.write(1, 0, 64)
 		progressUntil(t, b, 0, 1)
-		// b stops polling and never posts; its loop sleeps for an hour.
+		// b stops polling and never posts.
+		expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
+		if n := counter(a.dev, "retransmits"); n != 0 {
+			t.Fatalf("a retransmitted %d packets: the ACK was late", n)
+		}
+		if acks := bl.callsWith(wire.RCAck); len(acks) != 1 || len(acks[0]) != 1 {
+			t.Fatalf("ACK calls %v, want one call with the ACK alone", acks)
+		}
+	})
+
+	t.Run("no timer while the loop is aside", func(t *testing.T) {
+		// Stepped aside, the loop itself is the ACK's backstop: its
+		// check finds that the poller stopped and sends it. Arming the
+		// timer on every batch woke an idle thread twice a millisecond
+		// in a latency run (issue 15).
+		setVars(t, 20*time.Millisecond, time.Hour)
+		a, b, bl := pair(t, Config{}, Config{})
+		busyPollUntilAside(t, b)
+		a.buf[0] = 1
+		a.write(1, 0, 64)
+		progressUntil(t, b, 0, 1) // received inline: its ACK waits for b
+		if !b.dev.aside.Load() {
+			t.Fatal("the loop came back while b polled")
+		}
+		if b.dev.ackTimer.Stop() {
+			t.Fatal("a busy poller's ACK armed the timer while the loop was aside")
+		}
+		// b stops polling and never posts: the loop's next check sends it.
 		expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
 		if n := counter(a.dev, "retransmits"); n != 0 {
 			t.Fatalf("a retransmitted %d packets: the ACK was late", n)
@@ -427,9 +461,11 @@ func TestDeferredAck(t *testing.T) {
 		a.write(1, 0, 1)
 		progressUntil(t, b, 0, 1) // b received inline: its ACK waits for it
 		b.dev.rxMu.Lock()
+		// The loop sleeps for an hour; armed as the active loop's poll
+		// arms it, only the timer can send the ACK.
+		b.dev.ackTimer.Reset(time.Millisecond)
 		time.Sleep(10 * time.Millisecond)
 		b.dev.rxMu.Unlock()
-		// b never polls again: only the timer can send the ACK now.
 		expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
 		if n := counter(a.dev, "timeouts") + counter(a.dev, "retransmits"); n != 0 {
 			t.Fatalf("the ACK waited for the requester's timeout (%d timeouts and retransmits)", n)
