@@ -410,13 +410,15 @@ func TestDeferredAck(t *testing.T) {
 		// packets (SpinPolls -1), so once b stops polling, only the
 		// timer sends the ACK of a packet b received inline (or the loop
 		// received it itself and acknowledged it at once).
+		// A SEND, not a WRITE polled in memory: the loop may write the
+		// memory while b reads it.
 		setVars(t, time.Hour, 100*time.Microsecond)
 		a, b, bl := pair(t, Config{}, Config{SpinPolls: -1})
-		a.buf[0] = 1
-		a.write(1, 0, 64)
-		progressUntil(t, b, 0, 1)
+		b.postRecv(7)
+		a.send(1)
+		expectWC(t, b.busyPoll(b.rcq, nil, "b did not receive the SEND"), 7, verbs.WCSuccess, verbs.WCRecv)
 		// b stops polling and never posts.
-		expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
+		expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCSend)
 		if n := counter(a.dev, "retransmits"); n != 0 {
 			t.Fatalf("a retransmitted %d packets: the ACK was late", n)
 		}
