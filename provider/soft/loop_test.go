@@ -575,6 +575,52 @@ func TestBusyPollerRunsDueDeadlines(t *testing.T) {
 	expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCSend)
 }
 
+// TestTimerLeavesDeadlinesToPollers: while the receive loop has stepped
+// aside, the busy pollers run the engine's due deadlines and the Go
+// timer's goroutine leaves them alone (it would wait for the lock of the
+// QP a poller sends on, and then take the poller's P); once the loop is
+// back, the timer runs them again.
+func TestTimerLeavesDeadlinesToPollers(t *testing.T) {
+	setVars(t, time.Hour, ackDelay) // the loop comes back only if kicked
+	a, b, _ := pairWith(t, Config{}, Config{}, func(p *cm.Params) { p.MinRNRTimer = 16 })
+	busyPollUntilAside(t, a)
+	// b has no receive posted: it answers the SEND with an RNR NAK (2.56
+	// ms), which a's busy poll receives; a's requester then waits.
+	a.send(1)
+	deadline := time.Now().Add(10 * time.Second)
+	for counter(a.dev, "rcvd_rnr_err") == 0 {
+		a.dev.Progress()
+		if time.Now().After(deadline) {
+			t.Fatal("no RNR NAK in 10 s")
+		}
+	}
+	until := a.dev.eng.NextDeadline()
+	if until.IsZero() {
+		t.Fatal("an RNR wait but no deadline")
+	}
+	time.Sleep(time.Until(until) + 5*time.Millisecond) // a stops polling; the wait ends
+	a.dev.onTimer()                                    // as the Go timer fires (it did too)
+	if n := counter(a.dev, "retransmits"); n != 0 || !a.dev.aside.Load() {
+		t.Fatalf("the timer resent (%d retransmissions) while the loop was aside (%v) for busy pollers", n, a.dev.aside.Load())
+	}
+	if next := a.dev.eng.NextDeadline(); !next.Equal(until) {
+		t.Fatalf("the timer took the deadline (now %v, was %v)", next, until)
+	}
+	// The poller blocks (the loop comes back): the timer runs the wait's
+	// end, and the SEND goes through once b has a receive.
+	a.dev.kickServe()
+	for a.dev.aside.Load() {
+		time.Sleep(100 * time.Microsecond)
+	}
+	a.dev.onTimer()
+	if n := counter(a.dev, "retransmits"); n == 0 {
+		t.Fatal("the timer did not resend once the loop was back")
+	}
+	b.postRecv(7)
+	expectWC(t, b.waitWC(b.rcq), 7, verbs.WCSuccess, verbs.WCRecv)
+	expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCSend)
+}
+
 // fullUDP is a UDP transport whose buffer can be made full: Send then
 // waits (as sendmmsg does on a full socket) and TrySend takes nothing.
 type fullUDP struct {
