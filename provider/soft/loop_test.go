@@ -2,6 +2,7 @@ package soft
 
 import (
 	"context"
+	"net"
 	"net/netip"
 	"os"
 	"runtime"
@@ -234,17 +235,41 @@ func (n *node) busyPoll(cq verbs.CQ, also func(), what string) verbs.WC {
 
 // busyPollUntilAside polls n's receive CQ, as a busy application does,
 // until n's receive loop has stepped aside.
+//
+// The loop looks at the pollers between its own polls: if it had already
+// gone to wait in the kernel for a packet (a loaded host can delay this
+// goroutine past the loop's spin), it would never look. So every 50 ms
+// the helper wakes it with a stray datagram, which the device drops.
 func busyPollUntilAside(t *testing.T, n *node) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
+	nudge := time.Now().Add(50 * time.Millisecond)
 	for !n.dev.aside.Load() {
 		if _, err := n.rcq.Poll(n.wcs[:]); err != nil {
 			t.Fatal(err)
+		}
+		if now := time.Now(); now.After(nudge) {
+			wakeLoop(t, n.dev)
+			nudge = now.Add(50 * time.Millisecond)
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the receive loop did not step aside for a busy poller in 10 s")
 		}
 	}
+}
+
+// wakeLoop sends d's socket a one-byte datagram: a receive loop waiting
+// in the kernel wakes up and drops it.
+func wakeLoop(t *testing.T, d *Device) {
+	t.Helper()
+	la, ok := d.tr.(interface{ LocalAddr() netip.AddrPort })
+	if !ok {
+		t.Fatalf("transport %T has no address", d.tr)
+	}
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(la.LocalAddr()))
+	must(t, err)
+	defer c.Close()
+	c.Write([]byte{0})
 }
 
 // progressUntil busy-polls n's device, as ib_write_lat polls its buffer,
