@@ -47,6 +47,7 @@ type config struct {
 	from             string
 	secure           []string // softrdma's protected modes to measure too
 	shmPin           bool
+	softrdmaEnv      []string // extra environment of every softrdma process
 }
 
 const (
@@ -105,6 +106,7 @@ when missing (root); a stack that cannot be set up is skipped with a reason.
 	fs.StringVar(&c.srMode, "softrdma-mode", "auto", "auto, perftest (two processes: softrdma ib_write_bw ...) or bench (one process: softrdma bench)")
 	addrs := fs.String("addrs", "127.0.79.2,127.0.79.3", "softrdma server,client device addresses (RoCEv2 uses UDP 4791 on each)")
 	fs.StringVar(&c.softrdmaBin, "softrdma-bin", "", "use this softrdma binary instead of building ./cmd/softrdma")
+	srEnv := fs.String("softrdma-env", "", "comma-separated NAME=value pairs added to the environment of every softrdma CLI process of the softrdma and shm stacks, e.g. GOMAXPROCS=1 (docs/performance.md, issue 15)")
 	secure := fs.String("secure", "auth,encrypt", "also measure softrdma's protected modes (--secure; docs/security.md): 8-byte WRITE latency and 1 MiB WRITE bandwidth, interleaved with the plain runs (empty: none)")
 	fs.BoolVar(&c.verbose, "v", false, "print every measurement")
 	fs.BoolVar(&c.shmPin, "shm-pin", true, "shm stack: run servers on CPU 0 and clients on CPU 1 (taskset), softrdma and UCX alike")
@@ -181,12 +183,31 @@ when missing (root); a stack that cannot be set up is skipped with a reason.
 		return nil, fmt.Errorf("-addrs wants two different addresses, server,client")
 	}
 	c.srvAddr, c.cliAddr = strings.TrimSpace(a), strings.TrimSpace(b)
+	if c.softrdmaEnv, err = parseEnv(*srEnv); err != nil {
+		return nil, fmt.Errorf("-softrdma-env: %v", err)
+	}
 	switch c.srMode {
 	case "auto", "perftest", "bench":
 	default:
 		return nil, fmt.Errorf("-softrdma-mode: want auto, perftest or bench")
 	}
 	return c, nil
+}
+
+// parseEnv parses -softrdma-env: NAME=value pairs separated by commas.
+func parseEnv(s string) ([]string, error) {
+	var env []string
+	for _, kv := range strings.Split(s, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.ContainsAny(k, " \t") {
+			return nil, fmt.Errorf("%q is not NAME=value", kv)
+		}
+		env = append(env, kv)
+	}
+	return env, nil
 }
 
 func parseSizes(s string) ([]int, error) {
@@ -313,7 +334,7 @@ func run(cfg *config) int {
 	}
 
 	// softrdma
-	sr := &softrdma{bin: cfg.softrdmaBin, srvAddr: cfg.srvAddr, cliAddr: cfg.cliAddr, tmp: tmp, timeout: cfg.timeout}
+	sr := &softrdma{bin: cfg.softrdmaBin, srvAddr: cfg.srvAddr, cliAddr: cfg.cliAddr, tmp: tmp, timeout: cfg.timeout, env: cfg.softrdmaEnv}
 	var buildErr error
 	if sr.bin == "" && (cfg.stacks["softrdma"] || cfg.stacks["shm"]) {
 		fmt.Println("building ./cmd/softrdma ...")

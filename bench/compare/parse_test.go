@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -212,5 +213,26 @@ func TestPinned(t *testing.T) {
 	}
 	if name, args := pinned(false, 1, "ucx_perftest", []string{"-p", "9"}); name != "ucx_perftest" || len(args) != 2 {
 		t.Errorf("unpinned: %s %q", name, args)
+	}
+}
+
+func TestParseEnv(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []string
+		bad  bool
+	}{
+		{in: "", want: nil},
+		{in: "GOMAXPROCS=1", want: []string{"GOMAXPROCS=1"}},
+		{in: " GOMAXPROCS=1 , SOFTRDMA_SPIN_POLLS=500,", want: []string{"GOMAXPROCS=1", "SOFTRDMA_SPIN_POLLS=500"}},
+		{in: "A=", want: []string{"A="}},
+		{in: "GOMAXPROCS", bad: true},
+		{in: "=1", bad: true},
+		{in: "A B=1", bad: true},
+	} {
+		got, err := parseEnv(c.in)
+		if (err != nil) != c.bad || !slices.Equal(got, c.want) {
+			t.Errorf("parseEnv(%q) = %q, %v; want %q, error %v", c.in, got, err, c.want, c.bad)
+		}
 	}
 }

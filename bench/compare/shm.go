@@ -52,11 +52,16 @@ func (s *softrdma) shmPerftest(ctx context.Context, test string, size, iters int
 	}
 	args := []string{test, "-d", shmDevice, "-p", itoa(port), "-s", itoa(size), "-n", itoa(iters)}
 	r, err := runPair(ctx, s.timeout, pairSpec{
+		env:     s.env,
 		srvName: s.bin, srvArgs: args,
 		cliName: s.bin, cliArgs: append(append([]string{}, args...), "127.0.0.1"),
 		port: port, pin: s.pinShm,
 	})
-	info := runInfo{Cmds: []string{r.srvCmd, r.cliCmd}}
+	envs := strings.Join(s.env, " ")
+	if envs != "" {
+		envs += " "
+	}
+	info := runInfo{Cmds: []string{envs + r.srvCmd, envs + r.cliCmd}}
 	if err != nil {
 		return nil, info, err
 	}

@@ -32,7 +32,8 @@ type softrdma struct {
 	twoProc          bool // perftest-compatible commands (else `softrdma bench`)
 	tmp              string
 	timeout          time.Duration
-	pinShm           bool // shm runs: server on CPU 0, client on CPU 1
+	pinShm           bool     // shm runs: server on CPU 0, client on CPU 1
+	env              []string // extra environment of every softrdma process (-softrdma-env)
 }
 
 // buildSoftrdma builds the CLI once into dir.
@@ -84,12 +85,17 @@ func (s *softrdma) perftest(ctx context.Context, test string, size, iters int, e
 	}
 	args := append([]string{test, "-p", itoa(port), "-s", itoa(size), "-n", itoa(iters)}, extra...)
 	r, err := runPair(ctx, s.timeout, pairSpec{
+		env:    s.env,
 		srvEnv: []string{"SOFTRDMA_ADDR=" + s.srvAddr}, cliEnv: []string{"SOFTRDMA_ADDR=" + s.cliAddr},
 		srvName: s.bin, srvArgs: args,
 		cliName: s.bin, cliArgs: append(append([]string{}, args...), s.srvAddr),
 		port: port,
 	})
-	info := runInfo{Cmds: []string{"SOFTRDMA_ADDR=" + s.srvAddr + " " + r.srvCmd, "SOFTRDMA_ADDR=" + s.cliAddr + " " + r.cliCmd}}
+	envs := strings.Join(s.env, " ")
+	if envs != "" {
+		envs += " "
+	}
+	info := runInfo{Cmds: []string{envs + "SOFTRDMA_ADDR=" + s.srvAddr + " " + r.srvCmd, envs + "SOFTRDMA_ADDR=" + s.cliAddr + " " + r.cliCmd}}
 	if err != nil {
 		return nil, info, err
 	}
@@ -113,8 +119,8 @@ func (s *softrdma) bench(ctx context.Context, test string, size, iters int, extr
 	} else {
 		args = append(args, "-no-lat", "-n", itoa(iters))
 	}
-	info := runInfo{Cmds: []string{s.bin + " " + strings.Join(args, " ")}}
-	if _, err := runOne(ctx, s.timeout, nil, s.bin, args...); err != nil {
+	info := runInfo{Cmds: []string{strings.TrimSpace(strings.Join(s.env, " ") + " " + s.bin + " " + strings.Join(args, " "))}}
+	if _, err := runOne(ctx, s.timeout, s.env, s.bin, args...); err != nil {
 		return nil, info, err
 	}
 	data, err := os.ReadFile(f)

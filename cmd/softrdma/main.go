@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/trace"
 	"sort"
 	"strings"
 )
@@ -70,7 +71,13 @@ func main() {
 		}
 		name, args = args[0], args[1:]
 	}
-	err := cmd.run(args)
+	stopTrace, err := startTrace(os.Getenv("SOFTRDMA_TRACE"))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: SOFTRDMA_TRACE: %v\n", name, err)
+		os.Exit(1)
+	}
+	err = cmd.run(args)
+	stopTrace()
 	closeToolFiles()
 	if errors.Is(err, flag.ErrHelp) || errors.Is(err, errPTExit) {
 		return // -h printed the usage: success, as rdma-core and perftest
@@ -79,4 +86,28 @@ func main() {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		os.Exit(1)
 	}
+}
+
+// startTrace writes a runtime/trace of the whole command to file, if it is
+// not empty (SOFTRDMA_TRACE=<file>; `go tool trace <file>` reads it): the
+// way to see goroutine hand-offs, timer wake-ups and system calls of both
+// ends of a two-process benchmark. The function it returns stops the trace.
+func startTrace(file string) (func(), error) {
+	if file == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, err
+	}
+	if err := trace.Start(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		trace.Stop()
+		if err := f.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "softrdma: SOFTRDMA_TRACE:", err)
+		}
+	}, nil
 }

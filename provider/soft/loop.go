@@ -8,7 +8,9 @@ package soft
 //	CQ.Poll on an empty CQ, Progress ── inlinePoll ──► the same, on the
 //	     │  poller's goroutine; its ACKs may wait for its next post
 //	ackTimer ── after ackDelay ──► sends ACKs a poller left waiting
+//	     │  (while serve is active; stepped aside, serve's check does)
 //	timer ── engine.SetTimer(at) ... at ──► engine.OnTimeout(now)
+//	     │  (stepped aside, the busy pollers run due deadlines instead)
 //
 // Whoever holds rxMu receives; the receive buffers and the engine's
 // RxBatch belong to the holder.
@@ -68,10 +70,26 @@ func (d *Device) setTimer(at time.Time) {
 	d.timer.Reset(time.Until(at))
 }
 
+// onTimer is the timer's function: it runs the engine's due deadlines,
+// unless the loop has stepped aside for busy pollers. They run the due
+// deadlines themselves (inlinePoll); this goroutine would only wait for
+// the lock of a QP a poller is sending on, and after a millisecond of
+// waiting sync.Mutex's starvation mode hands it the poller's P at the
+// poller's next Unlock (a runtime/trace of a 1 MiB ib_write_bw sender:
+// a dozen such hand-offs a second). It looks again every step-aside
+// check (asideCheck) until the loop is back, which it is within two
+// checks of the pollers stopping: a deadline is then up to ~30 ms late.
 func (d *Device) onTimer() {
-	if !d.eng.Closed() {
-		d.eng.OnTimeout(time.Now())
+	if d.eng.Closed() {
+		return
 	}
+	if d.aside.Load() {
+		d.timerMu.Lock()
+		d.timer.Reset(d.asideCheck)
+		d.timerMu.Unlock()
+		return
+	}
+	d.eng.OnTimeout(time.Now())
 }
 
 // resetBufs points the receive slots the last receive filled at their
@@ -269,17 +287,27 @@ func (d *Device) pollRx(inline bool) (int, error) {
 		// this poller comes back in a microsecond, the timer in 100.
 		d.eng.RetryBacklog(d.rx, time.Now())
 	}
-	if d.rx.Waiting() || d.rx.Unsent() || d.eng.Backlogged() {
+	// What the transport could not take goes after ackDelay at the
+	// latest. So do ACKs left waiting, unless the loop has stepped aside
+	// for busy pollers: then the poller sends them with its next post or
+	// poll, and if it stops, the loop comes back and sends them (at once
+	// if the poller waits on a CQ, else at its next step-aside check).
+	// Re-arming the timer on every batch moved its deadline on every
+	// batch: an idle thread woke up twice a millisecond to find nothing
+	// due, taking a busy poller's CPU each time (issue 15's p99).
+	if d.rx.Unsent() || d.eng.Backlogged() || d.rx.Waiting() && !(inline && d.aside.Load()) {
 		d.ackTimer.Reset(d.ackDelay)
 	}
 	return got, err
 }
 
 // ackDelay bounds how long an ACK waits for the poller that left it
-// (Config.NoDeferredAck): ackTimer sends it if the poller has not come
-// back by then. Far below any retransmission timeout in use (IBTA Local
-// ACK Timeout 8 is 1 ms; perftest uses 14, 67 ms). A variable so that
-// tests can take the timer out of the way.
+// (Config.NoDeferredAck) while the receive loop is active: ackTimer sends
+// it if the poller has not come back by then. Far below any
+// retransmission timeout in use (IBTA Local ACK Timeout 8 is 1 ms;
+// perftest and cm use 14, 67 ms). While the loop has stepped aside the
+// bound is two step-aside checks (stepAsideCheck) instead. A variable so
+// that tests can take the timer out of the way.
 var ackDelay = 100 * time.Microsecond
 
 // sendLateAcks is ackTimer's function: it sends the ACKs a busy poller

@@ -2,6 +2,7 @@ package soft
 
 import (
 	"context"
+	"net"
 	"net/netip"
 	"os"
 	"runtime"
@@ -260,17 +261,41 @@ func (n *node) busyPoll(cq verbs.CQ, also func(), what string) verbs.WC {
 
 // busyPollUntilAside polls n's receive CQ, as a busy application does,
 // until n's receive loop has stepped aside.
+//
+// The loop looks at the pollers between its own polls: if it had already
+// gone to wait in the kernel for a packet (a loaded host can delay this
+// goroutine past the loop's spin), it would never look. So every 50 ms
+// the helper wakes it with a stray datagram, which the device drops.
 func busyPollUntilAside(t *testing.T, n *node) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
+	nudge := time.Now().Add(50 * time.Millisecond)
 	for !n.dev.aside.Load() {
 		if _, err := n.rcq.Poll(n.wcs[:]); err != nil {
 			t.Fatal(err)
+		}
+		if now := time.Now(); now.After(nudge) {
+			wakeLoop(t, n.dev)
+			nudge = now.Add(50 * time.Millisecond)
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the receive loop did not step aside for a busy poller in 10 s")
 		}
 	}
+}
+
+// wakeLoop sends d's socket a one-byte datagram: a receive loop waiting
+// in the kernel wakes up and drops it.
+func wakeLoop(t *testing.T, d *Device) {
+	t.Helper()
+	la, ok := d.tr.(interface{ LocalAddr() netip.AddrPort })
+	if !ok {
+		t.Fatalf("transport %T has no address", d.tr)
+	}
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(la.LocalAddr()))
+	must(t, err)
+	defer c.Close()
+	c.Write([]byte{0})
 }
 
 // progressUntil busy-polls n's device, as ib_write_lat polls its buffer,
@@ -327,7 +352,9 @@ func TestServeStepsAside(t *testing.T) {
 		if !b.dev.aside.Load() {
 			t.Fatal("the loop came back without a kick while the poller polled")
 		}
-		expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCSend)
+		// b's ACK waits for b's next poll (the sleeping loop would send
+		// it only at its next check, in an hour).
+		expectWC(t, a.busyPoll(a.scq, b.dev.Progress, "b's ACK never left although b kept polling"), 1, verbs.WCSuccess, verbs.WCSend)
 
 		// Blocking in CQ.Wait kicks the loop back at once: a SEND that
 		// only the loop can now receive completes the wait.
@@ -486,11 +513,43 @@ func TestDeferredAck(t *testing.T) {
 	})
 
 	t.Run("timer when the poller goes away", func(t *testing.T) {
-		a, b, bl := deferredAckPair(t, 100*time.Microsecond, Config{})
+		// b's loop does not step aside: it waits in the kernel between
+		// packets (SpinPolls -1), so once b stops polling, only the
+		// timer sends the ACK of a packet b received inline (or the loop
+		// received it itself and acknowledged it at once).
+		// A SEND, not a WRITE polled in memory: the loop may write the
+		// memory while b reads it.
+		setVars(t, time.Hour, 100*time.Microsecond)
+		a, b, bl := pair(t, Config{}, Config{SpinPolls: -1})
+		b.postRecv(7)
+		a.send(1)
+		expectWC(t, b.busyPoll(b.rcq, nil, "b did not receive the SEND"), 7, verbs.WCSuccess, verbs.WCRecv)
+		// b stops polling and never posts.
+		expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCSend)
+		if n := counter(a.dev, "retransmits"); n != 0 {
+			t.Fatalf("a retransmitted %d packets: the ACK was late", n)
+		}
+		if acks := bl.callsWith(wire.RCAck); len(acks) != 1 || len(acks[0]) != 1 {
+			t.Fatalf("ACK calls %v, want one call with the ACK alone", acks)
+		}
+	})
+
+	t.Run("no timer while the loop is aside", func(t *testing.T) {
+		// Stepped aside, the loop itself is the ACK's backstop: when the
+		// poller blocks in CQ.Wait (kickServe) or its check finds that
+		// the poller stopped, it comes back and sends the ACK. Arming
+		// the timer on every batch woke an idle thread twice a
+		// millisecond in a latency run (issue 15).
+		a, b, bl := deferredAckPair(t, time.Hour, Config{}) // neither the loop's check nor the timer
 		a.buf[0] = 1
 		a.write(1, 0, 64)
-		progressUntil(t, b, 0, 1)
-		// b stops polling and never posts; its loop sleeps for an hour.
+		progressUntil(t, b, 0, 1) // received inline: its ACK waits for b
+		if b.dev.ackTimer.Stop() {
+			t.Fatal("a busy poller's ACK armed the timer while the loop was aside")
+		}
+		// b stops polling and never posts; the loop comes back as when a
+		// poller blocks in CQ.Wait, and sends the ACK.
+		b.dev.kickServe()
 		expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
 		if n := counter(a.dev, "retransmits"); n != 0 {
 			t.Fatalf("a retransmitted %d packets: the ACK was late", n)
@@ -509,9 +568,11 @@ func TestDeferredAck(t *testing.T) {
 		a.write(1, 0, 1)
 		progressUntil(t, b, 0, 1) // b received inline: its ACK waits for it
 		b.dev.rxMu.Lock()
+		// The loop sleeps for an hour; armed as the active loop's poll
+		// arms it, only the timer can send the ACK.
+		b.dev.ackTimer.Reset(time.Millisecond)
 		time.Sleep(10 * time.Millisecond)
 		b.dev.rxMu.Unlock()
-		// b never polls again: only the timer can send the ACK now.
 		expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
 		if n := counter(a.dev, "timeouts") + counter(a.dev, "retransmits"); n != 0 {
 			t.Fatalf("the ACK waited for the requester's timeout (%d timeouts and retransmits)", n)
@@ -616,6 +677,52 @@ func TestBusyPollerRunsDueDeadlines(t *testing.T) {
 		break
 	}
 	// The SEND goes through once b has a receive.
+	b.postRecv(7)
+	expectWC(t, b.waitWC(b.rcq), 7, verbs.WCSuccess, verbs.WCRecv)
+	expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCSend)
+}
+
+// TestTimerLeavesDeadlinesToPollers: while the receive loop has stepped
+// aside, the busy pollers run the engine's due deadlines and the Go
+// timer's goroutine leaves them alone (it would wait for the lock of the
+// QP a poller sends on, and then take the poller's P); once the loop is
+// back, the timer runs them again.
+func TestTimerLeavesDeadlinesToPollers(t *testing.T) {
+	setVars(t, time.Hour, ackDelay) // the loop comes back only if kicked
+	a, b, _ := pairWith(t, Config{}, Config{}, func(p *cm.Params) { p.MinRNRTimer = 16 })
+	busyPollUntilAside(t, a)
+	// b has no receive posted: it answers the SEND with an RNR NAK (2.56
+	// ms), which a's busy poll receives; a's requester then waits.
+	a.send(1)
+	deadline := time.Now().Add(10 * time.Second)
+	for counter(a.dev, "rcvd_rnr_err") == 0 {
+		a.dev.Progress()
+		if time.Now().After(deadline) {
+			t.Fatal("no RNR NAK in 10 s")
+		}
+	}
+	until := a.dev.eng.NextDeadline()
+	if until.IsZero() {
+		t.Fatal("an RNR wait but no deadline")
+	}
+	time.Sleep(time.Until(until) + 5*time.Millisecond) // a stops polling; the wait ends
+	a.dev.onTimer()                                    // as the Go timer fires (it did too)
+	if n := counter(a.dev, "retransmits"); n != 0 || !a.dev.aside.Load() {
+		t.Fatalf("the timer resent (%d retransmissions) while the loop was aside (%v) for busy pollers", n, a.dev.aside.Load())
+	}
+	if next := a.dev.eng.NextDeadline(); !next.Equal(until) {
+		t.Fatalf("the timer took the deadline (now %v, was %v)", next, until)
+	}
+	// The poller blocks (the loop comes back): the timer runs the wait's
+	// end, and the SEND goes through once b has a receive.
+	a.dev.kickServe()
+	for a.dev.aside.Load() {
+		time.Sleep(100 * time.Microsecond)
+	}
+	a.dev.onTimer()
+	if n := counter(a.dev, "retransmits"); n == 0 {
+		t.Fatal("the timer did not resend once the loop was back")
+	}
 	b.postRecv(7)
 	expectWC(t, b.waitWC(b.rcq), 7, verbs.WCSuccess, verbs.WCRecv)
 	expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCSend)

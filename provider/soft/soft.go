@@ -84,8 +84,12 @@ type Config struct {
 	// goroutine comes back to the device: it leaves with the QP's next
 	// request if the goroutine posts one (in the same system call: a
 	// ping-pong's answer carries the ACK of the question), else at its
-	// next poll, else after 100 µs (a timer), and destroying the QP sends
-	// it too. On loopback that takes one of the two system calls of a
+	// next poll, else after 100 µs (a timer) or, while the receive
+	// goroutine has stepped aside for busy pollers, when it comes back (at
+	// once if the poller blocks in CQ.Wait, else within 20 ms: far below
+	// the 67 ms retransmission timeout perftest and cm use, and no timer
+	// wakes a thread while pollers poll), and destroying the QP sends it
+	// too. On loopback that takes one of the two system calls of a
 	// ping-pong hop off the critical path. SOFTRDMA_NO_DEFERRED_ACK=1
 	// sets it.
 	NoDeferredAck bool
