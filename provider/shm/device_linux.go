@@ -47,7 +47,10 @@ type Device struct {
 	qpByNum  map[uint32]*QP
 	inboxes  map[inboxKey]*mapping // rings peers sent before our QP looked for them
 	pds, cqs int
-	bells    []doorbell // peers' doorbells, unmapped at Close
+	bells    []doorbell                 // peers' doorbells, unmapped at Close
+	services map[*net.UnixListener]bool // BindService's sockets, closed at Close
+
+	madHandler atomic.Pointer[func(verbs.MADSource, []byte)] // QP1's receiver (HandleMADs)
 
 	qps atomic.Pointer[[]*QP] // immutable snapshot, for progress
 
@@ -120,7 +123,8 @@ func Open(cfg Config) (*Device, error) {
 		name: cfg.Name, id: binary.LittleEndian.Uint64(idb[:]) | 1, cfg: cfg, uid: uint32(os.Getuid()),
 		conns: map[uint64]*conn{}, all: map[*conn]bool{}, qpByNum: map[uint32]*QP{},
 		inboxes: map[inboxKey]*mapping{}, mrs: map[uint32]*MR{}, stop: make(chan struct{}),
-		napWake: make(chan struct{}, 1), nap: napTime, safety: safetyWake,
+		services: map[*net.UnixListener]bool{},
+		napWake:  make(chan struct{}, 1), nap: napTime, safety: safetyWake,
 	}
 	d.gid = gidOf(d.uid, d.id)
 	d.qps.Store(&[]*QP{})
@@ -244,6 +248,10 @@ func (d *Device) Close() error {
 	for k, m := range d.inboxes {
 		m.unmap()
 		delete(d.inboxes, k)
+	}
+	for ln := range d.services {
+		ln.Close()
+		delete(d.services, ln)
 	}
 	d.mu.Unlock()
 	d.ln.Close()

@@ -282,7 +282,7 @@ func (qp *QP) connectLocked(attr *verbs.QPAttr) error {
 	if !ok {
 		return verbs.Errorf("ModifyQP", verbs.ErrInvalidArgument, "DGID %v is not a shm device's GID (fd73:686d::/32)", attr.AHAttr.GRH.DGID)
 	}
-	c, err := qp.dev.connTo(peer)
+	c, err := qp.dev.connTo(peer, "ModifyQP")
 	if err != nil {
 		return err
 	}
@@ -535,7 +535,7 @@ func (qp *QP) sendUDLocked(w *sendWQE) {
 		w.status = verbs.WCLocProtErr
 		return
 	}
-	c, err := qp.dev.connTo(w.ah.peer)
+	c, err := qp.dev.connTo(w.ah.peer, "PostSend")
 	if err != nil {
 		return
 	}

@@ -1,0 +1,137 @@
+package shm
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/softrdma/softrdma/verbs"
+)
+
+func openDev(t *testing.T, cfg Config) *Device {
+	t.Helper()
+	d, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// TestServiceDirectory: a service ID is held by one device of the host at
+// a time, found from a host address or the holder's GID, and free again
+// after release or Close; in the abstract namespace and in a Config.Dir,
+// where a killed holder's socket file does not keep it.
+func TestServiceDirectory(t *testing.T) {
+	for _, dir := range []string{"", t.TempDir()} {
+		name := "abstract"
+		if dir != "" {
+			name = "dir"
+		}
+		t.Run(name, func(t *testing.T) {
+			a, b := openDev(t, Config{Dir: dir}), openDev(t, Config{Dir: dir})
+			sid := uint64(0x01060000) | uint64(time.Now().UnixNano()&0xffff)
+			release, err := a.BindService(1, sid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.BindService(1, sid); !errors.Is(err, verbs.ErrInUse) {
+				t.Fatalf("second BindService: %v; want ErrInUse", err)
+			}
+			for _, addr := range []string{"127.0.0.1", "::1", "0.0.0.0"} {
+				g, err := b.LookupService(1, netip.MustParseAddr(addr), sid)
+				if err != nil || g != a.GID() {
+					t.Errorf("LookupService(%s) = %v, %v; want %v", addr, g, err, a.GID())
+				}
+			}
+			if g, err := b.LookupService(1, a.GID().Addr(), sid^1); err != nil || g != a.GID() {
+				t.Errorf("LookupService(a's GID) = %v, %v; want a's GID whatever the service", g, err)
+			}
+			if _, err := b.LookupService(1, netip.MustParseAddr("192.0.2.1"), sid); !errors.Is(err, verbs.ErrInvalidArgument) {
+				t.Errorf("LookupService(another host): %v; want ErrInvalidArgument", err)
+			}
+			release()
+			release() // twice is harmless
+			if _, err := b.LookupService(1, netip.MustParseAddr("127.0.0.1"), sid); !errors.Is(err, verbs.ErrNotFound) {
+				t.Errorf("LookupService after release: %v; want ErrNotFound", err)
+			}
+			if _, err := b.BindService(1, sid); err != nil {
+				t.Errorf("BindService after release: %v", err)
+			}
+			b.Close()
+			if _, err := a.LookupService(1, netip.MustParseAddr("127.0.0.1"), sid); !errors.Is(err, verbs.ErrNotFound) {
+				t.Errorf("LookupService after the holder closed: %v; want ErrNotFound", err)
+			}
+			if _, err := a.LookupService(1, b.GID().Addr(), sid); !errors.Is(err, verbs.ErrUnreachable) {
+				t.Errorf("LookupService(a closed device's GID): %v; want ErrUnreachable", err)
+			}
+			if dir == "" {
+				return
+			}
+			// A socket file nobody listens on, as a killed process leaves.
+			name := a.serviceName(a.uid, sid)
+			ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: name, Net: "unixpacket"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ln.SetUnlinkOnClose(false)
+			ln.Close()
+			if _, err := os.Stat(name); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.BindService(1, sid); err != nil {
+				t.Errorf("BindService over a stale socket file: %v", err)
+			}
+		})
+	}
+}
+
+// TestMADs: SendMAD reaches the peer's handler from QP1 with the sender's
+// proven GID; MADs with another Q_Key, or without a handler, are dropped;
+// a GID that is not a shm device's is refused and a gone device is
+// unreachable.
+func TestMADs(t *testing.T) {
+	a, b := openDev(t, Config{}), openDev(t, Config{})
+	type got struct {
+		src verbs.MADSource
+		mad string
+	}
+	ch := make(chan got, 4)
+	if err := b.HandleMADs(1, func(src verbs.MADSource, mad []byte) { ch <- got{src, string(mad)} }); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SendMAD(1, b.GID(), 1, 0x1234, []byte("wrong qkey")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SendMAD(1, b.GID(), 1, verbs.GSIQKey, []byte("mad")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case g := <-ch:
+		want := verbs.MADSource{GID: a.GID(), QPN: 1, PKey: 0xFFFF}
+		if g.src != want || g.mad != "mad" {
+			t.Errorf("got %+v %q; want %+v \"mad\"", g.src, g.mad, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no MAD arrived")
+	}
+	if err := a.SendMAD(1, verbs.GIDFromAddr(netip.MustParseAddr("10.0.0.1")), 1, verbs.GSIQKey, []byte("x")); !errors.Is(err, verbs.ErrInvalidArgument) {
+		t.Errorf("SendMAD to an IPv4 GID: %v; want ErrInvalidArgument", err)
+	}
+	if err := a.SendMAD(2, b.GID(), 1, verbs.GSIQKey, []byte("x")); !errors.Is(err, verbs.ErrNotFound) {
+		t.Errorf("SendMAD on port 2: %v; want ErrNotFound", err)
+	}
+	b.HandleMADs(1, nil)
+	g := b.GID()
+	a.mu.Lock()
+	c := a.conns[b.id]
+	a.mu.Unlock()
+	b.Close()
+	<-c.done // a saw b go
+	if err := a.SendMAD(1, g, 1, verbs.GSIQKey, []byte("x")); !errors.Is(err, verbs.ErrUnreachable) {
+		t.Errorf("SendMAD to a closed device: %v; want ErrUnreachable", err)
+	}
+}
