@@ -27,6 +27,10 @@ var (
 	ErrQPError = errors.New("cm: the QP is in the error state; the peer is unreachable or gone")
 	// ErrClosed: the listener or connection was closed.
 	ErrClosed = errors.New("cm: closed")
+	// ErrUnreachable: the provider knows the peer's device is gone (a
+	// shared-memory peer whose process exited or was killed), so Dial
+	// or Accept fails at once instead of resending until ErrTimeout.
+	ErrUnreachable = errors.New("cm: the peer's device is gone")
 )
 
 // RejectError is returned by Dial (and Accept) when the peer answered

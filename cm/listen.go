@@ -3,6 +3,7 @@ package cm
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -24,6 +25,7 @@ type Listener struct {
 
 	closeOnce sync.Once
 	closed    chan struct{}
+	unbind    func() // releases the service ID (verbs.ServiceDirectory), or nil
 }
 
 // Listen starts accepting connection requests at address ("IP:port" with
@@ -48,12 +50,10 @@ func Listen(network, address string, opts *Options) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	ps := PortSpaceTCP
-	if o.QPType == verbs.QPTypeUD {
-		ps = PortSpaceUDP
-	}
+	ps := portSpace(o.QPType)
 	l := &Listener{a: a, qpType: o.QPType, opts: o, reqs: make(chan *ConnRequest, o.Backlog), closed: make(chan struct{})}
 	l.opts.Context = vctx
+	sd, byService := vctx.(verbs.ServiceDirectory)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	port := laddr.Port()
@@ -61,11 +61,22 @@ func Listen(network, address string, opts *Options) (*Listener, error) {
 		if port == 0 {
 			port = uint16(1024 + randUint32()%64000)
 		}
-		if a.listeners[ServiceID(ps, port)] == nil {
+		var err error
+		if a.listeners[ServiceID(ps, port)] != nil {
+			err = fmt.Errorf("port %d already has a listener on device %s", port, vctx.Device().Name())
+		} else if byService {
+			// Dialers find this device by the service ID: claim it on
+			// the host, as a TCP listener claims its port.
+			l.unbind, err = sd.BindService(o.Port, ServiceID(ps, port))
+			if err != nil && !errors.Is(err, verbs.ErrInUse) {
+				return nil, err
+			}
+		}
+		if err == nil {
 			break
 		}
 		if laddr.Port() != 0 || tries > 100 {
-			return nil, fmt.Errorf("cm.Listen: %v: port %d already has a listener on device %s", address, port, vctx.Device().Name())
+			return nil, fmt.Errorf("cm.Listen: %v: %w", address, err)
 		}
 		port = 0
 	}
@@ -103,6 +114,9 @@ func (l *Listener) Close() error {
 			delete(l.a.listeners, l.serviceID)
 		}
 		l.a.mu.Unlock()
+		if l.unbind != nil {
+			l.unbind()
+		}
 		for {
 			select {
 			case r := <-l.reqs:
