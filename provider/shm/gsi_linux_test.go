@@ -135,3 +135,34 @@ func TestMADs(t *testing.T) {
 		t.Errorf("SendMAD to a closed device: %v; want ErrUnreachable", err)
 	}
 }
+
+// TestPeerGoneRetiresConsumed: when the peer's device goes, a SEND it had
+// already consumed completes successfully (its consumer index is its
+// ACK); only what it had not taken is flushed. A cm peer that takes the
+// last message, disconnects and exits is the common case.
+func TestPeerGoneRetiresConsumed(t *testing.T) {
+	a, b := pair(t, sideOpts{}, sideOpts{})
+	qa := a.qp.(*QP)
+	qa.busy.Store(0) // nothing retires a's SENDs but the PostSend and peerGone
+	postRecv(t, b.qp, 1, b.mr.SGE(0, 64))
+	postSend(t, a.qp, verbs.SendWR{WRID: 10, Opcode: verbs.WRSend, SGList: []verbs.SGE{a.mr.SGE(0, 8)}})
+	postSend(t, a.qp, verbs.SendWR{WRID: 11, Opcode: verbs.WRSend, SGList: []verbs.SGE{a.mr.SGE(0, 8)}})
+	if wc := poll(t, b.cq, 1)[0]; wc.Status != verbs.WCSuccess || wc.WRID != 1 {
+		t.Fatalf("b's receive: %+v", wc)
+	}
+	a.dev.mu.Lock()
+	c := a.dev.conns[b.dev.id]
+	a.dev.mu.Unlock()
+	c.close() // as if b's process died
+	<-c.done
+	for qa.State() != verbs.QPStateErr {
+		time.Sleep(time.Millisecond) // peerGone runs after done closes
+	}
+	wcs := poll(t, a.cq, 2)
+	if wcs[0].WRID != 10 || wcs[0].Status != verbs.WCSuccess {
+		t.Errorf("the consumed SEND completed %+v; want success", wcs[0])
+	}
+	if wcs[1].WRID != 11 || wcs[1].Status != verbs.WCWRFlushErr {
+		t.Errorf("the SEND b never took completed %+v; want flushed", wcs[1])
+	}
+}

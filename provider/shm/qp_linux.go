@@ -368,10 +368,17 @@ func (qp *QP) errorLocked() {
 	}
 }
 
-// peerGone is called when the peer's device disconnected.
+// peerGone is called when the peer's device disconnected. What the
+// peer consumed before it went completes first, as its ACK would have on
+// a wire: its consumer index in our ring is its last word (a peer that
+// took our last SENDs and then disconnected and exited must not see them
+// flushed at our end).
 func (qp *QP) peerGone() {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
+	if qp.state != verbs.QPStateErr {
+		qp.retireLocked()
+	}
 	qp.errorLocked()
 	qp.unmapLocked()
 }
