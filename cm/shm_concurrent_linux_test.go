@@ -1,0 +1,57 @@
+package cm_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/softrdma/softrdma/cm"
+)
+
+// TestShmConcurrentDials: several Dials at once from a fresh device (so
+// that they race to connect the two devices) all connect.
+func TestShmConcurrentDials(t *testing.T) {
+	srv, cli := openShm(t), openShm(t)
+	ln, err := cm.Listen("rdma", "127.0.0.1:0", &cm.Options{Context: srv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	defer cancel()
+	const n = 4
+	var wg, served sync.WaitGroup
+	defer served.Wait() // before the devices close
+	served.Add(n)
+	for range n {
+		go func() {
+			defer served.Done()
+			req, err := ln.Accept(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			c, err := req.Accept(ctx, nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			<-c.Done() // the dialer disconnects
+			c.Close()
+		}()
+	}
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := cm.Dial(ctx, "rdma", fmt.Sprintf("127.0.0.1:%d", ln.Addr().Port()), &cm.Options{Context: cli})
+			if err != nil {
+				t.Errorf("Dial %d: %v", i, err)
+				return
+			}
+			c.Close()
+		}()
+	}
+	wg.Wait()
+}
