@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/cm"
-	"github.com/softrdma/softrdma/provider/soft"
 	"github.com/softrdma/softrdma/verbs"
 )
 
@@ -103,7 +102,7 @@ type cmaNode struct {
 	conn *cm.Conn
 }
 
-func (o *cmaOpts) newNode(dev *soft.Device) (*cmaNode, error) {
+func (o *cmaOpts) newNode(dev verbs.Context) (*cmaNode, error) {
 	typ := verbs.QPTypeRC
 	if o.ud {
 		typ = verbs.QPTypeUD
@@ -274,7 +273,7 @@ func cmaServer(o *cmaOpts) error {
 	if o.ud {
 		opts.QPType = verbs.QPTypeUD
 	}
-	ln, err := cm.Listen("rdma", netip.AddrPortFrom(dev.LocalAddr(), uint16(o.port)).String(), opts)
+	ln, err := cm.Listen("rdma", netip.AddrPortFrom(cmLocalAddr(dev), uint16(o.port)).String(), opts)
 	if err != nil {
 		return err
 	}
