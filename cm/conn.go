@@ -67,7 +67,9 @@ func ServiceID(ps PortSpace, port uint16) uint64 { return uint64(ps)<<16 | uint6
 type Options struct {
 	// Context is the device to use; nil resolves it from the address
 	// (an opened device whose GID table has the local address, else the
-	// listed device of the interface that reaches the address).
+	// listed device of the interface that reaches the address). A
+	// shared-memory device (shm.Open) must be given here: its peers are
+	// processes of this host, found by port (verbs.ServiceDirectory).
 	Context verbs.Context
 	// Port is the device port (1).
 	Port uint8

@@ -22,11 +22,12 @@ import (
 // GID (index 0) names the device's Unix socket, so an endpoint carrying
 // the GID reaches this process.
 //
-// A Device runs an accept goroutine, one reader goroutine per connected
-// peer and a progress goroutine that services the shared rings while no
-// application goroutine polls (it sleeps on a futex when idle). Its
-// methods are safe for concurrent use. The zero value is not usable: call
-// Open.
+// A Device is also a verbs.GSI and a verbs.ServiceDirectory, for package
+// cm (gsi_linux.go). It runs an accept goroutine, one reader goroutine
+// per connected peer, one per port cm listens on, and a progress
+// goroutine that services the shared rings while no application
+// goroutine polls (it sleeps on a futex when idle). Its methods are safe
+// for concurrent use. The zero value is not usable: call Open.
 type Device struct {
 	name string
 	id   uint64
