@@ -411,6 +411,13 @@ func rpingServeOne(o *rpingOpts, dev verbs.Context, ln *cm.Listener) error {
 	}
 	o.logf("accepting client connection request\n")
 	defer conn.Close()
+	// early is the client's next message when it arrived before the
+	// completion post waited for: the one CQ holds both, and a fast
+	// client (over shm, the responder's pass can complete its SEND
+	// before our go-ahead's) answers before our SEND retires. rping.c's
+	// cq_thread handles each completion as it comes; dropping it here
+	// left adv waiting forever.
+	var early *verbs.WC
 	post := func(wr *verbs.SendWR) error {
 		if err := t.qp.PostSend(wr); err != nil {
 			return err
@@ -423,14 +430,18 @@ func rpingServeOne(o *rpingOpts, dev verbs.Context, ln *cm.Listener) error {
 			if wc.Opcode != verbs.WCRecv {
 				return nil
 			}
+			early = &wc
 		}
 	}
 	goAhead := &verbs.SendWR{Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{b.send.SGE(0, rpingInfoLen)}}
 	// adv waits for the client's {addr, rkey, size}.
 	adv := func() (addr uint64, rkey, size uint32, err error) {
 		for {
-			wc, err := waitWC(t.cq, conn.Done())
-			if err != nil {
+			var wc verbs.WC
+			var err error
+			if early != nil {
+				wc, early = *early, nil
+			} else if wc, err = waitWC(t.cq, conn.Done()); err != nil {
 				return 0, 0, 0, err
 			}
 			if wc.Opcode != verbs.WCRecv {
