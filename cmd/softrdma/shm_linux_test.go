@@ -73,7 +73,8 @@ func TestShmTools(t *testing.T) {
 
 // TestShmToolsCM runs the tools that connect through rdma_cm over shared
 // memory: perftest's -R (RC, and UD through SIDR) with -d shm0, and
-// ucmatose, udaddy and rping with SOFTRDMA_DEVICE=shm0; the client names the
+// ucmatose, udaddy, rping and rstream (over rdmanet) with
+// SOFTRDMA_DEVICE=shm0; the client names the
 // host, and cm finds the server's process by the port.
 func TestShmToolsCM(t *testing.T) {
 	if testing.Short() {
@@ -91,6 +92,7 @@ func TestShmToolsCM(t *testing.T) {
 		{"ib_send_lat -R -c UD", []string{"ib_send_lat", "-d", "shm0", "-R", "-c", "UD", "-n", "200"}, []string{"127.0.0.1"}, nil, " 2       200 ", " 2       200 "},
 		{"ucmatose", []string{"ucmatose", "-c", "2"}, []string{"-c", "2", "-s", "127.0.0.1"}, shmEnv, "return status 0", "return status 0"},
 		{"udaddy", []string{"udaddy"}, []string{"-s", "127.0.0.1"}, shmEnv, "return status 0", "return status 0"},
+		{"rstream", []string{"rstream", "-S", "65536", "-C", "100"}, []string{"-s", "127.0.0.1"}, shmEnv, "custom    64k     100 ", "custom    64k     100 "},
 		{"rping", []string{"rping", "-s", "-C", "20"}, []string{"rping", "-c", "-C", "20", "-V", "-v", "-a", "127.0.0.1"}, shmEnv, "ping data: rdma-ping-19: ", "server DISCONNECT EVENT"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
