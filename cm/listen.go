@@ -54,6 +54,13 @@ func Listen(network, address string, opts *Options) (*Listener, error) {
 	l := &Listener{a: a, qpType: o.QPType, opts: o, reqs: make(chan *ConnRequest, o.Backlog), closed: make(chan struct{})}
 	l.opts.Context = vctx
 	sd, byService := vctx.(verbs.ServiceDirectory)
+	if byService {
+		// The listener is reached by its port on any address of the
+		// host; what names it alone is its device's GID.
+		if addrs := addrsOf(vctx, o.Port); len(addrs) > 0 {
+			local = addrs[0]
+		}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	port := laddr.Port()
@@ -89,7 +96,8 @@ func Listen(network, address string, opts *Options) (*Listener, error) {
 // Context returns the device the listener is on.
 func (l *Listener) Context() verbs.Context { return l.opts.Context }
 
-// Addr returns the address the listener is bound to.
+// Addr returns the address the listener is bound to; on a shared-memory
+// device, its GID and port (dialing it reaches this listener directly).
 func (l *Listener) Addr() netip.AddrPort { return l.addr }
 
 // Accept waits for the next connection request. The caller answers it

@@ -10,7 +10,8 @@ import (
 )
 
 // TestShmConcurrentDials: several Dials at once from a fresh device (so
-// that they race to connect the two devices) all connect.
+// that they race to connect the two devices) all connect, to the host's
+// address and port or to the listener's GID.
 func TestShmConcurrentDials(t *testing.T) {
 	srv, cli := openShm(t), openShm(t)
 	ln, err := cm.Listen("rdma", "127.0.0.1:0", &cm.Options{Context: srv})
@@ -45,7 +46,11 @@ func TestShmConcurrentDials(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := cm.Dial(ctx, "rdma", fmt.Sprintf("127.0.0.1:%d", ln.Addr().Port()), &cm.Options{Context: cli})
+			to := fmt.Sprintf("127.0.0.1:%d", ln.Addr().Port()) // the host: found by the port
+			if i%2 == 1 {
+				to = ln.Addr().String() // the listener's device by its GID
+			}
+			c, err := cm.Dial(ctx, "rdma", to, &cm.Options{Context: cli})
 			if err != nil {
 				t.Errorf("Dial %d: %v", i, err)
 				return

@@ -446,6 +446,9 @@ func TestShmNoListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := ln.Addr()
+	if addr.Addr() != dev.GID().Addr() {
+		t.Errorf("Listener.Addr %v: want the device's GID %v", addr, dev.GID().Addr())
+	}
 	ln.Close() // the service is free again: nobody listens
 	to := fmt.Sprintf("127.0.0.1:%d", addr.Port())
 	_, err = cm.Dial(ctx, "rdma", to, &cm.Options{Context: dev})
