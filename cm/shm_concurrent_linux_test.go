@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/softrdma/softrdma/cm"
+	"github.com/softrdma/softrdma/provider/shm"
 )
 
 // TestShmConcurrentDials: several Dials at once from a fresh device (so
@@ -59,4 +60,57 @@ func TestShmConcurrentDials(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// BenchmarkShmDial measures connection setup through cm over shm, both
+// devices in this process: Dial (service lookup, REQ, REP, RTU, both QPs
+// to RTS) until Dial returns, then Close (DREQ) and the server's Accept
+// side torn down.
+func BenchmarkShmDial(b *testing.B) {
+	srv, cli := openShmB(b), openShmB(b)
+	ln, err := cm.Listen("rdma", "127.0.0.1:0", &cm.Options{Context: srv})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	ctx := context.Background()
+	served := make(chan error)
+	go func() {
+		for {
+			req, err := ln.Accept(ctx)
+			if err != nil {
+				return
+			}
+			c, err := req.Accept(ctx, nil)
+			if err == nil {
+				<-c.Done()
+				c.Close()
+			}
+			served <- err
+		}
+	}()
+	to := fmt.Sprintf("127.0.0.1:%d", ln.Addr().Port())
+	b.ReportAllocs()
+	for b.Loop() {
+		c, err := cm.Dial(ctx, "rdma", to, &cm.Options{Context: cli})
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+		if err := <-served; err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func openShmB(b *testing.B) *shm.Device {
+	dev, err := shm.Open(shm.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		cm.Detach(dev)
+		dev.Close()
+	})
+	return dev
 }
