@@ -19,6 +19,7 @@ package cm
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -345,9 +346,10 @@ func newMAD(attr wire.CMAttr, tid uint64) []byte {
 }
 
 // sendLocked sends mad to the peer's QP1. Errors are dropped like lost
-// MADs: the retransmission covers them.
-func (a *agent) sendLocked(dst verbs.GID, mad []byte) {
-	a.gsi.SendMAD(a.port, dst, 1, verbs.GSIQKey, mad)
+// MADs: the retransmission covers them; the error is returned for the
+// one that retransmission cannot cover (verbs.ErrUnreachable).
+func (a *agent) sendLocked(dst verbs.GID, mad []byte) error {
+	return a.gsi.SendMAD(a.port, dst, 1, verbs.GSIQKey, mad)
 }
 
 // sendRetriedLocked sends mad and keeps resending it every timeout until
@@ -355,8 +357,25 @@ func (a *agent) sendLocked(dst verbs.GID, mad []byte) {
 func (a *agent) sendRetriedLocked(id *cmID, mad []byte, timeout time.Duration, retries int) {
 	id.msg, id.timeout, id.retries = mad, timeout, retries
 	id.deadline = a.now().Add(timeout)
-	a.sendLocked(id.peer, mad)
+	if err := a.sendLocked(id.peer, mad); errors.Is(err, verbs.ErrUnreachable) {
+		a.unreachableLocked(id)
+	}
 	a.wake()
+}
+
+// unreachableLocked ends id at once when the provider knows its peer is
+// gone (verbs.ErrUnreachable: a shared-memory peer whose process exited),
+// where a wire would resend until the retries run out: the waiting Dial
+// or Accept fails with ErrUnreachable, a DREQ is taken as answered.
+func (a *agent) unreachableLocked(id *cmID) {
+	id.msg, id.deadline = nil, time.Time{}
+	switch id.state {
+	case stateReqSent, stateMRAReqRcvd, stateSIDRReqSent, stateRepSent, stateMRARepRcvd:
+		a.removeLocked(id)
+		id.ev <- event{reqErr: ErrUnreachable}
+	case stateDReqSent:
+		a.enterTimewaitLocked(id)
+	}
 }
 
 // timeoutsLocked resends what is due, fails what ran out of retries, ends
@@ -386,7 +405,9 @@ func (a *agent) expireLocked(id *cmID, now time.Time) {
 	if id.msg != nil && id.retries > 0 {
 		id.retries--
 		id.deadline = now.Add(id.timeout)
-		a.sendLocked(id.peer, id.msg)
+		if err := a.sendLocked(id.peer, id.msg); errors.Is(err, verbs.ErrUnreachable) {
+			a.unreachableLocked(id)
+		}
 		return
 	}
 	// Out of retries (cm_process_send_error).

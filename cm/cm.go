@@ -7,7 +7,10 @@
 // service IDs and private-data header, so librdmacm programs (rping,
 // ucmatose, udaddy, perftest -R) are peers. A CM agent per device port
 // keeps each connection in the kernel cm.c's states and resends at its
-// timeouts; [Detach] stops it before the device closes.
+// timeouts; [Detach] stops it before the device closes. Over the
+// shared-memory provider (a device with a [verbs.ServiceDirectory]) the
+// same calls connect processes of one host: Listen binds its port on the
+// host and Dial to a host address finds the process by the port.
 //
 // [Connect] and the single steps [Init], [ReadyToReceive] and
 // [ReadyToSend] remain for programs that exchange each side's [Endpoint]

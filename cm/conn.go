@@ -27,6 +27,10 @@ var (
 	ErrQPError = errors.New("cm: the QP is in the error state; the peer is unreachable or gone")
 	// ErrClosed: the listener or connection was closed.
 	ErrClosed = errors.New("cm: closed")
+	// ErrUnreachable: the provider knows the peer's device is gone (a
+	// shared-memory peer whose process exited or was killed), so Dial
+	// or Accept fails at once instead of resending until ErrTimeout.
+	ErrUnreachable = errors.New("cm: the peer's device is gone")
 )
 
 // RejectError is returned by Dial (and Accept) when the peer answered
@@ -63,7 +67,9 @@ func ServiceID(ps PortSpace, port uint16) uint64 { return uint64(ps)<<16 | uint6
 type Options struct {
 	// Context is the device to use; nil resolves it from the address
 	// (an opened device whose GID table has the local address, else the
-	// listed device of the interface that reaches the address).
+	// listed device of the interface that reaches the address). A
+	// shared-memory device (shm.Open) must be given here: its peers are
+	// processes of this host, found by port (verbs.ServiceDirectory).
 	Context verbs.Context
 	// Port is the device port (1).
 	Port uint8

@@ -41,7 +41,7 @@ func Dial(ctx context.Context, network, address string, opts *Options) (*Conn, e
 	if len(o.PrivateData) > limit {
 		return nil, fmt.Errorf("cm.Dial: %d bytes of private data; a REQ holds at most %d (with Options.Security: the key exchange takes %d)", len(o.PrivateData), limit, blockLen(o.SecurityPSK))
 	}
-	r, err := resolveRoute(raddr.Addr(), &o)
+	r, err := resolveRoute(raddr, &o)
 	if err != nil {
 		return nil, err
 	}
@@ -51,6 +51,11 @@ func Dial(ctx context.Context, network, address string, opts *Options) (*Conn, e
 	}
 	c := newConn()
 	c.remote = raddr
+	if _, ok := r.ctx.(verbs.ServiceDirectory); ok {
+		// The peer is the device the service resolved to, not the host
+		// address dialed (which names every device of the host).
+		c.remote = netip.AddrPortFrom(r.dgid.Addr(), raddr.Port())
+	}
 	c.local = netip.AddrPortFrom(r.src, uint16(32768+randUint32()%28000))
 	if err := resources(r.ctx, &o, c); err != nil {
 		c.release()

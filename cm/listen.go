@@ -3,6 +3,7 @@ package cm
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -24,6 +25,7 @@ type Listener struct {
 
 	closeOnce sync.Once
 	closed    chan struct{}
+	unbind    func() // releases the service ID (verbs.ServiceDirectory), or nil
 }
 
 // Listen starts accepting connection requests at address ("IP:port" with
@@ -48,12 +50,17 @@ func Listen(network, address string, opts *Options) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	ps := PortSpaceTCP
-	if o.QPType == verbs.QPTypeUD {
-		ps = PortSpaceUDP
-	}
+	ps := portSpace(o.QPType)
 	l := &Listener{a: a, qpType: o.QPType, opts: o, reqs: make(chan *ConnRequest, o.Backlog), closed: make(chan struct{})}
 	l.opts.Context = vctx
+	sd, byService := vctx.(verbs.ServiceDirectory)
+	if byService {
+		// The listener is reached by its port on any address of the
+		// host; what names it alone is its device's GID.
+		if addrs := addrsOf(vctx, o.Port); len(addrs) > 0 {
+			local = addrs[0]
+		}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	port := laddr.Port()
@@ -61,16 +68,26 @@ func Listen(network, address string, opts *Options) (*Listener, error) {
 		if port == 0 {
 			port = uint16(1024 + randUint32()%64000)
 		}
-		if a.listeners[ServiceID(ps, port)] == nil {
-			err := claimService(vctx, ServiceID(ps, port))
-			if err == nil {
-				break
+		var err error
+		if a.listeners[ServiceID(ps, port)] != nil {
+			err = fmt.Errorf("port %d already has a listener on device %s", port, vctx.Device().Name())
+		} else if byService {
+			// Dialers find this device by the service ID: claim it on
+			// the host, as a TCP listener claims its port.
+			l.unbind, err = sd.BindService(o.Port, ServiceID(ps, port))
+			if err != nil && !errors.Is(err, verbs.ErrInUse) {
+				return nil, err
 			}
-			if laddr.Port() != 0 || tries > 100 {
-				return nil, fmt.Errorf("cm.Listen: %v: port %d: %w", address, port, err)
-			}
-		} else if laddr.Port() != 0 || tries > 100 {
-			return nil, fmt.Errorf("cm.Listen: %v: port %d already has a listener on device %s", address, port, vctx.Device().Name())
+		} else {
+			// On an address shared with other processes, connection
+			// requests for the port must be steered to this one.
+			l.unbind, err = claimService(vctx, ServiceID(ps, port))
+		}
+		if err == nil {
+			break
+		}
+		if laddr.Port() != 0 || tries > 100 {
+			return nil, fmt.Errorf("cm.Listen: %v: %w", address, err)
 		}
 		port = 0
 	}
@@ -81,23 +98,25 @@ func Listen(network, address string, opts *Options) (*Listener, error) {
 }
 
 // claimService has connection requests for id steered to this process
-// when the device shares its address with other processes; it fails if
-// a listener in another process has the port.
-func claimService(ctx verbs.Context, id uint64) error {
+// when the device shares its address with other processes, and returns
+// what gives the claim up (nil if there is nothing to give up); it fails
+// if a listener in another process has the port.
+func claimService(ctx verbs.Context, id uint64) (release func(), err error) {
 	sd, ok := ctx.(sharedDevice)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	if err := sd.ClaimService(id); err != nil {
-		return fmt.Errorf("another process on this address listens on it (%w)", err)
+		return nil, fmt.Errorf("port %d: another process on this address listens on it (%w)", uint16(id), err)
 	}
-	return nil
+	return func() { sd.ReleaseService(id) }, nil
 }
 
 // Context returns the device the listener is on.
 func (l *Listener) Context() verbs.Context { return l.opts.Context }
 
-// Addr returns the address the listener is bound to.
+// Addr returns the address the listener is bound to; on a shared-memory
+// device, its GID and port (dialing it reaches this listener directly).
 func (l *Listener) Addr() netip.AddrPort { return l.addr }
 
 // Accept waits for the next connection request. The caller answers it
@@ -120,11 +139,11 @@ func (l *Listener) Close() error {
 		l.a.mu.Lock()
 		if l.a.listeners[l.serviceID] == l {
 			delete(l.a.listeners, l.serviceID)
-			if sd, ok := l.opts.Context.(sharedDevice); ok {
-				sd.ReleaseService(l.serviceID)
-			}
 		}
 		l.a.mu.Unlock()
+		if l.unbind != nil {
+			l.unbind()
+		}
 		for {
 			select {
 			case r := <-l.reqs:

@@ -1,11 +1,13 @@
 package cm
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"strings"
 
 	"github.com/softrdma/softrdma/verbs"
+	"github.com/softrdma/softrdma/wire"
 )
 
 // route is what rdma_resolve_addr and rdma_resolve_route find: the local
@@ -159,10 +161,34 @@ func openFor(a netip.Addr) (verbs.Context, error) {
 	return nil, verbs.Errorf("cm", verbs.ErrNotFound, "no RDMA device on interface %s", ifname)
 }
 
-// resolveRoute finds the local device, port and GIDs towards dst.
-func resolveRoute(dst netip.Addr, o *Options) (*route, error) {
+// resolveRoute finds the local device, port and GIDs towards raddr's IP.
+// A device with a verbs.ServiceDirectory (shared memory) finds the peer
+// by the service ID instead: the port in o.QPType's port space.
+func resolveRoute(raddr netip.AddrPort, o *Options) (*route, error) {
+	dst := raddr.Addr()
 	r := &route{port: o.Port, dgid: verbs.GIDFromAddr(dst), hopLimit: 64}
+	sd, byService := o.Context.(verbs.ServiceDirectory)
 	switch {
+	case byService:
+		g, err := sd.LookupService(o.Port, dst, ServiceID(portSpace(o.QPType), raddr.Port()))
+		if errors.Is(err, verbs.ErrNotFound) {
+			// What the peer's CM would answer a REQ for a port nobody
+			// listens on: rdma_cm programs that retry on it work as over
+			// a wire.
+			if o.QPType == verbs.QPTypeUD {
+				return nil, &SIDRError{Status: wire.SIDRUnsupportedService}
+			}
+			return nil, &RejectError{Reason: wire.RejInvalidServiceID}
+		}
+		if err != nil {
+			return nil, err
+		}
+		r.dgid = g
+		src := addrsOf(o.Context, o.Port)
+		if len(src) == 0 {
+			return nil, verbs.Errorf("cm.Dial", verbs.ErrNotFound, "device %s has no GID", o.Context.Device().Name())
+		}
+		r.ctx, r.src = o.Context, src[0]
 	case o.Context != nil:
 		a, ok := localFor(o.Context, o.Port, dst)
 		if !ok {
@@ -227,9 +253,18 @@ func Resolve(network, address string, opts *Options) (verbs.Context, netip.Addr,
 		return nil, netip.Addr{}, err
 	}
 	o := opts.withDefaults()
-	r, err := resolveRoute(raddr.Addr(), &o)
+	r, err := resolveRoute(raddr, &o)
 	if err != nil {
 		return nil, netip.Addr{}, err
 	}
 	return r.ctx, r.src, nil
+}
+
+// portSpace is the rdma_cm port space of a QP type: UDP for UD (SIDR),
+// TCP for the connected types.
+func portSpace(t verbs.QPType) PortSpace {
+	if t == verbs.QPTypeUD {
+		return PortSpaceUDP
+	}
+	return PortSpaceTCP
 }

@@ -28,6 +28,10 @@ var (
 	ErrDestroyed = errors.New("destroyed")
 	// ErrNotFound: no such device, port or GID index.
 	ErrNotFound = errors.New("not found")
+	// ErrUnreachable: the destination is known not to exist (the peer
+	// device is gone, for example a shared-memory peer whose process
+	// exited); unlike a lost packet, sending again will not help.
+	ErrUnreachable = errors.New("unreachable")
 )
 
 // Error is the error type returned by the verbs API: Op names the call, Err

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/cm"
-	"github.com/softrdma/softrdma/provider/soft"
 	"github.com/softrdma/softrdma/verbs"
 )
 
@@ -98,18 +97,15 @@ func cmaMain(o *cmaOpts) error {
 
 // cmaNode is one connection of the test and its verbs objects.
 type cmaNode struct {
-	t    *cmTool
-	mr   verbs.MR
-	conn *cm.Conn
-	// got counts the send [0] and receive [1] completions polled and
-	// not yet waited for, and first keeps the first of each: the CQ
-	// holds both, and the peer's messages may complete while this side
-	// still waits for its sends (their ACKs come later).
-	got   [2]int
-	first [2]verbs.WC
+	// early are completions that came while completions waited for the
+	// other kind (the one CQ holds sends and receives).
+	early []verbs.WC
+	t     *cmTool
+	mr    verbs.MR
+	conn  *cm.Conn
 }
 
-func (o *cmaOpts) newNode(dev *soft.Device) (*cmaNode, error) {
+func (o *cmaOpts) newNode(dev verbs.Context) (*cmaNode, error) {
 	typ := verbs.QPTypeRC
 	if o.ud {
 		typ = verbs.QPTypeUD
@@ -159,34 +155,41 @@ func (o *cmaOpts) sends(n *cmaNode, ah verbs.AH, qpn, qkey uint32) error {
 	return o.completions(n, false, nil)
 }
 
-// completions waits for count send (or receive) completions, counting
-// the other kind for a later call, and calls first with the first one.
+// next returns a kept completion of the kind wanted (recv or send), else
+// the CQ's next one.
+func (n *cmaNode) next(recv bool, done <-chan struct{}) (verbs.WC, error) {
+	for i, wc := range n.early {
+		if (wc.Opcode&verbs.WCRecv != 0) == recv {
+			n.early = append(n.early[:i], n.early[i+1:]...)
+			return wc, nil
+		}
+	}
+	return waitWC(n.t.cq, done)
+}
+
+// completions waits for count send (or receive) completions.
 func (o *cmaOpts) completions(n *cmaNode, recv bool, first func(verbs.WC) error) error {
 	var done <-chan struct{}
 	if n.conn != nil && !o.ud {
 		done = n.conn.Done()
 	}
-	want := 0
-	if recv {
-		want = 1
-	}
-	for n.got[want] < o.count {
-		wc, err := waitWC(n.t.cq, done)
+	for got := 0; got < o.count; {
+		wc, err := n.next(recv, done)
 		if err != nil {
 			return fmt.Errorf("failed polling CQ: %w", err)
 		}
-		kind := 0
-		if wc.Opcode&verbs.WCRecv != 0 {
-			kind = 1
+		if (wc.Opcode&verbs.WCRecv != 0) != recv {
+			// The peer's answer may complete before our own SENDs
+			// retire (over shm, at once): keep it for the next wait.
+			n.early = append(n.early, wc)
+			continue
 		}
-		if n.got[kind] == 0 {
-			n.first[kind] = wc
+		if got == 0 && first != nil {
+			if err := first(wc); err != nil {
+				return err
+			}
 		}
-		n.got[kind]++
-	}
-	n.got[want] -= o.count
-	if first != nil {
-		return first(n.first[want])
+		got++
 	}
 	return nil
 }
@@ -288,7 +291,7 @@ func cmaServer(o *cmaOpts) error {
 	if o.ud {
 		opts.QPType = verbs.QPTypeUD
 	}
-	ln, err := cm.Listen("rdma", netip.AddrPortFrom(dev.LocalAddr(), uint16(o.port)).String(), opts)
+	ln, err := cm.Listen("rdma", netip.AddrPortFrom(cmLocalAddr(dev), uint16(o.port)).String(), opts)
 	if err != nil {
 		return err
 	}

@@ -173,6 +173,12 @@ func (ch *ptCMChannel) wait(ctx context.Context, cq verbs.CQ, what string) (verb
 		}
 		if err := cq.Wait(wctx); err != nil {
 			if ctx.Err() == nil && ch.gone.Err() != nil {
+				// A peer that took our last message may disconnect
+				// before we saw it taken (over shm the DREQ can overtake
+				// the consumer index our poll reads): look once more.
+				if n, _ := cq.Poll(wc[:]); n == 1 && wc[0].Status == verbs.WCSuccess {
+					return wc[0], nil
+				}
 				return verbs.WC{}, fmt.Errorf("the rdma_cm connection ended: %w", ch.conn.Err())
 			}
 			return verbs.WC{}, err

@@ -33,16 +33,24 @@ const (
 
 // cmTool is the device and verbs objects of one librdmacm-style tool.
 type cmTool struct {
-	dev *soft.Device
+	dev verbs.Context
 	pd  verbs.PD
 	cq  verbs.CQ
 	qp  verbs.QP
 }
 
-// openCMDevice opens the softrdma device for a local address: the
-// SOFTRDMA_ADDR environment variable, else local, else the address the
-// routing table uses towards remote.
-func openCMDevice(local, remote string) (*soft.Device, error) {
+// openCMDevice opens the device of a librdmacm-style tool: the
+// shared-memory device SOFTRDMA_DEVICE names (shm0, shm1, ...; these
+// tools' flags have no -d), else the softrdma device for a local address:
+// the SOFTRDMA_ADDR environment variable, else local, else the address
+// the routing table uses towards remote.
+func openCMDevice(local, remote string) (verbs.Context, error) {
+	if name := os.Getenv("SOFTRDMA_DEVICE"); name != "" {
+		if !isShmName(name) {
+			return nil, fmt.Errorf("SOFTRDMA_DEVICE=%q: only shared-memory devices (shm0, ...) are chosen by name here; RoCEv2 devices by address (SOFTRDMA_ADDR, -a, -I, -b)", name)
+		}
+		return ctxOf(openShm(name))
+	}
 	a := os.Getenv("SOFTRDMA_ADDR")
 	if a == "" {
 		a = local
@@ -66,7 +74,18 @@ func openCMDevice(local, remote string) (*soft.Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	return soft.Open(deviceConfig(soft.Config{AcceptUnverifiedICRC: true}, addr))
+	return ctxOf(soft.Open(deviceConfig(soft.Config{AcceptUnverifiedICRC: true}, addr)))
+}
+
+// cmLocalAddr is the address a tool's listener binds on dev: a softrdma
+// device's IP; on a shared-memory device, whose listeners are found by
+// port on the host, the unspecified address (the listener reports its
+// GID).
+func cmLocalAddr(dev verbs.Context) netip.Addr {
+	if d, ok := dev.(*soft.Device); ok {
+		return d.LocalAddr()
+	}
+	return netip.IPv4Unspecified()
 }
 
 func resolveIP(host string) (netip.Addr, error) {
@@ -83,7 +102,7 @@ func resolveIP(host string) (netip.Addr, error) {
 
 // newCMTool creates a PD, one CQ and an RC QP in INIT, as rping's
 // setup_qp does (send depth 16, receive depth 2).
-func newCMTool(dev *soft.Device, typ verbs.QPType, sendWR, recvWR uint32) (*cmTool, error) {
+func newCMTool(dev verbs.Context, typ verbs.QPType, sendWR, recvWR uint32) (*cmTool, error) {
 	t := &cmTool{dev: dev}
 	var err error
 	if t.pd, err = dev.AllocPD(); err != nil {
@@ -116,7 +135,10 @@ func (t *cmTool) close() {
 var errPeerGone = errors.New("disconnected")
 
 // waitWC returns the next completion, or errPeerGone once done is closed
-// and the CQ is empty.
+// and the CQ is empty, or at a flushed completion: the QP went to ERR
+// because the connection ended (rping's cq_thread takes a flush as the
+// end, not as a failure; over shm the peer's exit flushes our receive
+// about when its DREQ arrives).
 func waitWC(cq verbs.CQ, done <-chan struct{}) (verbs.WC, error) {
 	wc := make([]verbs.WC, 1)
 	for {
@@ -125,6 +147,9 @@ func waitWC(cq verbs.CQ, done <-chan struct{}) (verbs.WC, error) {
 			return verbs.WC{}, err
 		}
 		if n == 1 {
+			if wc[0].Status == verbs.WCWRFlushErr {
+				return wc[0], errPeerGone
+			}
 			if wc[0].Status != verbs.WCSuccess {
 				return wc[0], fmt.Errorf("%v completion error: %v", wc[0].Opcode, wc[0].Status)
 			}
@@ -340,7 +365,7 @@ func rpingServer(o *rpingOpts) error {
 	}
 	defer dev.Close()
 	defer cm.Detach(dev)
-	local := dev.LocalAddr()
+	local := cmLocalAddr(dev)
 	ln, err := cm.Listen("rdma", netip.AddrPortFrom(local, uint16(o.port)).String(), &cm.Options{Context: dev})
 	if err != nil {
 		return err
@@ -357,7 +382,7 @@ func rpingServer(o *rpingOpts) error {
 	}
 }
 
-func rpingServeOne(o *rpingOpts, dev *soft.Device, ln *cm.Listener) error {
+func rpingServeOne(o *rpingOpts, dev verbs.Context, ln *cm.Listener) error {
 	req, err := ln.Accept(context.Background())
 	if err != nil {
 		return err
@@ -386,6 +411,13 @@ func rpingServeOne(o *rpingOpts, dev *soft.Device, ln *cm.Listener) error {
 	}
 	o.logf("accepting client connection request\n")
 	defer conn.Close()
+	// early is the client's next message when it arrived before the
+	// completion post waited for: the one CQ holds both, and a fast
+	// client (over shm, the responder's pass can complete its SEND
+	// before our go-ahead's) answers before our SEND retires. rping.c's
+	// cq_thread handles each completion as it comes; dropping it here
+	// left adv waiting forever.
+	var early *verbs.WC
 	post := func(wr *verbs.SendWR) error {
 		if err := t.qp.PostSend(wr); err != nil {
 			return err
@@ -398,14 +430,18 @@ func rpingServeOne(o *rpingOpts, dev *soft.Device, ln *cm.Listener) error {
 			if wc.Opcode != verbs.WCRecv {
 				return nil
 			}
+			early = &wc
 		}
 	}
 	goAhead := &verbs.SendWR{Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{b.send.SGE(0, rpingInfoLen)}}
 	// adv waits for the client's {addr, rkey, size}.
 	adv := func() (addr uint64, rkey, size uint32, err error) {
 		for {
-			wc, err := waitWC(t.cq, conn.Done())
-			if err != nil {
+			var wc verbs.WC
+			var err error
+			if early != nil {
+				wc, early = *early, nil
+			} else if wc, err = waitWC(t.cq, conn.Done()); err != nil {
 				return 0, 0, 0, err
 			}
 			if wc.Opcode != verbs.WCRecv {

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/cm"
-	"github.com/softrdma/softrdma/provider/soft"
 	"github.com/softrdma/softrdma/rdmanet"
+	"github.com/softrdma/softrdma/verbs"
 )
 
 // rstream: librdmacm's examples/rstream.c over rdmanet, the same command
@@ -54,7 +54,7 @@ type rstreamOpts struct {
 	verTotal                int64
 	buf                     []byte
 	start, end              time.Time
-	dev                     *soft.Device
+	dev                     verbs.Context
 	ln                      net.Listener
 	riostream               bool // riostream: data by riowrite into the peer's riomap
 }
@@ -264,7 +264,7 @@ func (o *rstreamOpts) run() error {
 func (o *rstreamOpts) listen() error {
 	host := o.src
 	if host == "" && o.dev != nil {
-		host = o.dev.LocalAddr().String()
+		host = cmLocalAddr(o.dev).String()
 	}
 	addr := net.JoinHostPort(host, o.port)
 	var err error

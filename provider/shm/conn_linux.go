@@ -8,7 +8,8 @@ package shm
 //	GRANT_REQ   "my QP a asks your QP b to map rkey c for access d"
 //	GRANT_RESP  yes (with the memfd, address, length, access) or the status
 //	REVOKE      "unmap rkey c now" (DeregMR, SEND_WITH_INV) → REVOKE_ACK
-//	UD          a datagram (UD QPs go over the socket, one system call each)
+//	UD          a datagram (UD QPs go over the socket, one system call each;
+//	            to QP 1: a MAD for the connection manager, gsi_linux.go)
 //	COPY_WRITE  WRITE data for a region that cannot be mapped (RegMR'd Go
 //	COPY_READ   memory), a READ of one, an atomic on one: the owner checks
 //	COPY_ATOMIC and applies it (copy.go) → COPY_RESP, the status and the
@@ -156,12 +157,14 @@ func (g *grant) drop() {
 	g.mu.Unlock()
 }
 
-// dial connects to the device peer names, or returns the live conn.
-func (d *Device) connTo(peer uint64) (*conn, error) {
+// connTo connects to the device peer names, or returns the live conn;
+// op names the caller in errors. A device nobody listens for any more
+// (its process exited) is verbs.ErrUnreachable.
+func (d *Device) connTo(peer uint64, op string) (*conn, error) {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		return nil, verbs.Errorf("ModifyQP", verbs.ErrDestroyed, "device %s is closed", d.name)
+		return nil, verbs.Errorf(op, verbs.ErrDestroyed, "device %s is closed", d.name)
 	}
 	if c := d.conns[peer]; c != nil && !c.dead.Load() {
 		d.mu.Unlock()
@@ -171,7 +174,7 @@ func (d *Device) connTo(peer uint64) (*conn, error) {
 	name := d.sockName(peer)
 	uc, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: name, Net: "unixpacket"})
 	if err != nil {
-		return nil, verbs.Errorf("ModifyQP", verbs.ErrNotFound, "no shm device at %s (is the peer process running, with the same Config.Dir?): %v", name, err)
+		return nil, verbs.Errorf(op, verbs.ErrUnreachable, "no shm device at %s (is the peer process running, with the same Config.Dir?): %v", name, err)
 	}
 	c, err := d.handshake(uc, peer)
 	if err != nil {
@@ -466,6 +469,10 @@ func (c *conn) handle(m *ctrl, payload []byte, fds []int) bool {
 	case mUD:
 		if len(payload) > maxInline {
 			return false
+		}
+		if m.b == gsiQPN {
+			d.deliverMAD(c, m, payload)
+			break
 		}
 		d.deliverUD(c, m, payload)
 	default:

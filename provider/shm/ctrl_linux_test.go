@@ -12,6 +12,10 @@ func FuzzCtrl(f *testing.F) {
 	f.Add(b[:])
 	(&ctrl{typ: mCopyResp, reqID: 3, d: grantCopy, x: 9}).encode(b[:])
 	f.Add(b[:])
+	(&ctrl{typ: mUD, a: gsiQPN, b: gsiQPN, c: 0x80010000}).encode(b[:]) // a MAD for cm
+	f.Add(b[:])
+	(&ctrl{typ: mHello, x: 0x1234}).encode(b[:]) // also a service lookup's answer
+	f.Add(b[:])
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, ok := decodeCtrl(data)
 		if !ok {

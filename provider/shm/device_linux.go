@@ -22,11 +22,12 @@ import (
 // GID (index 0) names the device's Unix socket, so an endpoint carrying
 // the GID reaches this process.
 //
-// A Device runs an accept goroutine, one reader goroutine per connected
-// peer and a progress goroutine that services the shared rings while no
-// application goroutine polls (it sleeps on a futex when idle). Its
-// methods are safe for concurrent use. The zero value is not usable: call
-// Open.
+// A Device is also a verbs.GSI and a verbs.ServiceDirectory, for package
+// cm (gsi_linux.go). It runs an accept goroutine, one reader goroutine
+// per connected peer, one per port cm listens on, and a progress
+// goroutine that services the shared rings while no application
+// goroutine polls (it sleeps on a futex when idle). Its methods are safe
+// for concurrent use. The zero value is not usable: call Open.
 type Device struct {
 	name string
 	id   uint64
@@ -47,7 +48,10 @@ type Device struct {
 	qpByNum  map[uint32]*QP
 	inboxes  map[inboxKey]*mapping // rings peers sent before our QP looked for them
 	pds, cqs int
-	bells    []doorbell // peers' doorbells, unmapped at Close
+	bells    []doorbell                 // peers' doorbells, unmapped at Close
+	services map[*net.UnixListener]bool // BindService's sockets, closed at Close
+
+	madHandler atomic.Pointer[func(verbs.MADSource, []byte)] // QP1's receiver (HandleMADs)
 
 	qps atomic.Pointer[[]*QP] // immutable snapshot, for progress
 
@@ -120,7 +124,8 @@ func Open(cfg Config) (*Device, error) {
 		name: cfg.Name, id: binary.LittleEndian.Uint64(idb[:]) | 1, cfg: cfg, uid: uint32(os.Getuid()),
 		conns: map[uint64]*conn{}, all: map[*conn]bool{}, qpByNum: map[uint32]*QP{},
 		inboxes: map[inboxKey]*mapping{}, mrs: map[uint32]*MR{}, stop: make(chan struct{}),
-		napWake: make(chan struct{}, 1), nap: napTime, safety: safetyWake,
+		services: map[*net.UnixListener]bool{},
+		napWake:  make(chan struct{}, 1), nap: napTime, safety: safetyWake,
 	}
 	d.gid = gidOf(d.uid, d.id)
 	d.qps.Store(&[]*QP{})
@@ -244,6 +249,10 @@ func (d *Device) Close() error {
 	for k, m := range d.inboxes {
 		m.unmap()
 		delete(d.inboxes, k)
+	}
+	for ln := range d.services {
+		ln.Close()
+		delete(d.services, ln)
 	}
 	d.mu.Unlock()
 	d.ln.Close()

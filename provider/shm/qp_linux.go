@@ -282,7 +282,7 @@ func (qp *QP) connectLocked(attr *verbs.QPAttr) error {
 	if !ok {
 		return verbs.Errorf("ModifyQP", verbs.ErrInvalidArgument, "DGID %v is not a shm device's GID (fd73:686d::/32)", attr.AHAttr.GRH.DGID)
 	}
-	c, err := qp.dev.connTo(peer)
+	c, err := qp.dev.connTo(peer, "ModifyQP")
 	if err != nil {
 		return err
 	}
@@ -368,10 +368,17 @@ func (qp *QP) errorLocked() {
 	}
 }
 
-// peerGone is called when the peer's device disconnected.
+// peerGone is called when the peer's device disconnected. What the
+// peer consumed before it went completes first, as its ACK would have on
+// a wire: its consumer index in our ring is its last word (a peer that
+// took our last SENDs and then disconnected and exited must not see them
+// flushed at our end).
 func (qp *QP) peerGone() {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
+	if qp.state != verbs.QPStateErr {
+		qp.retireLocked()
+	}
 	qp.errorLocked()
 	qp.unmapLocked()
 }
@@ -535,7 +542,7 @@ func (qp *QP) sendUDLocked(w *sendWQE) {
 		w.status = verbs.WCLocProtErr
 		return
 	}
-	c, err := qp.dev.connTo(w.ah.peer)
+	c, err := qp.dev.connTo(w.ah.peer, "PostSend")
 	if err != nil {
 		return
 	}

@@ -13,7 +13,12 @@
 // Config.Dir) whose name its GID encodes, so a cm.Endpoint (QPN, PSN, GID)
 // names a peer process's QP and cm.Connect brings an RC QP pair up exactly
 // as over RoCEv2: exchange endpoints by any channel, call Connect on both
-// sides. See docs/shm.md for the design and the figures.
+// sides. The connection manager works too: a Device has a QP1 (verbs.GSI)
+// whose MADs travel over its socket, and a host-wide directory of rdma_cm
+// ports (verbs.ServiceDirectory), so cm.Listen("rdma", "127.0.0.1:7471",
+// &cm.Options{Context: dev}) in one process and cm.Dial with the same
+// address in another connect them. See docs/shm.md for the design and
+// the figures.
 //
 // Memory a peer may access must come from AllocMR: it lives in a sealed
 // memfd that a peer maps only after presenting a valid rkey for a region
