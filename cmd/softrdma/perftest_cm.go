@@ -159,31 +159,18 @@ func (ch *ptCMChannel) wait(ctx context.Context, cq verbs.CQ, what string) (verb
 	defer cancel()
 	stop := context.AfterFunc(ch.gone, cancel)
 	defer stop()
-	var wc [1]verbs.WC
-	for {
-		n, err := cq.Poll(wc[:])
-		if err != nil {
-			return verbs.WC{}, err
+	wc, err := ptWaitCQ(wctx, cq, what)
+	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil && ch.gone.Err() != nil {
+		// A peer that took our last message may disconnect before we saw
+		// it taken (over shm the DREQ can overtake the consumer index our
+		// poll reads): look once more.
+		var last [1]verbs.WC
+		if n, _ := cq.Poll(last[:]); n == 1 && last[0].Status == verbs.WCSuccess {
+			return last[0], nil
 		}
-		if n == 1 {
-			if wc[0].Status != verbs.WCSuccess {
-				return wc[0], fmt.Errorf("%s completion with status %v", what, wc[0].Status)
-			}
-			return wc[0], nil
-		}
-		if err := cq.Wait(wctx); err != nil {
-			if ctx.Err() == nil && ch.gone.Err() != nil {
-				// A peer that took our last message may disconnect
-				// before we saw it taken (over shm the DREQ can overtake
-				// the consumer index our poll reads): look once more.
-				if n, _ := cq.Poll(wc[:]); n == 1 && wc[0].Status == verbs.WCSuccess {
-					return wc[0], nil
-				}
-				return verbs.WC{}, fmt.Errorf("the rdma_cm connection ended: %w", ch.conn.Err())
-			}
-			return verbs.WC{}, err
-		}
+		return verbs.WC{}, fmt.Errorf("the rdma_cm connection ended: %w", ch.conn.Err())
 	}
+	return wc, err
 }
 
 func (ch *ptCMChannel) close() {

@@ -1,4 +1,4 @@
-// This file is the steering program: a few dozen eBPF instructions,
+// This file is the steering program: some ninety eBPF instructions,
 // assembled here (no compiler, no object files), that pick for each
 // datagram the socket of the process owning its destination.
 
