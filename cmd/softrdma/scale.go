@@ -37,7 +37,7 @@ func parseQPCounts(s string) ([]int, error) {
 // runScale measures each QP count in turn on the two devices and prints a
 // table: setup time, memory per QP, aggregate WRITE bandwidth at size and
 // 8-byte WRITE rate over all QPs.
-func runScale(w io.Writer, a, b verbs.Context, counts []int, size, msgs, rateMsgs int, mtu verbs.MTU) ([]bench.ScaleResult, error) {
+func runScale(w io.Writer, a, b verbs.Context, counts []int, size, msgs, rateMsgs, outstanding int, mtu verbs.MTU) ([]bench.ScaleResult, error) {
 	fmt.Fprintln(w, dashes)
 	fmt.Fprintf(w, "                    RC QP scale: %d-byte and 8-byte RDMA WRITEs round-robin over N QP pairs\n", size)
 	fmt.Fprintln(w, "                    (one PD, MR and CQ per side; send queue 128, receive queue 16 per QP)")
@@ -46,7 +46,7 @@ func runScale(w io.Writer, a, b verbs.Context, counts []int, size, msgs, rateMsg
 		fmt.Sprintf("BW %s[MB/s]", sizeName(size)), "8B rate[Mmsg/s]", "CPU[s/GB]")
 	var out []bench.ScaleResult
 	for _, n := range counts {
-		r, err := bench.Scale(a, b, bench.ScaleConfig{QPs: n, Size: size, Msgs: msgs, RateMsgs: rateMsgs, MTU: mtu})
+		r, err := bench.Scale(a, b, bench.ScaleConfig{QPs: n, Size: size, Msgs: msgs, RateMsgs: rateMsgs, Outstanding: outstanding, MTU: mtu})
 		if err != nil {
 			return out, fmt.Errorf("%d QPs: %w\n%s", n, err, counterReport(a, b))
 		}

@@ -63,7 +63,9 @@ type Config struct {
 	// uses one source port and many QPs spread over several, which gives
 	// ECMP and RSS the entropy rxe's 0xC000+hash source ports give. 0 means
 	// 8; a negative value sends from the receiving socket (source port =
-	// Port).
+	// Port). On Linux, loopback peers get every flow from the first of
+	// them: loopback spreads nothing by port, and one socket sends a batch
+	// for many QPs in one sendmmsg.
 	SourcePorts int
 	// DisableGSO turns off UDP generic segmentation offload (Linux only;
 	// the portable transport never coalesces). With it on, runs of

@@ -527,12 +527,22 @@ func (t *Transport) Coalesces(peer netip.AddrPort) bool {
 // senderFor picks the sending socket of a packet: one of its source
 // address's, by its flow. The packets' sources were checked by
 // checkSources.
+//
+// To a loopback peer every flow leaves from the address's first socket:
+// loopback has no ECMP or RSS for the source ports to spread over, and one
+// socket lets the packets of many QPs (a held doorbell batch, the ACKs of
+// one receive batch) leave in one sendmmsg, often one GSO datagram, where
+// eight sockets took eight calls.
 func (t *Transport) senderFor(p *transport.Datagram) int {
-	if len(t.homes) == 1 {
-		return flowSender(p.Flow, len(t.senders))
+	first, n := 0, len(t.senders)
+	if len(t.homes) > 1 {
+		h := &t.homes[t.homeOf(p.Local)]
+		first, n = h.first, h.n
 	}
-	h := &t.homes[t.homeOf(p.Local)]
-	return h.first + flowSender(p.Flow, h.n)
+	if p.Peer.Addr().Unmap().IsLoopback() {
+		return first
+	}
+	return first + flowSender(p.Flow, n)
 }
 
 // checkSources checks that every packet's source address is one of the

@@ -387,3 +387,37 @@ func TestSameSteering(t *testing.T) {
 		t.Error("a packet too short for a BTH was coalesced")
 	}
 }
+
+// TestSenderFor: to a peer that is not on loopback, a flow keeps its
+// sending socket and many flows spread over the sockets; to a loopback
+// peer every flow takes the first socket, so that one sendmmsg carries a
+// batch for many QPs.
+func TestSenderFor(t *testing.T) {
+	a, _ := testAddrs(t, 9)
+	tr, err := Listen(Config{Addr: a, Port: 4791})
+	if err != nil {
+		t.Skipf("cannot bind %v: %v", a, err)
+	}
+	defer tr.Close()
+	remote := netip.MustParseAddrPort("192.0.2.7:4791")
+	used := map[int]bool{}
+	for flow := uint32(1); flow <= 64; flow++ {
+		d := transport.Datagram{Peer: remote, Flow: flow}
+		s := tr.senderFor(&d)
+		if again := tr.senderFor(&d); again != s {
+			t.Fatalf("flow %d: socket %d, then %d", flow, s, again)
+		}
+		used[s] = true
+		d.Peer = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 4791)
+		if s := tr.senderFor(&d); s != 0 {
+			t.Fatalf("flow %d to loopback: socket %d, want 0", flow, s)
+		}
+		d.Peer = netip.MustParseAddrPort("[::ffff:127.0.0.9]:4791")
+		if s := tr.senderFor(&d); s != 0 {
+			t.Fatalf("flow %d to a v4-mapped loopback peer: socket %d, want 0", flow, s)
+		}
+	}
+	if len(used) != len(tr.senders) {
+		t.Fatalf("64 flows to a remote peer used %d of %d sockets", len(used), len(tr.senders))
+	}
+}
