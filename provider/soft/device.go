@@ -206,19 +206,26 @@ type Counter struct {
 // group mirrors the names of rxe's hw_counters
 // (/sys/class/infiniband/rxe0/ports/1/hw_counters) so the two can be
 // compared side by side; the rest count what softrdma retransmits and
-// drops, and why.
+// drops, and why. Over the UDP transport the last two are its system
+// calls: send_calls (sendmmsg or sendmsg calls) and recv_calls (receive
+// calls that returned packets); sent_pkts / send_calls is how many
+// packets a call carried.
 func (d *Device) Counters() []Counter {
 	snap := d.eng.Counters.Snapshot()
-	out := make([]Counter, len(snap))
+	out := make([]Counter, len(snap), len(snap)+2)
 	for i, c := range snap {
 		out[i] = Counter{Name: c.Name, Value: c.Value}
+	}
+	if st, ok := d.tr.(interface{ Stats() udp.Stats }); ok {
+		s := st.Stats()
+		out = append(out, Counter{"send_calls", s.SendCalls}, Counter{"recv_calls", s.RecvCalls})
 	}
 	return out
 }
 
 // Counter returns the statistic called name, and whether there is one.
 func (d *Device) Counter(name string) (uint64, bool) {
-	for _, c := range d.eng.Counters.Snapshot() {
+	for _, c := range d.Counters() {
 		if c.Name == name {
 			return c.Value, true
 		}

@@ -27,8 +27,9 @@ func ExampleOpen() {
 	}
 	fmt.Println(dev.LocalAddr(), port.State, port.ActiveMTU, gid)
 	sent, _ := dev.Counter("sent_pkts")
-	fmt.Println("sent_pkts", sent)
+	calls, ok := dev.Counter("send_calls")
+	fmt.Println("sent_pkts", sent, "send_calls", calls, ok)
 	// Output:
 	// 127.0.63.1 PORT_ACTIVE 4096 ::ffff:127.0.63.1
-	// sent_pkts 0
+	// sent_pkts 0 send_calls 0 true
 }

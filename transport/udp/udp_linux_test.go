@@ -421,3 +421,44 @@ func TestSenderFor(t *testing.T) {
 		t.Fatalf("64 flows to a remote peer used %d of %d sockets", len(used), len(tr.senders))
 	}
 }
+
+// TestManyFlowsOneCall: packets of 16 QPs to one loopback peer leave in
+// one system call, however many sending sockets the transport has.
+func TestManyFlowsOneCall(t *testing.T) {
+	a, b := testAddrs(t, 10)
+	ta, err := Listen(Config{Addr: a, Port: 4791})
+	if err != nil {
+		t.Skipf("cannot bind %v: %v", a, err)
+	}
+	defer ta.Close()
+	tb, err := Listen(Config{Addr: b, Port: 4791})
+	if err != nil {
+		t.Skipf("cannot bind %v: %v", b, err)
+	}
+	defer tb.Close()
+	out := make([]transport.Datagram, 16)
+	for i := range out {
+		out[i] = transport.Datagram{Buf: packet(8, byte(i)), Peer: tb.LocalAddr(), Flow: uint32(0x100 + i)}
+	}
+	before := ta.Stats()
+	if n, err := ta.Send(out); n != len(out) || err != nil {
+		t.Fatalf("Send: %d, %v", n, err)
+	}
+	st := ta.Stats()
+	if calls, sent := st.SendCalls-before.SendCalls, st.Sent-before.Sent; calls != 1 || sent != 16 {
+		t.Fatalf("16 packets of 16 flows took %d calls (%d sent), want 1", calls, sent)
+	}
+	in := recvBufs(64)
+	for got := 0; got < len(out); {
+		k, err := tb.Recv(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range in[:k] {
+			if p.ICRC != transport.ICRCOK {
+				t.Fatalf("packet %d: ICRC %v", got, p.ICRC)
+			}
+			got++
+		}
+	}
+}
