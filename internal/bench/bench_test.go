@@ -3,6 +3,7 @@ package bench
 import (
 	"testing"
 
+	"github.com/softrdma/softrdma/provider/soft"
 	"github.com/softrdma/softrdma/verbs"
 )
 
@@ -34,6 +35,7 @@ func TestBWAndLat(t *testing.T) {
 				cfg := Config{Op: op, Size: size, Iters: 700, Block: block}
 				bw, err := BW(sa, sb, cfg)
 				if err != nil {
+					logCounters(t, da, db)
 					t.Fatalf("%v BW %d B block=%v: %v", op, size, block, err)
 				}
 				if bw.Iters != 700 || !(bw.MsgRate > 0) || !(bw.AvgMBps > 0) {
@@ -42,6 +44,7 @@ func TestBWAndLat(t *testing.T) {
 				cfg.Iters = 100
 				lat, err := Lat(sa, sb, cfg)
 				if err != nil {
+					logCounters(t, da, db)
 					t.Fatalf("%v latency %d B block=%v: %v", op, size, block, err)
 				}
 				if !(lat.Min > 0 && lat.Min <= lat.Typical && lat.Typical <= lat.Max) {
@@ -55,5 +58,18 @@ func TestBWAndLat(t *testing.T) {
 	}
 	if _, err := BW(sa, sb, Config{Op: Write, Size: 9001, Iters: 10}); err == nil {
 		t.Fatal("a message larger than the buffers was accepted")
+	}
+}
+
+// logCounters logs the devices' non-zero counters, so that a failed run
+// says what the engines saw (retransmissions, drops, timeouts).
+func logCounters(t *testing.T, devs ...*soft.Device) {
+	t.Helper()
+	for _, d := range devs {
+		for _, c := range d.Counters() {
+			if c.Value != 0 {
+				t.Logf("%s %s=%d", d.Name(), c.Name, c.Value)
+			}
+		}
 	}
 }
