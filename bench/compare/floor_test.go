@@ -94,7 +94,7 @@ func TestFloorReport(t *testing.T) {
 		t.Errorf("floor table without a floor:\n%s", b.String())
 	}
 
-	add(seriesFloorPP, "udp-busy ping-pong, 40 B datagrams", "lat", 8, metrics{"lat_p50_us": 3, "lat_p99_us": 12})
+	add(seriesFloorPP, "udp-busy ping-pong (40 B datagrams)", "lat", 8, metrics{"lat_p50_us": 3, "lat_p99_us": 12})
 	add(seriesFloorBW, "udp-gso stream", "bw", refSize, metrics{"bw_MiBps": 4000})
 	r.summarize()
 	want := map[string]float64{ // softrdma / floor
@@ -120,11 +120,11 @@ func TestFloorReport(t *testing.T) {
 	out := strings.Join(strings.Fields(b.String()), " ") // columns are padded
 	for _, s := range []string{
 		"kernel floor: Linux UDP",
-		"udp-busy ping-pong, 40 B datagrams; udp-gso stream",
+		"udp-busy ping-pong (40 B datagrams); udp-gso stream",
 		"8 B latency p50 (µs, lower is better) 3.00 6.00 2.00x 5.00 1.67x",
 		"8 B latency p99 (µs, lower is better) 12.0 30.0 2.50x 8.00 0.67x",
 		"1 MiB bandwidth (MB/s, higher is better) 4000 2000 0.50x 5000 1.25x",
-		"[INFO] RDMA WRITE 8 B latency p99 beside the kernel floor (reported): softrdma 30.0 µs; kernel floor (udp-busy ping-pong, 40 B datagrams) 12.0 µs (softrdma/that 2.50x)",
+		"[INFO] RDMA WRITE 8 B latency p99 beside the kernel floor (reported): softrdma 30.0 µs; kernel floor (udp-busy ping-pong (40 B datagrams)) 12.0 µs (softrdma/that 2.50x)",
 	} {
 		if !strings.Contains(out, s) {
 			t.Errorf("no %q in\n%s", s, out)
