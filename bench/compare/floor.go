@@ -56,9 +56,9 @@ const (
 	// floorSegs is how many segments one GSO datagram carries: as many
 	// as fit in udpChunk bytes, softrdma's transport's limit too.
 	floorSegs   = udpChunk / floorSeg
-	floorBatch  = 8       // datagrams per sendmmsg / recvmmsg
-	floorWindow = 4 << 20 // UDP bytes the sender keeps beyond the last credit
-	floorCredit = 512 << 10
+	floorBatch  = 8               // datagrams per sendmmsg / recvmmsg
+	floorWindow = 4 << 20         // UDP bytes the sender keeps beyond the last credit
+	floorCredit = 512 << 10       // the receiver credits the sender every this many bytes
 	floorIdle   = 3 * time.Second // a silent peer ends a run after this
 	floorSpins  = 4096            // empty polls between two looks at the clock
 )
