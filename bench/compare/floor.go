@@ -63,6 +63,13 @@ const (
 	floorSpins  = 4096            // empty polls between two looks at the clock
 )
 
+// The floor's tools column. No ", " in them: summarize joins a series'
+// tools with it and splits them on it.
+var (
+	floorPPTool = fmt.Sprintf("udp-busy ping-pong (%d B datagrams)", floorPacket(latSize))
+	floorBWTool = fmt.Sprintf("udp-gso stream (%d×%d B segments)", floorSegs, floorSeg)
+)
+
 // floorPacket is the UDP payload of an RDMA WRITE ONLY with payload bytes.
 func floorPacket(payload int) int { return payload + floorHeaders }
 

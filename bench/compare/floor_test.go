@@ -94,9 +94,14 @@ func TestFloorReport(t *testing.T) {
 		t.Errorf("floor table without a floor:\n%s", b.String())
 	}
 
-	add(seriesFloorPP, "udp-busy ping-pong (40 B datagrams)", "lat", 8, metrics{"lat_p50_us": 3, "lat_p99_us": 12})
-	add(seriesFloorBW, "udp-gso stream", "bw", refSize, metrics{"bw_MiBps": 4000})
+	for range 2 { // two rounds: the tools column names each tool once
+		add(seriesFloorPP, floorPPTool, "lat", 8, metrics{"lat_p50_us": 3, "lat_p99_us": 12})
+		add(seriesFloorBW, floorBWTool, "bw", refSize, metrics{"bw_MiBps": 4000})
+	}
 	r.summarize()
+	if got := r.tools[seriesFloorPP+"|lat"] + "; " + r.tools[seriesFloorBW+"|bw"]; got != floorPPTool+"; "+floorBWTool {
+		t.Errorf("tools %q, want each once", got)
+	}
 	want := map[string]float64{ // softrdma / floor
 		"RDMA WRITE 8 B latency p50 beside the kernel floor (reported)": 2,
 		"RDMA WRITE 8 B latency p99 beside the kernel floor (reported)": 2.5,
@@ -120,7 +125,7 @@ func TestFloorReport(t *testing.T) {
 	out := strings.Join(strings.Fields(b.String()), " ") // columns are padded
 	for _, s := range []string{
 		"kernel floor: Linux UDP",
-		"udp-busy ping-pong (40 B datagrams); udp-gso stream",
+		"(udp-busy ping-pong (40 B datagrams); udp-gso stream (15×4128 B segments)), what",
 		"8 B latency p50 (µs, lower is better) 3.00 6.00 2.00x 5.00 1.67x",
 		"8 B latency p99 (µs, lower is better) 12.0 30.0 2.50x 8.00 0.67x",
 		"1 MiB bandwidth (MB/s, higher is better) 4000 2000 0.50x 5000 1.25x",

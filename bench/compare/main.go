@@ -519,13 +519,13 @@ func run(cfg *config) int {
 		// The kernel floor (floor.go): the 8-byte WRITE's datagram
 		// ping-ponged and 1 MiB of WRITE ONLY-sized GSO segments, in the
 		// slots of softrdma's 8-byte latency and 1 MiB bandwidth.
-		add(seriesFloorPP, fmt.Sprintf("udp-busy ping-pong (%d B datagrams)", floorPacket(latSize)), "lat", latSize, func(ctx context.Context) (metrics, runInfo, error) {
+		add(seriesFloorPP, floorPPTool, "lat", latSize, func(ctx context.Context) (metrics, runInfo, error) {
 			return g.run(ctx, "udp-busy", "pp", latSize, cfg.latN)
 		})
 		if err := floorProbe(); err != nil {
 			skip(seriesFloorBW, err.Error())
 		} else {
-			add(seriesFloorBW, fmt.Sprintf("udp-gso stream (%d×%d B segments)", floorSegs, floorSeg), "bw", refSize, func(ctx context.Context) (metrics, runInfo, error) {
+			add(seriesFloorBW, floorBWTool, "bw", refSize, func(ctx context.Context) (metrics, runInfo, error) {
 				return g.run(ctx, "udp-gso", "stream", refSize, cfg.bwIters(refSize))
 			})
 		}
