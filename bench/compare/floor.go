@@ -14,7 +14,9 @@ package main
 //	          one-way latency = round trip / 2. Each side: one goroutine
 //	          locked to its thread, a non-blocking connected socket,
 //	          recvfrom(MSG_DONTWAIT) polled in a loop, sendto; raw system
-//	          calls, as softrdma's busy pollers make them.
+//	          calls, as softrdma's busy pollers make them. (softrdma's hop
+//	          also carries the previous WRITE's 20-byte ACK, as a second
+//	          GSO segment: its protocol, not the kernel's, so left out.)
 //	udp-gso   a stream of UDP_SEGMENT (GSO) datagrams of 15 segments of
 //	          4128 bytes (a WRITE ONLY at a 4096-byte path MTU: BTH 12 +
 //	          RETH 16 + 4096 + ICRC 4, what softrdma sends per packet to a
