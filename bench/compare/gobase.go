@@ -13,6 +13,9 @@ package main
 // over it) and "rdmanet-shm" (a shared-memory device per process; the QPs
 // are connected over a TCP stream, rdmanet.Connect): byte for byte the
 // loops the TCP baseline runs.
+//
+// The protos "udp-busy" and "udp-gso" are the kernel-floor anchors, raw
+// system calls rather than package net: floor.go.
 
 import (
 	"context"
@@ -39,7 +42,7 @@ import (
 const udpChunk = 65000 // largest datagram the UDP stream sends (fits lo's MTU)
 
 type goOpts struct {
-	proto, mode string // tcp|udp|rdmanet|rdmanet-shm, pp|stream
+	proto, mode string // tcp|udp|rdmanet|rdmanet-shm|udp-busy|udp-gso, pp|stream
 	addr        string
 	dev         string // rdmanet: this side's soft device address
 	size, n     int
@@ -49,12 +52,17 @@ type goOpts struct {
 }
 
 // stream reports whether proto is a byte stream (TCP, rdmanet).
-func (o goOpts) stream() bool { return o.proto != "udp" }
+func (o goOpts) stream() bool {
+	return o.proto == "tcp" || o.proto == "rdmanet" || o.proto == "rdmanet-shm"
+}
+
+// floor reports whether proto is one of the kernel-floor anchors (floor.go).
+func (o goOpts) floor() bool { return o.proto == "udp-busy" || o.proto == "udp-gso" }
 
 func parseGoOpts(args []string) (goOpts, error) {
 	var o goOpts
 	fs := flag.NewFlagSet("go-baseline", flag.ContinueOnError)
-	fs.StringVar(&o.proto, "proto", "tcp", "tcp, udp, rdmanet or rdmanet-shm")
+	fs.StringVar(&o.proto, "proto", "tcp", "tcp, udp, rdmanet, rdmanet-shm, udp-busy (-mode pp) or udp-gso (-mode stream)")
 	fs.StringVar(&o.dev, "dev", "", "rdmanet: the address of this side's soft device")
 	fs.StringVar(&o.mode, "mode", "pp", "pp (ping-pong) or stream")
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:0", "listen / connect address")
@@ -69,8 +77,22 @@ func parseGoOpts(args []string) (goOpts, error) {
 	if o.size < 1 || o.n < 1 {
 		return o, errors.New("size and n must be positive")
 	}
+	if o.mode != "pp" && o.mode != "stream" {
+		return o, fmt.Errorf("unknown -mode %q (want pp or stream)", o.mode)
+	}
 	switch o.proto {
 	case "tcp", "udp", "rdmanet-shm":
+	case "udp-busy":
+		if o.mode != "pp" {
+			return o, errors.New("-proto udp-busy is a ping-pong: -mode pp")
+		}
+		if floorPacket(o.size) > udpChunk {
+			return o, fmt.Errorf("udp-busy: a WRITE ONLY of %d bytes is a datagram of %d > %d", o.size, floorPacket(o.size), udpChunk)
+		}
+	case "udp-gso":
+		if o.mode != "stream" {
+			return o, errors.New("-proto udp-gso is a stream: -mode stream")
+		}
 	case "rdmanet":
 		if _, err := netip.ParseAddr(o.dev); err != nil {
 			return o, fmt.Errorf("-proto rdmanet needs -dev, the soft device's address: %v", err)
@@ -145,6 +167,9 @@ func printResult(m map[string]float64) {
 }
 
 func goServer(o goOpts) error {
+	if o.floor() {
+		return floorServer(o, func(addr string) { fmt.Printf("READY %s\n", addr) })
+	}
 	buf := make([]byte, max(o.size, 4<<20))
 	if o.stream() {
 		c, err := acceptStream(o)
@@ -266,17 +291,28 @@ func mustUDPAddr(s string) *net.UDPAddr {
 
 // bigBuffers asks for 16 MiB socket buffers, past rmem_max if root.
 func bigBuffers(c *net.UDPConn) {
-	c.SetReadBuffer(16 << 20)
-	c.SetWriteBuffer(16 << 20)
 	if rc, err := c.SyscallConn(); err == nil {
-		rc.Control(func(fd uintptr) {
-			syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUFFORCE, 16<<20)
-			syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUFFORCE, 16<<20)
-		})
+		rc.Control(func(fd uintptr) { forceBuffers(int(fd)) })
 	}
 }
 
+// forceBuffers asks for 16 MiB socket buffers: up to rmem_max/wmem_max,
+// and past them if root (the FORCE options).
+func forceBuffers(fd int) {
+	syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_RCVBUF, 16<<20)
+	syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_SNDBUF, 16<<20)
+	syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_RCVBUFFORCE, 16<<20)
+	syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_SNDBUFFORCE, 16<<20)
+}
+
 func goClient(o goOpts) error {
+	if o.floor() {
+		m, err := floorClient(o)
+		if err == nil {
+			printResult(m)
+		}
+		return err
+	}
 	buf := make([]byte, o.size)
 	for i := range buf {
 		buf[i] = byte(i)

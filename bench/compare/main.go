@@ -67,8 +67,10 @@ const (
 	seriesRnet    = "softrdma rdmanet"
 	seriesRnetShm = "softrdma rdmanet shm"
 	seriesGoTCP   = "Go TCP"
-	rnPPSize      = 64      // rdmanet's request/response size (issue 11)
-	rnStreamSize  = 1 << 16 // rdmanet's stream write size
+	seriesFloorPP = "Go UDP busy-poll" // the kernel floor's latency (floor.go)
+	seriesFloorBW = "Go UDP GSO"       // the kernel floor's bandwidth
+	rnPPSize      = 64                 // rdmanet's request/response size (issue 11)
+	rnStreamSize  = 1 << 16            // rdmanet's stream write size
 	errLinesFirst = 12
 )
 
@@ -83,10 +85,18 @@ ucx_perftest (UCX_TLS=tcp), libfabric fi_pingpong (tcp, udp) and plain Go
 TCP/UDP, and (stack shm) softrdma's shared-memory provider (-d shm0)
 against UCX over POSIX shared memory (UCX_TLS=posix,self), interleaved
 over rounds; prints medians and softrdma/anchor ratios, writes JSON and a
-PNG. Installs ucx-utils and libfabric-bin with apt-get
+PNG.
+
+The go stack includes the kernel floor (Linux UDP with nothing on top,
+what no RoCEv2-over-UDP transport can beat here): udp-busy, a busy-polled
+raw-syscall ping-pong of a %d-byte datagram (an 8-byte WRITE ONLY: BTH,
+RETH, payload, ICRC), and udp-gso, a stream of UDP_SEGMENT datagrams of
+%d segments of %d bytes (a 4096-byte-MTU WRITE ONLY) via sendmmsg to a
+UDP_GRO receiver busy-polling recvmmsg; printed as softrdma/floor ratios
+and reported-only targets. Installs ucx-utils and libfabric-bin with apt-get
 when missing (root); a stack that cannot be set up is skipped with a reason.
 
-`)
+`, floorPacket(latSize), floorSegs, floorSeg)
 		fs.PrintDefaults()
 	}
 	fs.IntVar(&c.rounds, "rounds", 5, "rounds; every measurement runs once per round (-quick: 3)")
@@ -505,6 +515,19 @@ func run(cfg *config) int {
 					return g.run(ctx, p, "stream", s, cfg.bwIters(s))
 				})
 			}
+		}
+		// The kernel floor (floor.go): the 8-byte WRITE's datagram
+		// ping-ponged and 1 MiB of WRITE ONLY-sized GSO segments, in the
+		// slots of softrdma's 8-byte latency and 1 MiB bandwidth.
+		add(seriesFloorPP, floorPPTool, "lat", latSize, func(ctx context.Context) (metrics, runInfo, error) {
+			return g.run(ctx, "udp-busy", "pp", latSize, cfg.latN)
+		})
+		if err := floorProbe(); err != nil {
+			skip(seriesFloorBW, err.Error())
+		} else {
+			add(seriesFloorBW, floorBWTool, "bw", refSize, func(ctx context.Context) (metrics, runInfo, error) {
+				return g.run(ctx, "udp-gso", "stream", refSize, cfg.bwIters(refSize))
+			})
 		}
 	}
 	// softrdma's sockets (rdmanet over a soft device, and over a shm

@@ -101,6 +101,7 @@ var units = map[string]string{
 	"peak_MiBps": "perftest's peak bandwidth",
 	"msg_rate_M": "million messages per second",
 	"loss":       "fraction of the Go UDP stream's bytes that did not arrive",
+	"udp_MiBps":  "Go UDP GSO (kernel floor): UDP payload bytes per second, RoCE headers included (bw_MiBps counts 4096 of every 4128)",
 }
 
 func medianOf(v []float64) float64 {
@@ -216,6 +217,7 @@ func (r *report) summarize() {
 	srLat0, okL := r.get(seriesWrite, "lat", latSize, "lat_p50_us")
 	r.Targets = append(r.Targets, mk("SEND 8 B latency (median) ≤ 1.1× WRITE's", "µs", "lower", "1.1 × softrdma WRITE 8 B median", sendLat, srLat0*1.1, ok, okL))
 	r.Targets = append(r.Targets, r.shmTargets()...)
+	r.Targets = append(r.Targets, r.floorTargets()...)
 	// Sockets over RDMA (issue 11), when the rdmanet stack ran.
 	tcpLat, okT := r.get(seriesGoTCP, "lat", rnPPSize, "lat_p50_us")
 	tcpBW, okB := r.get(seriesGoTCP, "bw", rnStreamSize, "bw_MiBps")
@@ -260,12 +262,7 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintln(w, "note:", n)
 	}
 
-	ratio := func(sr, x float64, okS, okX bool) string {
-		if !okS || !okX || x == 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%.2fx", sr/x)
-	}
+	ratio := ratioStr
 	spread := func(m median, ok bool) string {
 		if !ok {
 			return "-"
@@ -343,6 +340,7 @@ func (r *report) print(w io.Writer) {
 	}
 
 	r.printProtection(w)
+	r.printFloor(w)
 
 	// The sweep.
 	rows = [][]string{{"series"}}
@@ -424,12 +422,7 @@ func (r *report) printProtection(w io.Writer) {
 	lat0, okL0 := r.get(seriesWrite, "lat", latSize, "lat_p50_us")
 	bw0, okB0 := r.get(seriesWrite, "bw", refSize, "bw_MiBps")
 	rows = append(rows, []string{"plain", num(lat0, okL0), "1", num(bw0, okB0), "1"})
-	x := func(v, base float64, ok, okBase bool) string {
-		if !ok || !okBase || base == 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%.2fx", v/base)
-	}
+	x := ratioStr
 	for _, mode := range []string{"auth", "encrypt"} {
 		series := seriesWrite + " " + mode
 		lat, okL := r.get(series, "lat", latSize, "lat_p50_us")
@@ -515,4 +508,69 @@ func num(v float64, ok bool) string {
 		return fmt.Sprintf("%.2f", v)
 	}
 	return fmt.Sprintf("%.3f", v)
+}
+
+// ratioStr is a / b as "1.23x", or "-" when a side is missing.
+func ratioStr(a, b float64, okA, okB bool) string {
+	if !okA || !okB || b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
+}
+
+// floorFigures are the figures the kernel floor (floor.go) stands beside:
+// its series, softrdma's and UCX's at the same size and metric.
+var floorFigures = []struct {
+	name, unit, better string
+	kind               string
+	size               int
+	metric             string
+	floor, ucx         string // the floor's series and UCX's
+}{
+	{"8 B latency p50", "µs", "lower", "lat", latSize, "lat_p50_us", seriesFloorPP, seriesUCXTag},
+	{"8 B latency p99", "µs", "lower", "lat", latSize, "lat_p99_us", seriesFloorPP, seriesUCXTag},
+	{"1 MiB bandwidth", "MB/s", "higher", "bw", refSize, "bw_MiBps", seriesFloorBW, seriesUCXTag},
+}
+
+// floorTargets are reported-only lines: softrdma WRITE beside the kernel
+// floor, for each figure whose floor was measured.
+func (r *report) floorTargets() []target {
+	var out []target
+	for _, f := range floorFigures {
+		fl, okF := r.get(f.floor, f.kind, f.size, f.metric)
+		if !okF {
+			continue
+		}
+		sr, okS := r.get(seriesWrite, f.kind, f.size, f.metric)
+		t := mkTarget("RDMA WRITE "+f.name+" beside the kernel floor (reported)", f.unit, f.better,
+			"kernel floor ("+r.tools[f.floor+"|"+f.kind]+")", 1, sr, fl, okS, okF)
+		t.Met, t.Reported = nil, okS
+		out = append(out, t)
+	}
+	return out
+}
+
+// printFloor prints softrdma WRITE and UCX over TCP beside the kernel
+// floor: how much of the gap to UCX is the kernel's UDP path against its
+// TCP path, and how much softrdma adds.
+func (r *report) printFloor(w io.Writer) {
+	rows := [][]string{{"figure", "floor", "softrdma WRITE", "softrdma/floor", "UCX tcp tag", "UCX/floor"}}
+	for _, f := range floorFigures {
+		fl, okF := r.get(f.floor, f.kind, f.size, f.metric)
+		if !okF {
+			continue
+		}
+		sr, okS := r.get(seriesWrite, f.kind, f.size, f.metric)
+		ucx, okU := r.get(f.ucx, f.kind, f.size, f.metric)
+		rows = append(rows, []string{f.name + " (" + f.unit + ", " + f.better + " is better)", num(fl, okF),
+			num(sr, okS), ratioStr(sr, fl, okS, okF), num(ucx, okU), ratioStr(ucx, fl, okU, okF)})
+	}
+	var tools []string
+	for _, t := range []string{r.tools[seriesFloorPP+"|lat"], r.tools[seriesFloorBW+"|bw"]} {
+		if t != "" {
+			tools = append(tools, t)
+		}
+	}
+	section(w, fmt.Sprintf("kernel floor: Linux UDP with nothing on top, busy-polled raw system calls (%s), what RoCEv2 over UDP cannot beat on this host; medians",
+		strings.Join(tools, "; ")), 1, rows)
 }
