@@ -56,6 +56,7 @@ func runBench(args []string) error {
 	scaleSize := fs.Int("scale-size", 65536, "WRITE size of the -scale bandwidth run")
 	scaleMsgs := fs.Int("scale-n", 20000, "WRITEs in each -scale bandwidth run (at least 2 per QP)")
 	scaleRate := fs.Int("scale-rate-n", 500000, "8-byte WRITEs in each -scale rate run (0: none)")
+	scaleCounters := fs.Bool("scale-counters", false, "after each -scale QP count, print what the two devices counted during it (soft provider: packets, timeouts, retransmissions, drops)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -125,7 +126,7 @@ func runBench(args []string) error {
 		}
 		fmt.Printf("softrdma bench -scale: %s ⇄ %s %s, IB MTU %d, busy-polled completions\n",
 			devAddr(a), devAddr(b), over, pmtu.Bytes())
-		res, err := runScale(os.Stdout, a, b, counts, *scaleSize, *scaleMsgs, *scaleRate, pmtu)
+		res, err := runScale(os.Stdout, a, b, counts, *scaleSize, *scaleMsgs, *scaleRate, pmtu, *scaleCounters)
 		if err != nil {
 			return err
 		}
