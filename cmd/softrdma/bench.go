@@ -57,6 +57,7 @@ func runBench(args []string) error {
 	scaleMsgs := fs.Int("scale-n", 20000, "WRITEs in each -scale bandwidth run (at least 2 per QP)")
 	scaleRate := fs.Int("scale-rate-n", 500000, "8-byte WRITEs in each -scale rate run (0: none)")
 	scaleOut := fs.Int("scale-outstanding", 256, "WRITEs in flight over all QPs in a -scale run; each QP has max(1, this/QPs), at most 128")
+	scaleCounters := fs.Bool("scale-counters", false, "after each -scale QP count, print what the two devices counted during it (soft provider: packets, timeouts, retransmissions, drops)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -126,7 +127,8 @@ func runBench(args []string) error {
 		}
 		fmt.Printf("softrdma bench -scale: %s ⇄ %s %s, IB MTU %d, busy-polled completions\n",
 			devAddr(a), devAddr(b), over, pmtu.Bytes())
-		res, err := runScale(os.Stdout, a, b, counts, *scaleSize, *scaleMsgs, *scaleRate, *scaleOut, pmtu)
+		res, err := runScale(os.Stdout, a, b, counts, scaleOpts{size: *scaleSize, msgs: *scaleMsgs, rateMsgs: *scaleRate,
+			outstanding: *scaleOut, mtu: pmtu, counters: *scaleCounters})
 		if err != nil {
 			return err
 		}

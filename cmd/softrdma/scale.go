@@ -34,10 +34,22 @@ func parseQPCounts(s string) ([]int, error) {
 	return out, nil
 }
 
+// scaleOpts are runScale's settings (bench's -scale-* flags): the
+// bandwidth run's WRITE size and count, the rate run's count, the WRITEs
+// in flight over all QPs (0: bench.Scale's default), the IB MTU, and
+// whether to print the devices' counters after each QP count.
+type scaleOpts struct {
+	size, msgs, rateMsgs, outstanding int
+	mtu                               verbs.MTU
+	counters                          bool
+}
+
 // runScale measures each QP count in turn on the two devices and prints a
-// table: setup time, memory per QP, aggregate WRITE bandwidth at size and
-// 8-byte WRITE rate over all QPs.
-func runScale(w io.Writer, a, b verbs.Context, counts []int, size, msgs, rateMsgs, outstanding int, mtu verbs.MTU) ([]bench.ScaleResult, error) {
+// table: setup time, memory per QP, aggregate WRITE bandwidth at o.size
+// and 8-byte WRITE rate over all QPs; with o.counters, each QP count's
+// line is followed by what the devices counted during it.
+func runScale(w io.Writer, a, b verbs.Context, counts []int, o scaleOpts) ([]bench.ScaleResult, error) {
+	size := o.size
 	fmt.Fprintln(w, dashes)
 	fmt.Fprintf(w, "                    RC QP scale: %d-byte and 8-byte RDMA WRITEs round-robin over N QP pairs\n", size)
 	fmt.Fprintln(w, "                    (one PD, MR and CQ per side; send queue 128, receive queue 16 per QP)")
@@ -46,12 +58,16 @@ func runScale(w io.Writer, a, b verbs.Context, counts []int, size, msgs, rateMsg
 		fmt.Sprintf("BW %s[MB/s]", sizeName(size)), "8B rate[Mmsg/s]", "CPU[s/GB]")
 	var out []bench.ScaleResult
 	for _, n := range counts {
-		r, err := bench.Scale(a, b, bench.ScaleConfig{QPs: n, Size: size, Msgs: msgs, RateMsgs: rateMsgs, Outstanding: outstanding, MTU: mtu})
+		before := counterSnapshot(a, b)
+		r, err := bench.Scale(a, b, bench.ScaleConfig{QPs: n, Size: size, Msgs: o.msgs, RateMsgs: o.rateMsgs, Outstanding: o.outstanding, MTU: o.mtu})
 		if err != nil {
 			return out, fmt.Errorf("%d QPs: %w\n%s", n, err, counterReport(a, b))
 		}
 		fmt.Fprintf(w, " %-6d %-11.1f %-13.1f %-12.1f %-17.1f %-16.3f %-9.3f\n", n, float64(r.Setup.Microseconds())/1e3,
 			float64(r.HeapPerQP)/1024, float64(r.RSSPerQP)/1024, r.BW.MBps, r.Rate.MsgRate, r.BW.CPUPerGB)
+		if o.counters {
+			fmt.Fprint(w, counterDelta(before, a, b))
+		}
 		out = append(out, r)
 	}
 	fmt.Fprintln(w, dashes)
@@ -67,6 +83,41 @@ func sizeName(n int) string {
 		return fmt.Sprintf("%dKiB", n>>10)
 	}
 	return fmt.Sprintf("%dB", n)
+}
+
+// counterSnapshot returns the counters of the devices (nil for a device
+// that is not soft), for counterDelta.
+func counterSnapshot(devs ...verbs.Context) [][]soft.Counter {
+	out := make([][]soft.Counter, len(devs))
+	for i, d := range devs {
+		if sd, ok := d.(*soft.Device); ok {
+			out[i] = sd.Counters()
+		}
+	}
+	return out
+}
+
+// counterDelta lists, per soft device, the counters that changed since
+// before (a counterSnapshot of the same devices) and by how much.
+func counterDelta(before [][]soft.Counter, devs ...verbs.Context) string {
+	var b strings.Builder
+	for i, d := range devs {
+		sd, ok := d.(*soft.Device)
+		if !ok || i >= len(before) {
+			continue
+		}
+		fmt.Fprintf(&b, "   device %c:", 'a'+i)
+		for j, c := range sd.Counters() {
+			if j < len(before[i]) && before[i][j].Name == c.Name {
+				c.Value -= before[i][j].Value
+			}
+			if c.Value != 0 {
+				fmt.Fprintf(&b, " %s=%d", c.Name, c.Value)
+			}
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
 }
 
 // counterReport lists the non-zero counters of the two devices (soft

@@ -232,9 +232,37 @@ func (c *completer) onProgress(qp *QP, now time.Time) {
 	c.rnrRetry = qp.attr.RNRRetry
 	if c.psn == qp.req.psn && qp.sq.head == qp.sq.next {
 		c.ackDeadline = time.Time{}
-	} else if t := wire.LocalACKTimeout(qp.attr.Timeout); t > 0 {
-		c.ackDeadline = now.Add(t)
+	} else {
+		c.restartAckTimer(qp, now)
 	}
+}
+
+// restartAckTimer sets the ACK deadline a local ACK timeout after now
+// (none if the QP's timeout is 0, IBTA's infinite).
+//
+// The timeout is the QP's (IBTA 4.096 µs × 2^timeout, as rxe uses it)
+// plus a jitter of up to a quarter of it, never less: QPs that lost
+// packets at the same moment, as when a receiver's socket overflows
+// under thousands of them, would otherwise all time out in the same
+// instant and retransmit together into the same socket. The jitter is a
+// hash of the QPN and the retries left, so it differs between QPs and
+// between one QP's attempts, and a run is reproducible.
+func (c *completer) restartAckTimer(qp *QP, now time.Time) {
+	if t := wire.LocalACKTimeout(qp.attr.Timeout); t > 0 {
+		c.ackDeadline = now.Add(t + ackJitter(t, qp.qpn, c.retryCnt))
+	}
+}
+
+// ackJitter is the extra wait, in [0, t/4), of a QP's ACK timeout.
+func ackJitter(t time.Duration, qpn uint32, attempt uint8) time.Duration {
+	// splitmix64's finalizer: every input bit moves every output bit.
+	h := uint64(qpn)<<8 | uint64(attempt)
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return t / 4 * time.Duration(h>>54) / 1024 // h>>54: 0..1023
 }
 
 func (c *completer) onReadResponse(qp *QP, p *wire.Packet, psn wire.PSN, now time.Time) compResult {
@@ -282,8 +310,8 @@ func (c *completer) onReadResponse(qp *QP, p *wire.Packet, psn wire.PSN, now tim
 		qp.completeSendLocked(w, verbs.WCSuccess)
 		c.onProgress(qp, now)
 		r.progress = true // READs keep the whole window: it does not grow
-	} else if t := wire.LocalACKTimeout(qp.attr.Timeout); t > 0 {
-		c.ackDeadline = now.Add(t)
+	} else {
+		c.restartAckTimer(qp, now)
 	}
 	return r
 }
@@ -322,9 +350,7 @@ func (c *completer) retry(qp *QP, now time.Time, timeout bool) compResult {
 	}
 	c.retryCnt--
 	c.retrying = !timeout
-	if t := wire.LocalACKTimeout(qp.attr.Timeout); t > 0 {
-		c.ackDeadline = now.Add(t)
-	}
+	c.restartAckTimer(qp, now)
 	return compResult{next: compRetry, progress: true}
 }
 
@@ -354,7 +380,7 @@ func (qp *QP) applyCompLocked(r compResult, now time.Time) (sendMore bool) {
 	if r.next == compRetry {
 		if r = qp.comp.retry(qp, now, false); r.next == compRetry {
 			qp.dev.note(Note{Kind: NoteRetransmit, QPN: qp.qpn, Peer: qp.destAddr, PSN: qp.comp.psn, Reason: "sequence NAK or lost response"})
-			qp.req.onLoss()
+			qp.req.onLoss(uint32(qp.req.maxPSN.Sub(qp.comp.psn)))
 			qp.req.rewind(qp, qp.comp.psn)
 			return true
 		}
@@ -378,7 +404,7 @@ func (qp *QP) onTimeoutLocked(now time.Time) {
 	sendMore := qp.req.resume(now)
 	if r := qp.comp.onTimeout(qp, now); r.next == compRetry {
 		qp.dev.note(Note{Kind: NoteRetransmit, QPN: qp.qpn, Peer: qp.destAddr, PSN: qp.comp.psn, Reason: "timeout"})
-		qp.req.onLoss()
+		qp.req.onTimeout()
 		qp.req.rewind(qp, qp.comp.psn)
 		sendMore = true
 	} else if r.next == compError {

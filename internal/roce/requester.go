@@ -33,15 +33,26 @@ type requester struct {
 
 	// cwnd is the window of unacknowledged PSNs (0: all of ackWindow).
 	// Go-back-N resends everything after a lost packet, so a lossy path
-	// costs about a window per loss: a loss halves the window (down to
-	// minWindow), and it grows back by one PSN per window acknowledged.
-	// Without loss it never leaves ackWindow.
-	cwnd    uint32
-	cwndAcc uint32 // PSNs acknowledged towards the next increase
+	// costs about a window per loss: a sequence NAK halves the window
+	// (down to minWindow), and it grows back by one PSN per window
+	// acknowledged. A local ACK timeout says more: nothing came back for
+	// a whole timeout, as when a receiver's socket overflowed under many
+	// QPs at once, so the QP restarts from restartWindow and grows the
+	// window by one PSN per PSN acknowledged (slow start, RFC 5681 3.1)
+	// up to ssthresh, half the window it had, and then by one per window
+	// again. Without loss it never leaves ackWindow.
+	cwnd     uint32
+	cwndAcc  uint32 // PSNs acknowledged towards the next increase
+	ssthresh uint32 // while cwnd is below it, the window doubles per round trip
 }
 
-// minWindow is the smallest window a lossy path shrinks a QP to.
+// minWindow is the smallest window a sequence NAK shrinks a QP to.
 const minWindow = 16
+
+// restartWindow is the window after a local ACK timeout: the oldest
+// unacknowledged packet goes alone, so a timeout costs the network one
+// packet per QP, however many QPs time out together.
+const restartWindow = 1
 
 // window is the number of unacknowledged PSNs the requester may have.
 func (r *requester) window() int32 {
@@ -51,17 +62,43 @@ func (r *requester) window() int32 {
 	return int32(r.cwnd)
 }
 
-// onLoss halves the window after a loss (a sequence NAK or a timeout).
-func (r *requester) onLoss() {
-	r.cwnd = uint32(max(r.window()/2, minWindow))
+// onLoss halves the window after a sequence NAK or a lost response, to
+// half the PSNs that were in flight (flight) but not below minWindow nor
+// above the window it had (RFC 5681's FlightSize/2: a QP whose messages
+// are short has far fewer PSNs in flight than its window, and halving an
+// idle window would resend as much as before). The peer is answering and
+// said what is missing, so the requester goes on at that window at once.
+// A window restarted by a timeout doubles on up to minWindow at most.
+func (r *requester) onLoss(flight uint32) {
+	w := r.window()
+	r.cwnd = uint32(min(w, max(int32(min(flight, ackWindow))/2, minWindow)))
+	r.cwndAcc = 0
+	if r.ssthresh = min(r.ssthresh, minWindow); r.ssthresh <= r.cwnd {
+		r.ssthresh = 0
+	}
+}
+
+// onTimeout restarts the window after a local ACK timeout: restartWindow
+// PSNs, doubling per window acknowledged up to half the window it had.
+func (r *requester) onTimeout() {
+	r.ssthresh = uint32(max(r.window()/2, minWindow))
+	r.cwnd = restartWindow
 	r.cwndAcc = 0
 }
 
-// onAcked grows the window by one PSN per window's worth of n newly
-// acknowledged PSNs, back to ackWindow.
+// onAcked grows the window by n newly acknowledged PSNs: by n while below
+// ssthresh, else by one PSN per window's worth, back to ackWindow.
 func (r *requester) onAcked(n uint32) {
 	if r.cwnd == 0 {
 		return
+	}
+	if r.cwnd < r.ssthresh {
+		grow := min(n, r.ssthresh-r.cwnd)
+		r.cwnd += grow
+		n -= grow
+		if r.cwnd >= r.ssthresh {
+			r.ssthresh = 0
+		}
 	}
 	r.cwndAcc += n
 	for r.cwndAcc >= r.cwnd && r.cwnd < ackWindow {
@@ -69,7 +106,7 @@ func (r *requester) onAcked(n uint32) {
 		r.cwnd++
 	}
 	if r.cwnd >= ackWindow {
-		r.cwnd, r.cwndAcc = 0, 0
+		r.cwnd, r.cwndAcc, r.ssthresh = 0, 0, 0
 	}
 }
 
@@ -135,14 +172,12 @@ func (qp *QP) runRequesterLocked(now time.Time) {
 			}
 		}
 	}
-	if sent && rc && qp.comp.ackDeadline.IsZero() {
-		if t := wire.LocalACKTimeout(qp.attr.Timeout); t > 0 {
-			if now.IsZero() {
-				now = qp.dev.clock()
-			}
-			qp.comp.ackDeadline = now.Add(t)
-			qp.armTimerLocked(qp.comp.ackDeadline)
+	if sent && rc && qp.comp.ackDeadline.IsZero() && qp.attr.Timeout != 0 {
+		if now.IsZero() {
+			now = qp.dev.clock()
 		}
+		qp.comp.restartAckTimer(qp, now)
+		qp.armTimerLocked(qp.comp.ackDeadline)
 	}
 }
 
