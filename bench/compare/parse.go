@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // metrics maps a metric name to its value. Names carry their unit:
@@ -220,4 +221,69 @@ func parseBenchJSON(data []byte, size int) (metrics, string, error) {
 		}
 	}
 	return nil, "", fmt.Errorf("softrdma bench JSON has no result for size %d", size)
+}
+
+// warmupOf is how many untimed iterations a latency run of iters timed
+// ones starts with: a tenth, at least 1 and at most 1000, for every stack
+// alike (ucx_perftest -w, the Go baselines' -warm, softrdma's first
+// samples dropped).
+func warmupOf(iters int) int { return max(1, min(iters/10, 1000)) }
+
+// latWarmup returns the iterations to ask a softrdma perftest tool for and
+// the warm-up among them: for a latency test (ib_*_lat), iters plus
+// warmupOf(iters), whose samples parsePerftestRun drops, as the anchors
+// leave their warm-up out; perftest's latency tools have no warm-up of
+// their own, and their first iterations run while both processes'
+// pollers and caches settle. Bandwidth tests run as asked.
+func latWarmup(test string, iters int) (n, warm int) {
+	if !strings.HasSuffix(test, "_lat") {
+		return iters, 0
+	}
+	warm = warmupOf(iters)
+	return iters + warm, warm
+}
+
+// parsePerftestRun reads a softrdma perftest client's output: with warm
+// > 0 the per-iteration samples it printed (-U: "#, usec", then "i, v"
+// lines) without the first warm, else the summary table (parsePerftest).
+func parsePerftestRun(out string, size, warm int) (metrics, string, error) {
+	if warm == 0 {
+		return parsePerftest(out, size)
+	}
+	var us []float64
+	in := false
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		if l == "#, usec" {
+			in, us = true, us[:0]
+			continue
+		}
+		if !in {
+			continue
+		}
+		i, v, ok := strings.Cut(l, ", ")
+		if !ok {
+			in = false
+			continue
+		}
+		if _, err := strconv.Atoi(i); err != nil {
+			in = false
+			continue
+		}
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return nil, "", fmt.Errorf("perftest sample %q: %v", l, err)
+		}
+		us = append(us, x)
+	}
+	if len(us) <= warm {
+		return nil, "", fmt.Errorf("perftest printed %d samples, want more than the %d of warm-up:\n%s", len(us), warm, indent(tailLines(out, 5)))
+	}
+	timed := us[warm:]
+	d := make([]time.Duration, len(timed))
+	for i, x := range timed {
+		d[i] = time.Duration(x * 1e3)
+	}
+	m := metrics(latMetrics(d))
+	return m, fmt.Sprintf("%d samples after %d of warm-up: p50 %.2f p99 %.2f p99.9 %.2f µs", len(timed), warm, m["lat_p50_us"], m["lat_p99_us"], m["lat_p999_us"]), nil
 }

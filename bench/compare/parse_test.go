@@ -236,3 +236,44 @@ func TestParseEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestParsePerftestRunWarmup: a latency run's samples lose their warm-up
+// before the percentiles, and the summary table's figures (which count
+// the warm-up) are not what is returned.
+func TestParsePerftestRunWarmup(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]\n#, usec\n")
+	for i := 1; i <= 110; i++ {
+		v := 5.0 + float64(i%10)/10 // 5.0 .. 5.9
+		if i <= 10 {
+			v = 90 // the warm-up: slow
+		}
+		fmt.Fprintf(&b, "%d, %g\n", i, v)
+	}
+	b.WriteString("---------------------------------------------------------------------------------------\n")
+	b.WriteString(" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]\n")
+	b.WriteString(" 8       110          5.00           90.00        5.50     	       13.4        	2.95   		90.00   		90.00  \n")
+	m, raw, err := parsePerftestRun(b.String(), 8, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["lat_max_us"] != 5.9 || m["lat_p99_us"] > 5.9 || m["lat_min_us"] != 5.0 || m["lat_p50_us"] < 5.0 || m["lat_p50_us"] > 5.9 {
+		t.Fatalf("metrics %v: the warm-up's 90 µs samples were counted", m)
+	}
+	if !strings.Contains(raw, "100 samples after 10 of warm-up") {
+		t.Fatalf("raw %q", raw)
+	}
+	if _, _, err := parsePerftestRun(b.String(), 8, 200); err == nil {
+		t.Fatal("fewer samples than the warm-up: no error")
+	}
+	// Without warm-up the summary row is read.
+	if m, _, err := parsePerftestRun(b.String(), 8, 0); err != nil || m["lat_p50_us"] != 5.5 {
+		t.Fatalf("summary: %v %v", m, err)
+	}
+	if n, w := latWarmup("ib_write_lat", 10000); n != 11000 || w != 1000 {
+		t.Fatalf("latWarmup: %d %d", n, w)
+	}
+	if n, w := latWarmup("ib_write_bw", 10000); n != 10000 || w != 0 {
+		t.Fatalf("latWarmup bw: %d %d", n, w)
+	}
+}

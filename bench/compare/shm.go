@@ -50,7 +50,11 @@ func (s *softrdma) shmPerftest(ctx context.Context, test string, size, iters int
 	if err != nil {
 		return nil, runInfo{}, err
 	}
-	args := []string{test, "-d", shmDevice, "-p", itoa(port), "-s", itoa(size), "-n", itoa(iters)}
+	n, warm := latWarmup(test, iters)
+	args := []string{test, "-d", shmDevice, "-p", itoa(port), "-s", itoa(size), "-n", itoa(n)}
+	if warm > 0 {
+		args = append(args, "-U")
+	}
 	r, err := runPair(ctx, s.timeout, pairSpec{
 		env:     s.env,
 		srvName: s.bin, srvArgs: args,
@@ -65,7 +69,7 @@ func (s *softrdma) shmPerftest(ctx context.Context, test string, size, iters int
 	if err != nil {
 		return nil, info, err
 	}
-	m, raw, err := parsePerftest(r.cliOut, size)
+	m, raw, err := parsePerftestRun(r.cliOut, size, warm)
 	info.Raw = raw
 	return m, info, err
 }

@@ -83,7 +83,11 @@ func (s *softrdma) perftest(ctx context.Context, test string, size, iters int, e
 	if err != nil {
 		return nil, runInfo{}, err
 	}
-	args := append([]string{test, "-p", itoa(port), "-s", itoa(size), "-n", itoa(iters)}, extra...)
+	n, warm := latWarmup(test, iters)
+	args := append([]string{test, "-p", itoa(port), "-s", itoa(size), "-n", itoa(n)}, extra...)
+	if warm > 0 {
+		args = append(args, "-U")
+	}
 	r, err := runPair(ctx, s.timeout, pairSpec{
 		env:    s.env,
 		srvEnv: []string{"SOFTRDMA_ADDR=" + s.srvAddr}, cliEnv: []string{"SOFTRDMA_ADDR=" + s.cliAddr},
@@ -99,7 +103,7 @@ func (s *softrdma) perftest(ctx context.Context, test string, size, iters int, e
 	if err != nil {
 		return nil, info, err
 	}
-	m, raw, err := parsePerftest(r.cliOut, size)
+	m, raw, err := parsePerftestRun(r.cliOut, size, warm)
 	info.Raw = raw
 	return m, info, err
 }
@@ -220,7 +224,7 @@ func (u *ucx) run(ctx context.Context, test string, size, iters int, pct float64
 	if err != nil {
 		return nil, runInfo{}, err
 	}
-	warm := max(1, min(iters/10, 1000))
+	warm := warmupOf(iters)
 	args := []string{"127.0.0.1", "-p", itoa(port), "-t", test, "-s", itoa(size), "-n", itoa(iters), "-w", itoa(warm), "-f", "-v"}
 	if pct > 0 {
 		args = append(args, "-R", strconv.FormatFloat(pct, 'f', 1, 64))
