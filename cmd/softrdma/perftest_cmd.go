@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 
 	"github.com/softrdma/softrdma/internal/perftest"
 	"github.com/softrdma/softrdma/verbs"
@@ -71,6 +72,17 @@ func runPTCommand(t ptTest, args []string) error {
 			return nil
 		}
 		return err
+	}
+	if o.test.kind == perftest.Lat && os.Getenv("GOMAXPROCS") == "" {
+		// A latency test is one goroutine polling, the device's loop
+		// stepped aside. With a second P idle, the Go runtime hands that
+		// goroutine to another thread when it is preempted or yields,
+		// and the kernel may run that thread on the CPU where the peer
+		// process polls: both pollers then share one CPU for
+		// milliseconds, 15-30 µs a sample. One P keeps the poller on
+		// its thread (docs/performance.md: p99 17.6 → 12.5 µs). As
+		// perftest binds a core; GOMAXPROCS=N in the environment keeps N.
+		runtime.GOMAXPROCS(1)
 	}
 	return runPT(ptEnv{ctx: context.Background(), out: os.Stdout, errOut: os.Stderr}, o)
 }
