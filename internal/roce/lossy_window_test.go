@@ -21,15 +21,9 @@ func TestLossEfficiency(t *testing.T) {
 func testLossEfficiency(t *testing.T, seed uint64) {
 	const msgs, size = 100, 64 << 10 // 6400 packets at MTU 1024
 	synctest.Test(t, func(t *testing.T) {
-		n := netsim.New(netsim.Config{Loss: 0.02, Delay: 20 * time.Microsecond, Bandwidth: 1 << 30, Seed: seed, MTU: 9000})
-		t.Cleanup(n.Close)
-		ea, err := n.Endpoint(addrA)
-		must(t, err)
-		eb, err := n.Endpoint(addrB)
-		must(t, err)
 		o := defaultOpts()
 		o.bufSize = 2 << 20
-		a, _ := pair(t, ea, eb, o)
+		_, a, _ := netsimPair(t, netsim.Config{Loss: 0.02, Delay: 20 * time.Microsecond, Bandwidth: 1 << 30, Seed: seed, MTU: 9000}, o)
 		start := time.Now() // virtual
 		for i := 0; i < msgs; i++ {
 			a.post(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,

@@ -120,13 +120,8 @@ func testManyQPsOverflow(t *testing.T, seed uint64) {
 		cost  = 500 * time.Nanosecond
 	)
 	synctest.Test(t, func(t *testing.T) {
-		n := netsim.New(netsim.Config{Delay: 10 * time.Microsecond, Jitter: time.Microsecond, Bandwidth: 10 << 30,
+		n, ea, eb := netsimEndpoints(t, netsim.Config{Delay: 10 * time.Microsecond, Jitter: time.Microsecond, Bandwidth: 10 << 30,
 			QueueLimit: queue, Seed: seed, MTU: 9000})
-		t.Cleanup(n.Close)
-		ea, err := n.Endpoint(addrA)
-		must(t, err)
-		eb, err := n.Endpoint(addrB)
-		must(t, err)
 		o := defaultOpts()
 		o.retry = 7
 		o.timeout = 9 // 2.1 ms

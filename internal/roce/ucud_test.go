@@ -14,13 +14,21 @@ import (
 	"github.com/softrdma/softrdma/wire"
 )
 
-func netsimPair(t *testing.T, cfg netsim.Config, o qpOpts) (*netsim.Network, *node, *node) {
-	n := netsim.New(cfg)
+// netsimEndpoints starts a simulated network, closed when the test ends,
+// with endpoints at addrA and addrB.
+func netsimEndpoints(t *testing.T, cfg netsim.Config) (n *netsim.Network, ea, eb *netsim.Endpoint) {
+	n = netsim.New(cfg)
 	t.Cleanup(n.Close)
 	ea, err := n.Endpoint(addrA)
 	must(t, err)
-	eb, err := n.Endpoint(addrB)
+	eb, err = n.Endpoint(addrB)
 	must(t, err)
+	return n, ea, eb
+}
+
+// netsimPair is netsimEndpoints with a connected QP pair over them.
+func netsimPair(t *testing.T, cfg netsim.Config, o qpOpts) (*netsim.Network, *node, *node) {
+	n, ea, eb := netsimEndpoints(t, cfg)
 	a, b := pair(t, ea, eb, o)
 	return n, a, b
 }

@@ -75,18 +75,27 @@ func TestGSO(t *testing.T) {
 	}
 }
 
-func TestCloseUnblocksWait(t *testing.T) {
-	a, b := testAddrs(t, 9)
+// linuxPair opens two Linux transports on this process's pair k of
+// loopback addresses, port 4791, closed when the test ends; it skips the
+// test if they cannot bind.
+func linuxPair(t *testing.T, k byte) (*Transport, *Transport) {
+	t.Helper()
+	a, b := testAddrs(t, k)
 	ta, err := Listen(Config{Addr: a, Port: 4791})
 	if err != nil {
 		t.Skipf("cannot bind %v: %v", a, err)
 	}
-	defer ta.Close()
+	t.Cleanup(func() { ta.Close() })
 	tb, err := Listen(Config{Addr: b, Port: 4791})
 	if err != nil {
 		t.Skipf("cannot bind %v: %v", b, err)
 	}
-	defer tb.Close()
+	t.Cleanup(func() { tb.Close() })
+	return ta, tb
+}
+
+func TestCloseUnblocksWait(t *testing.T) {
+	ta, tb := linuxPair(t, 9)
 	// A datagram wakes Wait and stays queued for the receive that follows.
 	done := make(chan error, 1)
 	go func() { done <- ta.Wait() }()
@@ -425,17 +434,7 @@ func TestSenderFor(t *testing.T) {
 // TestManyFlowsOneCall: packets of 16 QPs to one loopback peer leave in
 // one system call, however many sending sockets the transport has.
 func TestManyFlowsOneCall(t *testing.T) {
-	a, b := testAddrs(t, 10)
-	ta, err := Listen(Config{Addr: a, Port: 4791})
-	if err != nil {
-		t.Skipf("cannot bind %v: %v", a, err)
-	}
-	defer ta.Close()
-	tb, err := Listen(Config{Addr: b, Port: 4791})
-	if err != nil {
-		t.Skipf("cannot bind %v: %v", b, err)
-	}
-	defer tb.Close()
+	ta, tb := linuxPair(t, 10)
 	out := make([]transport.Datagram, 16)
 	for i := range out {
 		out[i] = transport.Datagram{Buf: packet(8, byte(i)), Peer: tb.LocalAddr(), Flow: uint32(0x100 + i)}
