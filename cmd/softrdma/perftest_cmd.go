@@ -80,7 +80,7 @@ func runPTCommand(t ptTest, args []string) error {
 		// and the kernel may run that thread on the CPU where the peer
 		// process polls: both pollers then share one CPU for
 		// milliseconds, 15-30 µs a sample. One P keeps the poller on
-		// its thread (docs/performance.md: p99 17.6 → 12.5 µs). As
+		// its thread (docs/performance.md: p99 19.5 → 9.6 µs). As
 		// perftest binds a core; GOMAXPROCS=N in the environment keeps N.
 		runtime.GOMAXPROCS(1)
 	}
