@@ -36,7 +36,6 @@ import (
 	"net/netip"
 	"os"
 	"sync"
-	"time"
 
 	"github.com/softrdma/softrdma/internal/reuseport"
 	"github.com/softrdma/softrdma/internal/roce"
@@ -118,6 +117,10 @@ type Config struct {
 	Transport transport.Transport
 	// UDP tunes the UDP transport.
 	UDP udp.Config
+	// Clock, if set, supplies the device's time and timers: the engine's
+	// retransmission, RNR and ACK deadlines and the receive loop's own
+	// timers. Nil means the system clock; tests give a virtual one.
+	Clock Clock
 	// Capture, if set, receives a pcapng capture of every packet the
 	// device sends and receives (transport/capture: Ethernet/IPv4/UDP
 	// framing that Wireshark dissects as RoCEv2). The device then sends
@@ -220,7 +223,7 @@ func Open(cfg Config) (*Device, error) {
 		NoGather:             cfg.NoGather || os.Getenv("SOFTRDMA_NO_GATHER") == "1",
 		NoSplitWrites:        cfg.NoSplitWrites || os.Getenv("SOFTRDMA_NO_SPLIT_WRITES") == "1",
 		SplitWritesAlways:    os.Getenv("SOFTRDMA_SPLIT_WRITES") == "always",
-		Clock:                time.Now,
+		Clock:                d.clock.Now,
 		SetTimer:             d.setTimer,
 		Poll:                 d.inlinePoll,
 		BeforeWait:           d.kickServe,
