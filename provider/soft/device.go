@@ -13,7 +13,7 @@ import (
 )
 
 // SharedSlot reports whether the device shares its addresses with
-// devices in other processes (udp.Config.Exclusive) and its slot among
+// devices in other processes (udp.Config.Share, Exclusive) and its slot among
 // them: the top bits bits of its QPNs, and of the connection-manager IDs
 // that package cm allocates on it, which steer packets to this process.
 func (d *Device) SharedSlot() (slot uint32, bits int, shared bool) {

@@ -115,7 +115,8 @@ type Config struct {
 	// Transport, if set, is used instead of a UDP socket (tests use
 	// internal/netsim).
 	Transport transport.Transport
-	// UDP tunes the UDP transport.
+	// UDP tunes the UDP transport. Its Share defaults to the address
+	// sharing of docs/sharing.md; UDP.Exclusive turns it off.
 	UDP udp.Config
 	// Clock, if set, supplies the device's time and timers: the engine's
 	// retransmission, RNR and ACK deadlines and the receive loop's own
@@ -140,6 +141,9 @@ func Open(cfg Config) (*Device, error) {
 	if tr == nil {
 		ucfg := cfg.UDP
 		ucfg.Port = cfg.Port
+		if ucfg.Share == nil {
+			ucfg.Share = shareAddrs
+		}
 		if cfg.Capture != nil && ucfg.SourcePorts == 0 {
 			ucfg.SourcePorts = -1
 		}
@@ -244,6 +248,21 @@ func Open(cfg Config) (*Device, error) {
 	opened.add(d)
 	return d, nil
 }
+
+// shareAddrs is the udp.Config.Share a device's transport gets unless
+// the caller gave one: internal/reuseport's eBPF steering, which lets
+// devices in several processes share an address (docs/sharing.md).
+func shareAddrs(addrs []netip.AddrPort) (udp.Share, error) {
+	s, err := reuseport.Prepare(addrs)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// The transport keeps packets for two slots out of one GSO datagram, and
+// the steering program reads the slot from the same bits.
+const _ = uint(reuseport.SlotBits-udp.SlotBits) + uint(udp.SlotBits-reuseport.SlotBits)
 
 // interfaceGIDs is the GID table of a device on an interface, rxe's way.
 type interfaceGIDs struct {
