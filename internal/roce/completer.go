@@ -49,6 +49,34 @@ type completer struct {
 	retrying bool
 }
 
+// start makes the completer expect the first acknowledgement for psn,
+// the requester's first PSN (RTR → RTS), with full retry budgets.
+func (c *completer) start(psn wire.PSN, retryCnt, rnrRetry uint8) {
+	c.psn = psn
+	c.retryCnt, c.rnrRetry = retryCnt, rnrRetry
+}
+
+// setRetryCnt and setRNRRetry restart a retry budget (ModifyQP).
+func (c *completer) setRetryCnt(n uint8) { c.retryCnt = n }
+func (c *completer) setRNRRetry(n uint8) { c.rnrRetry = n }
+
+// onSent tells the completer that the requester sent requests at now: an
+// idle ACK timer starts. It returns the deadline the QP must queue, zero
+// if the timer was running already (its deadline is queued) or the QP's
+// timeout is infinite. now is read (from clock) only if it is zero and
+// the timer starts: a QP with packets in flight has it running already,
+// and PostSend saves a clock read per post that way.
+func (c *completer) onSent(qp *QP, now time.Time, clock func() time.Time) time.Time {
+	if !c.ackDeadline.IsZero() || qp.attr.Timeout == 0 {
+		return time.Time{}
+	}
+	if now.IsZero() {
+		now = clock()
+	}
+	c.restartAckTimer(qp, now)
+	return c.ackDeadline
+}
+
 // compState is what a response (or a timeout) asks of the QP after the
 // completer has done its part, named after rxe's completer states
 // (rxe_comp.c).

@@ -303,13 +303,13 @@ func (qp *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	case next == verbs.QPStateErr:
 		qp.errorLocked()
 	case cur == verbs.QPStateInit && next == verbs.QPStateRTR:
-		qp.resp.psn = wire.PSN(qp.attr.RQPSN)
-		qp.resp.msn = 0
+		qp.resp.start(wire.PSN(qp.attr.RQPSN))
 	case next == verbs.QPStateRTS && cur == verbs.QPStateRTR:
+		// The requester sends from the SQ PSN, and the completer expects
+		// the first acknowledgement for it.
 		psn := wire.PSN(qp.attr.SQPSN)
-		qp.req.psn, qp.req.maxPSN, qp.comp.psn = psn, psn, psn
-		qp.comp.retryCnt = qp.attr.RetryCnt
-		qp.comp.rnrRetry = qp.attr.RNRRetry
+		qp.req.start(psn)
+		qp.comp.start(psn, qp.attr.RetryCnt, qp.attr.RNRRetry)
 	}
 	if next != verbs.QPStateReset && next != verbs.QPStateErr {
 		qp.setStateLocked(next)
@@ -401,11 +401,11 @@ func (qp *QP) applyLocked(attr *verbs.QPAttr, mask verbs.QPAttrMask) {
 	}
 	if mask&verbs.QPAttrRetryCnt != 0 {
 		a.RetryCnt = attr.RetryCnt
-		qp.comp.retryCnt = attr.RetryCnt
+		qp.comp.setRetryCnt(attr.RetryCnt)
 	}
 	if mask&verbs.QPAttrRNRRetry != 0 {
 		a.RNRRetry = attr.RNRRetry
-		qp.comp.rnrRetry = attr.RNRRetry
+		qp.comp.setRNRRetry(attr.RNRRetry)
 	}
 	if mask&verbs.QPAttrRQPSN != 0 {
 		a.RQPSN = attr.RQPSN

@@ -46,6 +46,9 @@ type requester struct {
 	ssthresh uint32 // while cwnd is below it, the window doubles per round trip
 }
 
+// start makes the requester send from psn (RTR → RTS).
+func (r *requester) start(psn wire.PSN) { r.psn, r.maxPSN = psn, psn }
+
 // minWindow is the smallest window a sequence NAK shrinks a QP to.
 const minWindow = 16
 
@@ -172,12 +175,12 @@ func (qp *QP) runRequesterLocked(now time.Time) {
 			}
 		}
 	}
-	if sent && rc && qp.comp.ackDeadline.IsZero() && qp.attr.Timeout != 0 {
-		if now.IsZero() {
-			now = qp.dev.clock()
+	if sent && rc {
+		// The completer owns the ACK timer: it starts it if idle, and
+		// the QP queues the deadline it returns.
+		if at := qp.comp.onSent(qp, now, qp.dev.clock); !at.IsZero() {
+			qp.armTimerLocked(at)
 		}
-		qp.comp.restartAckTimer(qp, now)
-		qp.armTimerLocked(qp.comp.ackDeadline)
 	}
 }
 

@@ -62,6 +62,10 @@ type responder struct {
 	resNext int
 }
 
+// start makes the responder expect psn, the peer's first request, with
+// the message sequence number at 0 (INIT → RTR).
+func (r *responder) start(psn wire.PSN) { r.psn, r.msn = psn, 0 }
+
 // rdRes records an executed READ or atomic request so a duplicate of it is
 // answered again without executing it again.
 type rdRes struct {
