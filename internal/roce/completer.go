@@ -25,9 +25,12 @@ package roce
 //
 // The completer owns its state (what is acknowledged, the retry budgets,
 // the ACK deadline) and retires WQEs from the head of the send queue into
-// the send CQ. It writes no requester state: what the requester must do
-// next — send more, go back, wait out an RNR NAK, or fail — comes back as
-// a compResult, which the QP applies (applyCompLocked).
+// the send CQ. What the requester must do next — send more, go back, wait
+// out an RNR NAK, or fail — comes back as a compResult, which the QP
+// applies (applyCompLocked); the one requester state it changes is
+// through retiring a WQE, which updates the requester's count of
+// outstanding READs and atomics and, after a rewind into the WQE, its
+// position (requester.onRetired).
 
 import (
 	"encoding/binary"

@@ -18,13 +18,22 @@ const defaultPKey = 0xFFFF
 // QP is a queue pair. Its protocol state (everything below mu) belongs to
 // whoever holds mu: PostSend, the receive path, or the timeout step. The
 // state is split by role, as in rxe: the requester (requester.go) owns
-// what it has sent, the completer (completer.go) what is acknowledged and
-// the retry budgets, the responder (responder.go) what it has received;
-// the send queue's WQEs are shared, the requester moving sq.next and the
-// completer sq.head. The roles do not set each other's fields: the
-// completer's answer to a response is a compResult that applyCompLocked
-// carries out on the requester, and a receive completion's solicited
-// flag is an argument.
+// what it has sent, the completer (completer.go) what is acknowledged,
+// the retry budgets and the ACK deadline, the responder (responder.go)
+// what it has received; the send queue's WQEs are shared, the requester
+// moving sq.next and the completer sq.head. ModifyQP starts each role
+// with its own method. Between the requester and the completer, what one
+// must do for the other is handed over, not written into its fields: the
+// completer's answer to a response or timeout is a compResult that
+// applyCompLocked carries out on the requester, and the requester tells
+// the completer that it sent (completer.onSent), which returns the
+// deadline to queue. One path still reaches across: retiring a WQE
+// (completeSendLocked, called by the completer) updates the requester's
+// count of outstanding READs and atomics, and its position after a
+// rewind, at once (requester.onRetired). The responder's steps are
+// methods of responder that take the QP for what they share with the
+// other roles: the receive queue, the MRs, the transmit queue, the
+// counters.
 type QP struct {
 	dev    *Device
 	pd     *PD
@@ -460,7 +469,7 @@ func (qp *QP) Destroy() error {
 	// An ACK that waits for a poller is the peer's last word on what
 	// arrived: send it rather than make the peer retry into the void.
 	if qp.resp.ackPending {
-		qp.flushAckLocked()
+		qp.resp.flushAckLocked(qp)
 		qp.flushLocked()
 	}
 	// Requests waiting for the doorbell are discarded with their WQEs;
@@ -661,7 +670,7 @@ func (qp *QP) kickLocked(now time.Time) {
 			// An ACK waits for this goroutine (Config.NoDeferredAck): it
 			// leaves with the requests, in the same system call.
 			qp.resp.deferMisses = 0
-			qp.flushAckLocked()
+			qp.resp.flushAckLocked(qp)
 			qp.flushLocked()
 			return
 		}
