@@ -27,10 +27,10 @@ const defaultPKey = 0xFFFF
 // completer's answer to a response or timeout is a compResult that
 // applyCompLocked carries out on the requester, and the requester tells
 // the completer that it sent (completer.onSent), which returns the
-// deadline to queue. One path still reaches across: retiring a WQE
-// (completeSendLocked, called by the completer) updates the requester's
-// count of outstanding READs and atomics, and its position after a
-// rewind, at once (requester.onRetired). The responder's steps are
+// deadline to queue; what the completer retired (READs and atomics no
+// longer outstanding, a WQE the requester had been rewound into) comes
+// back in the compResult too, for requester.onRetired. The responder's
+// steps are
 // methods of responder that take the QP for what they share with the
 // other roles: the receive queue, the MRs, the transmit queue, the
 // counters.
@@ -564,6 +564,11 @@ func (qp *QP) flushSendLocked() {
 		if st == verbs.WCSuccess {
 			st = verbs.WCWRFlushErr
 		}
+		var rd uint32
+		if w.started && w.isReadOrAtomic() {
+			rd = 1
+		}
+		qp.req.onRetired(rd, w.started && qp.sq.next == qp.sq.head, w.lastPSN.Add(1))
 		qp.completeSendLocked(w, st)
 	}
 	qp.sq.next = qp.sq.head
@@ -594,7 +599,9 @@ func (qp *QP) completeSendLocked(w *sendWQE, st verbs.WCStatus) {
 		}
 		qp.sendCQ.push(&wc, st != verbs.WCSuccess)
 	}
-	qp.req.onRetired(qp, w)
+	if w.started && qp.sq.next == qp.sq.head {
+		qp.sq.next++ // the queue keeps head ≤ next (a rewind had put next here)
+	}
 	if qp.sqdNotify {
 		defer qp.checkDrainedLocked()
 	}

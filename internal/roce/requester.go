@@ -380,20 +380,16 @@ func (r *requester) resume(now time.Time) bool {
 	return true
 }
 
-// onRetired updates the requester's accounting when the completer retires
-// w, the oldest WQE (successfully or not).
-func (r *requester) onRetired(qp *QP, w *sendWQE) {
-	if w.started && w.isReadOrAtomic() && r.rdOutstanding > 0 {
-		r.rdOutstanding--
-	}
-	if w.started && qp.sq.next == qp.sq.head {
-		// A go-back-N rewind had put the requester back inside this WQE,
-		// and a late response completed it before it was sent again: the
-		// next WQE must start after its PSNs, not inside them.
-		if r.psn.LessEq(w.lastPSN) {
-			r.psn = w.lastPSN.Add(1)
-		}
-		qp.sq.next++
+// onRetired updates the requester's accounting after WQEs were retired
+// (by the completer, or flushed): rd READs or atomics are no longer
+// outstanding, and if rewound, a go-back-N rewind had put the requester
+// back inside a retired WQE, which a late response completed before it
+// was sent again: the next WQE must start after its PSNs (before end),
+// not inside them. (The send queue's next moved past it as it retired.)
+func (r *requester) onRetired(rd uint32, rewound bool, end wire.PSN) {
+	r.rdOutstanding = max(r.rdOutstanding-int(rd), 0)
+	if rewound && r.psn.Less(end) {
+		r.psn = end
 	}
 }
 
