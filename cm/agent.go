@@ -590,9 +590,7 @@ func (a *agent) handleMRALocked(src verbs.MADSource, m *wire.CMMRA) {
 func (a *agent) handleRejLocked(src verbs.MADSource, r *wire.CMRej) {
 	id := a.ids[r.RemoteCommID]
 	if id == nil {
-		if id = a.rejectedByTimeoutLocked(src, r); id == nil {
-			return
-		}
+		return
 	}
 	if !fromPeer(id, src, r.LocalCommID) || !rejAccepted(id, r) {
 		a.unmatchedLocked()
@@ -602,10 +600,6 @@ func (a *agent) handleRejLocked(src verbs.MADSource, r *wire.CMRej) {
 	case stateReqSent, stateMRAReqRcvd, stateRepSent, stateMRARepRcvd, stateRepRcvd:
 		a.removeLocked(id)
 		id.ev <- event{kind: wire.CMRejAttr, rej: *r}
-	case stateReqRcvd, stateMRAReqSent:
-		// The dialer gave up before we answered (cm_reset_to_idle): the
-		// queued request's Accept finds it withdrawn.
-		a.removeLocked(id)
 	case stateEstablished, stateDReqSent:
 		// The peer lost the connection: treat as a disconnect.
 		a.enterTimewaitLocked(id)
@@ -616,9 +610,11 @@ func (a *agent) handleRepLocked(src verbs.MADSource, tid uint64, r *wire.CMRep) 
 	id := a.ids[r.RemoteCommID]
 	if id == nil {
 		// A stale REP for a comm ID we do not know: cm.c answers with a
-		// REJ "invalid comm ID" so the peer stops resending.
+		// REJ "invalid comm ID" so the peer stops resending; like
+		// cm_issue_rej, it swaps the REP's comm IDs, so the peer finds
+		// it names the comm ID it answered.
 		if a.mayAnswerLocked() {
-			a.rejectLocked(src.GID, tid, 0, r.LocalCommID, wire.CMMsgREP, wire.RejInvalidCommID, nil, nil)
+			a.rejectLocked(src.GID, tid, r.RemoteCommID, r.LocalCommID, wire.CMMsgREP, wire.RejInvalidCommID, nil, nil)
 		}
 		return
 	}

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,8 +22,8 @@ import (
 )
 
 // attackNet is a server and a client device on loopback addresses that
-// share a UDP port, and a third address for the attacker. The devices
-// stay open for the package's life (their CM agents too).
+// share a UDP port, and a third address for the attacker. They close
+// when the test ends.
 type attackNet struct {
 	srv, cli      *soft.Device
 	srvIP, cliIP  netip.Addr
@@ -33,40 +32,37 @@ type attackNet struct {
 	srvAddr, evil string
 }
 
-var (
-	attackOnce sync.Once
-	attackEnv  *attackNet
-	attackErr  error
-)
-
 func newAttackNet(t *testing.T) *attackNet {
 	t.Helper()
-	attackOnce.Do(func() {
-		n := &attackNet{srvIP: netip.MustParseAddr("127.0.83.1"), cliIP: netip.MustParseAddr("127.0.83.2"), evilIP: netip.MustParseAddr("127.0.83.3")}
-		for range 20 {
-			c, err := net.ListenUDP("udp", &net.UDPAddr{IP: n.srvIP.AsSlice()})
-			if err != nil {
-				attackErr = err
-				return
-			}
-			n.port = uint16(c.LocalAddr().(*net.UDPAddr).Port)
-			c.Close()
-			if n.srv, attackErr = soft.Open(soft.Config{Addr: n.srvIP, Port: n.port}); attackErr != nil {
-				continue
-			}
-			if n.cli, attackErr = soft.Open(soft.Config{Addr: n.cliIP, Port: n.port}); attackErr != nil {
-				n.srv.Close()
-				continue
-			}
-			break
+	n := &attackNet{srvIP: netip.MustParseAddr("127.0.83.1"), cliIP: netip.MustParseAddr("127.0.83.2"), evilIP: netip.MustParseAddr("127.0.83.3")}
+	var err error
+	for range 20 {
+		c, lerr := net.ListenUDP("udp", &net.UDPAddr{IP: n.srvIP.AsSlice()})
+		if lerr != nil {
+			t.Skipf("no loopback address: %v", lerr)
 		}
-		n.evil = netip.AddrPortFrom(n.evilIP, n.port).String()
-		attackEnv = n
-	})
-	if attackErr != nil {
-		t.Skipf("no loopback soft devices: %v", attackErr)
+		n.port = uint16(c.LocalAddr().(*net.UDPAddr).Port)
+		c.Close()
+		if n.srv, err = soft.Open(soft.Config{Addr: n.srvIP, Port: n.port}); err != nil {
+			continue
+		}
+		if n.cli, err = soft.Open(soft.Config{Addr: n.cliIP, Port: n.port}); err != nil {
+			n.srv.Close()
+			continue
+		}
+		break
 	}
-	return attackEnv
+	if err != nil {
+		t.Skipf("no loopback soft devices: %v", err)
+	}
+	t.Cleanup(func() {
+		for _, d := range []*soft.Device{n.cli, n.srv} {
+			Detach(d)
+			d.Close()
+		}
+	})
+	n.evil = netip.AddrPortFrom(n.evilIP, n.port).String()
+	return n
 }
 
 // attacker opens the hostile peer on the attacker's address, where the

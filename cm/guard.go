@@ -24,7 +24,6 @@ package cm
 
 import (
 	"container/heap"
-	"encoding/binary"
 	"sync/atomic"
 	"time"
 
@@ -179,31 +178,20 @@ func fromPeer(id *cmID, src verbs.MADSource, peerCommID uint32) bool {
 func (a *agent) unmatchedLocked() { a.stats.unmatched.Add(1) }
 
 // rejAccepted reports whether a REJ is legal for id in its state, as in
-// cm.c's cm_rej_handler, except that an established connection takes a
+// cm.c's cm_rej_handler (a REJ before we answered a REQ is left to the
+// REP that Accept sends: the dialer's agent rejects that), except that an established connection takes a
 // REJ only on the active side and only for the REP: that is the passive
 // side giving up because our RTU was lost. On the passive side, the RTU
 // proved the peer took our REP, and IBTA has no REJ after it (cm.c takes
 // one while no LAP is pending, which lets a forged REJ end a connection).
 func rejAccepted(id *cmID, r *wire.CMRej) bool {
 	switch id.state {
-	case stateReqSent, stateMRAReqRcvd, stateRepSent, stateMRARepRcvd, stateRepRcvd,
-		stateReqRcvd, stateMRAReqSent, stateDReqSent:
+	case stateReqSent, stateMRAReqRcvd, stateRepSent, stateMRARepRcvd, stateRepRcvd, stateDReqSent:
 		return true
 	case stateEstablished:
 		return !id.passive && r.MessageRejected == wire.CMMsgREP
 	}
 	return false
-}
-
-// rejectedByTimeoutLocked finds the passive cmID a dialer gave up on: its
-// REJ "timeout" names our comm ID only if it had our answer, so cm.c finds
-// it by the dialer's comm ID and CA GUID (in the ARI) instead.
-func (a *agent) rejectedByTimeoutLocked(src verbs.MADSource, r *wire.CMRej) *cmID {
-	if r.Reason != wire.RejTimeout || r.RejectedInfoLength < 8 {
-		return nil
-	}
-	key := remoteKey{id: r.LocalCommID, guid: binary.BigEndian.Uint64(r.ARI[:8]), gid: src.GID}
-	return a.remote[key]
 }
 
 // deadlines is a min-heap of retransmission and TIMEWAIT deadlines.
