@@ -114,9 +114,11 @@ func ackTimeout(caDelay, packetLife uint8) uint8 {
 // event is what the agent tells the API goroutine waiting on a cmID.
 type event struct {
 	kind   wire.CMAttr // REP, REJ, RTU, SIDR_REP; 0 for a timeout
-	rep    wire.CMRep
-	rej    wire.CMRej
-	sidr   wire.CMSIDRRep
+	// The message, by pointer: a cmID's event buffer lives as long as
+	// its connection, and thousands are held.
+	rep    *wire.CMRep
+	rej    *wire.CMRej
+	sidr   *wire.CMSIDRRep
 	reqErr error // set for timeouts and local failures
 }
 
@@ -599,7 +601,7 @@ func (a *agent) handleRejLocked(src verbs.MADSource, r *wire.CMRej) {
 	switch id.state {
 	case stateReqSent, stateMRAReqRcvd, stateRepSent, stateMRARepRcvd, stateRepRcvd:
 		a.removeLocked(id)
-		id.ev <- event{kind: wire.CMRejAttr, rej: *r}
+		id.ev <- event{kind: wire.CMRejAttr, rej: r}
 	case stateEstablished, stateDReqSent:
 		// The peer lost the connection: treat as a disconnect.
 		a.enterTimewaitLocked(id)
@@ -637,7 +639,7 @@ func (a *agent) handleRepLocked(src verbs.MADSource, tid uint64, r *wire.CMRep) 
 	id.state = stateRepRcvd
 	id.remoteID, id.remoteQPN = r.LocalCommID, r.LocalQPN
 	id.msg, id.deadline = nil, time.Time{}
-	id.ev <- event{kind: wire.CMRepAttr, rep: *r}
+	id.ev <- event{kind: wire.CMRepAttr, rep: r}
 }
 
 func (a *agent) handleRTULocked(src verbs.MADSource, r *wire.CMRTU) {
@@ -759,7 +761,7 @@ func (a *agent) handleSIDRRepLocked(src verbs.MADSource, s *wire.CMSIDRRep) {
 		return
 	}
 	a.removeLocked(id)
-	id.ev <- event{kind: wire.CMSIDRRepAttr, sidr: *s}
+	id.ev <- event{kind: wire.CMSIDRRepAttr, sidr: s}
 }
 
 // Detach stops the CM agent of ctx, if one runs, and removes its MAD
