@@ -113,7 +113,7 @@ func ackTimeout(caDelay, packetLife uint8) uint8 {
 
 // event is what the agent tells the API goroutine waiting on a cmID.
 type event struct {
-	kind   wire.CMAttr // REP, REJ, RTU, SIDR_REP; 0 for a timeout
+	kind wire.CMAttr // REP, REJ, RTU, SIDR_REP; 0 for a timeout
 	// The message, by pointer: a cmID's event buffer lives as long as
 	// its connection, and thousands are held.
 	rep    *wire.CMRep
