@@ -30,6 +30,7 @@ var rules = []struct {
 	{"internal/netsim", []string{"transport", "wire"}, nil},
 	{"internal/bench", []string{"verbs", "cm", "internal/spin", "internal/perftest"}, nil},
 	{"internal/spin", nil, nil},
+	{"internal/cmattack", []string{"wire"}, nil},              // a hostile CM peer for tests
 	{"internal/reuseport", nil, []string{"golang.org/x/sys"}}, // address sharing: bpf(2), SO_REUSEPORT
 	{"examples", []string{""}, []string{""}},
 	{"internal/roce", []string{"wire", "verbs", "transport", "internal/spin"}, nil},

@@ -201,14 +201,16 @@ func Open(cfg Config) (*Device, error) {
 	d := newDevice(tr, cfg)
 	d.guid = guid
 	d.udp = ut
-	// QPNs carry the device's slot among the processes that share its
-	// address (slot 0 when it does not share it): the destination steers
-	// by it, and the transport coalesces packets to one slot's QPs.
+	// On an address shared with other processes, QPNs carry the device's
+	// slot among them in their top bits: the destination steers by it.
+	// A device that does not share its address has all 24 bits random.
 	var slot uint32
+	slotBits := 0
 	if ut != nil {
-		slot, _ = ut.Slot()
+		if s, shared := ut.Slot(); shared {
+			slot, slotBits = s, reuseport.SlotBits
+		}
 	}
-	slotBits := reuseport.SlotBits
 	var notify func(roce.Note)
 	if cfg.Logger != nil {
 		d.log = newLogger(cfg.Logger, name)

@@ -569,9 +569,10 @@ func (t *Transport) checkSources(pkts []transport.Datagram) error {
 // destination QPNs carry the same slot in their top reuseport.SlotBits
 // bits, and neither is QP1, whose MADs are steered by their contents.
 // Only then may they share a GSO datagram, which the destination steers
-// as a whole by its first packet. softrdma numbers every device's QPs
-// this way, shared or not (an unshared device uses slot 0), so packets to
-// many QPs of one device still leave in one datagram.
+// as a whole by its first packet. A device that shares its address
+// numbers its QPs this way; one that does not has all 24 bits of its
+// QPNs random (so the bits stay unguessable), and its QPs' packets share
+// a datagram when their top bits happen to agree.
 func sameSteering(a, b *transport.Datagram) bool {
 	if len(a.Buf) < 8 || len(b.Buf) < 8 {
 		return false
