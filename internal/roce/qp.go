@@ -205,7 +205,7 @@ func (pd *PD) CreateQP(attr *verbs.QPInitAttr) (verbs.QP, error) {
 	if !ok1 || !ok2 || sendCQ == nil || recvCQ == nil {
 		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "SendCQ and RecvCQ must be CQs of this device")
 	}
-	if sendCQ.dev != pd.dev || recvCQ.dev != pd.dev || sendCQ.dead.Load() || recvCQ.dead.Load() {
+	if sendCQ.dev != pd.dev || recvCQ.dev != pd.dev || sendCQ.ring.Dead() || recvCQ.ring.Dead() {
 		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "SendCQ and RecvCQ must be live CQs of this device")
 	}
 	var srq *SRQ
