@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/softrdma/softrdma/internal/verbsobj"
 	"github.com/softrdma/softrdma/verbs"
 )
 
@@ -50,6 +51,8 @@ type Device struct {
 	pds, cqs int
 	bells    []doorbell                 // peers' doorbells, unmapped at Close
 	services map[*net.UnixListener]bool // BindService's sockets, closed at Close
+
+	events verbsobj.Events // asynchronous events (AsyncEvents)
 
 	madHandler atomic.Pointer[func(verbs.MADSource, []byte)] // QP1's receiver (HandleMADs)
 
@@ -128,6 +131,7 @@ func Open(cfg Config) (*Device, error) {
 		napWake:  make(chan struct{}, 1), nap: napTime, safety: safetyWake,
 	}
 	d.gid = gidOf(d.uid, d.id)
+	d.events.Init()
 	d.qps.Store(&[]*QP{})
 	var err error
 	d.bellFD, d.bell, err = newMemfdBell()
@@ -270,6 +274,7 @@ func (d *Device) Close() error {
 	d.bells = nil
 	unix.Munmap(d.bell)
 	unix.Close(d.bellFD)
+	d.events.Close()
 	return nil
 }
 
