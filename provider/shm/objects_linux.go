@@ -70,7 +70,7 @@ type MR struct {
 
 	mu          sync.RWMutex // RLock around local copies; Lock to change the fields below
 	dead        bool
-	rkeyRevoked bool           // SEND_WITH_INV invalidated the rkey
+	rkeyRevoked bool           // the rkey was invalidated (memory windows, once they exist); remote access fails
 	grantees    map[*conn]bool // peers that may have it mapped
 }
 
@@ -180,23 +180,6 @@ func revokeAt(gs map[*conn]bool, rkey uint32) {
 			<-c.done
 		}
 	}
-}
-
-// invalidate revokes remote access through rkey (SEND_WITH_INV) if it
-// names an MR of pd.
-func (d *Device) invalidate(pd *PD, rkey uint32) {
-	d.mrMu.RLock()
-	mr := d.mrs[rkey]
-	d.mrMu.RUnlock()
-	if mr == nil || mr.pd != pd {
-		return
-	}
-	mr.mu.Lock()
-	mr.rkeyRevoked = true
-	gs := mr.grantees
-	mr.grantees = map[*conn]bool{}
-	mr.mu.Unlock()
-	revokeAt(gs, rkey)
 }
 
 // local returns n bytes at addr of the MR lkey names, if it belongs to pd

@@ -121,6 +121,12 @@ func (pd *PD) CreateQP(attr *verbs.QPInitAttr) (verbs.QP, error) {
 	if !ok1 || !ok2 || scq.dev != pd.dev || rcq.dev != pd.dev {
 		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "SendCQ and RecvCQ must be CQs of this shm device")
 	}
+	if err := pd.objs.Check(op, "PD"); err != nil {
+		return nil, err
+	}
+	if scq.ring.Dead() || rcq.ring.Dead() {
+		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "SendCQ and RecvCQ must be live CQs of this device")
+	}
 	c := attr.Cap
 	if c.MaxSendWR == 0 || c.MaxSendWR > maxQPWR || c.MaxRecvWR > maxQPWR || c.MaxSendSGE > maxSGE || c.MaxRecvSGE > maxSGE || c.MaxInlineData > maxInline {
 		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "Cap %+v: work requests 1..%d, SGEs ≤ %d, inline ≤ %d", c, maxQPWR, maxSGE, maxInline)
@@ -128,8 +134,8 @@ func (pd *PD) CreateQP(attr *verbs.QPInitAttr) (verbs.QP, error) {
 	var srq *SRQ
 	if attr.SRQ != nil {
 		s, ok := attr.SRQ.(*SRQ)
-		if !ok || s.pd.dev != pd.dev {
-			return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "SRQ must belong to this shm device")
+		if !ok || s.pd.dev != pd.dev || s.qps.Dead() {
+			return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "SRQ must be a live SRQ of this shm device")
 		}
 		srq = s
 	} else if c.MaxRecvWR == 0 {
@@ -1035,6 +1041,14 @@ func (qp *QP) consumeLocked() bool {
 			qp.haveCur = false
 			qp.completeRecvLocked(&qp.cur, verbs.WCSuccess, verbs.WCRecvRDMAWithImm, h.msgLen, h.imm, verbs.WCWithImm, h.flags&flagSolic != 0)
 		} else {
+			if h.flags&flagInv != 0 {
+				// IBTA 10.6.7 (o10-37): SEND_WITH_INV invalidates memory
+				// windows and fast-registered regions only, never a region
+				// from RegMR or AllocMR (rxe refuses those too), and shm
+				// has neither: the request is invalid, as on soft.
+				qp.failRecvLocked(verbs.WCRemInvReqErr, verbs.WCRemInvReqErr)
+				return true
+			}
 			if uint64(len(payload)) > qp.cur.length-qp.recvOff {
 				qp.failRecvLocked(verbs.WCLocLenErr, verbs.WCRemInvReqErr)
 				return true
@@ -1048,9 +1062,6 @@ func (qp *QP) consumeLocked() bool {
 				var flags verbs.WCFlags
 				if h.flags&flagImm != 0 {
 					flags = verbs.WCWithImm
-				} else if h.flags&flagInv != 0 {
-					flags = verbs.WCWithInv
-					qp.dev.invalidate(qp.pd, h.imm)
 				}
 				imm := h.imm
 				if flags == 0 {
