@@ -232,20 +232,37 @@ func (d *Device) Closed() bool {
 	return d.closed
 }
 
-// Close stops the device: it closes the socket and every connection and
-// stops its goroutines. Every PD and CQ must have been released first
-// (verbs.ErrInUse otherwise).
+// Close stops the device: it destroys the QPs and deregisters the MRs the
+// application left (as closing a kernel device's file does: peers lose
+// their mappings first), then closes the socket and every connection and
+// stops its goroutines. Later calls on the device's objects fail with
+// verbs.ErrDestroyed or find the device closed. Closing a closed device
+// does nothing.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
 		return nil
 	}
-	if d.pds != 0 || d.cqs != 0 {
-		d.mu.Unlock()
-		return verbs.Errorf("Close", verbs.ErrInUse, "%d PDs and %d CQs remain; destroy them first", d.pds, d.cqs)
-	}
 	d.closed = true
+	qps := make([]*QP, 0, len(d.qpByNum))
+	for _, qp := range d.qpByNum {
+		qps = append(qps, qp)
+	}
+	d.mu.Unlock()
+	for _, qp := range qps {
+		qp.Destroy()
+	}
+	d.mrMu.RLock()
+	mrs := make([]*MR, 0, len(d.mrs))
+	for _, mr := range d.mrs {
+		mrs = append(mrs, mr)
+	}
+	d.mrMu.RUnlock()
+	for _, mr := range mrs {
+		mr.Dereg()
+	}
+	d.mu.Lock()
 	conns := make([]*conn, 0, len(d.all))
 	for c := range d.all {
 		conns = append(conns, c)

@@ -80,6 +80,9 @@ func (pd *PD) checkMR(op string, access verbs.Access, length int) error {
 	if err := pd.objs.Check(op, "PD"); err != nil {
 		return err
 	}
+	if pd.dev.Closed() {
+		return verbs.Errorf(op, verbs.ErrDestroyed, "device %s is closed", pd.dev.name)
+	}
 	if err := verbsobj.CheckAccess(op, access); err != nil {
 		return err
 	}

@@ -25,6 +25,7 @@ import (
 	"encoding/binary"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -204,6 +205,17 @@ func (qp *QP) Query() (verbs.QPAttr, verbs.QPInitAttr, error) {
 // INIT → RTR on an RC QP connects to the device the AV's DGID names and
 // hands it this QP's request ring.
 func (qp *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	var old *conn
+	err := qp.modify(attr, mask, &old)
+	if old != nil {
+		qp.dropStaleRings(old)
+	}
+	return err
+}
+
+// modify is Modify under the QP's lock; a move to RESET from a connected
+// state leaves the old connection in *reset.
+func (qp *QP) modify(attr *verbs.QPAttr, mask verbs.QPAttrMask, reset **conn) error {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	if qp.dead {
@@ -270,6 +282,7 @@ func (qp *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	}
 	switch next {
 	case verbs.QPStateReset:
+		*reset = qp.conn
 		qp.resetLocked()
 	case verbs.QPStateErr:
 		qp.errorLocked()
@@ -324,6 +337,29 @@ func (qp *QP) unmapLocked() {
 	qp.lastGrant = nil
 	qp.peer.Store(0)
 	qp.destQPN.Store(0)
+}
+
+// dropStaleRings forgets the rings the peer sent over c for the QP's old
+// connection that the QP never took: taken for the next connection, such
+// a ring would stay empty for ever (the peer writes to its new one). A
+// ring may still be in c's control stream, so it first makes a round trip
+// on c, a revocation of key 0, which no MR has (randKey): the peer
+// answers after every message it sent before, so they have all been
+// handled when the answer arrives. It runs without the QP's lock, which
+// the peer's messages may need.
+func (qp *QP) dropStaleRings(c *conn) {
+	if !c.dead.Load() {
+		c.call(&ctrl{typ: mRevoke, c: 0}, nil, 2*time.Second)
+	}
+	d := qp.dev
+	d.mu.Lock()
+	for k, m := range d.inboxes {
+		if k.local == qp.qpn && k.peer == c.peerID {
+			m.unmap()
+			delete(d.inboxes, k)
+		}
+	}
+	d.mu.Unlock()
 }
 
 func (qp *QP) resetLocked() {

@@ -24,6 +24,7 @@ func init() {
 		testCase{"ah/an AH needs a global route", testAH},
 		testCase{"teardown/objects in use refuse to go", testTeardownInUse},
 		testCase{"teardown/use after destroy fails with ErrDestroyed", testUseAfterDestroy},
+		testCase{"teardown/Close releases what the application left", testCloseReleases},
 	)
 }
 
@@ -371,5 +372,30 @@ func testUseAfterDestroy(t *testing.T, p *Pair) {
 	_, err = s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.rcq, RecvCQ: s.rcq, QPType: verbs.QPTypeRC, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
 	if err == nil {
 		t.Error("CreateQP on a deallocated PD succeeded")
+	}
+}
+
+// testCloseReleases: closing a kernel device's file releases what the
+// application left (rxe's objects go with the uverbs file); the objects
+// then answer ErrDestroyed and the peer can no longer reach the memory.
+func testCloseReleases(t *testing.T, p *Pair) {
+	a, b := connect(t, p, opts{})
+	b.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{b.sge(0, 8)}, RemoteAddr: a.mr.Addr(), RKey: a.mr.RKey()})
+	b.expect(b.scq, 1, verbs.WCSuccess)
+	if err := p.A.Close(); err != nil {
+		t.Fatalf("Close with objects left: %v; want them released", err)
+	}
+	if err := p.A.Close(); err != nil {
+		t.Errorf("second Close: %v; want nil", err)
+	}
+	isErr(t, "PostSend after Close", a.qp.PostSend(&verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{a.sge(0, 8)}}), verbs.ErrDestroyed)
+	isErr(t, "DeregMR after Close", a.mr.Dereg(), verbs.ErrDestroyed)
+	_, err := p.A.AllocPD()
+	isErr(t, "AllocPD after Close", err, verbs.ErrDestroyed)
+	_, err = p.A.CreateCQ(4, nil)
+	isErr(t, "CreateCQ after Close", err, verbs.ErrDestroyed)
+	b.post(verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{b.sge(0, 8)}, RemoteAddr: a.mr.Addr(), RKey: a.mr.RKey()})
+	if w := b.wc(b.scq); w.WRID != 2 || w.Status == verbs.WCSuccess {
+		t.Errorf("a WRITE to a closed device's memory completed %+v; want an error", w)
 	}
 }
