@@ -25,8 +25,8 @@ func TestConformance(t *testing.T) {
 			// A peer's WRITE, READ and atomic are a memcpy or a CPU atomic
 			// on memory it mapped after its grant was checked: no
 			// responder QP sees them, so an access error reaches the
-			// requester (WCRemAccessErr) and raises no event here.
-			verbstest.QPEvents: "one-sided operations bypass the responder QP, which raises no QP_ACCESS_ERR",
+			// requester (WCRemAccessErr) only.
+			verbstest.ResponderAccessEvents: "one-sided operations bypass the responder QP, which stays in RTS and raises no QP_ACCESS_ERR",
 		}}
 	})
 }

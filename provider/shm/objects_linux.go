@@ -514,8 +514,11 @@ func (ah *AH) Destroy() error {
 // --- asynchronous events ---
 
 // AsyncEvents returns the device's asynchronous events
-// (verbs.AsyncEventer): CQ overruns and SRQ limits. The channel is
-// closed by Close.
+// (verbs.AsyncEventer): CQ overruns, SRQ limits, a QP's request and
+// fatal errors as a responder of SENDs and WRITE_WITH_IMMs, and last
+// WQE reached. A peer's one-sided operations do not pass through the
+// responder QP, so their access errors raise no event here. The channel
+// is closed by Close.
 func (d *Device) AsyncEvents() <-chan verbs.AsyncEvent { return d.events.C() }
 
 // event reports an asynchronous event; it never blocks.

@@ -408,6 +408,11 @@ func (qp *QP) errorLocked() {
 	if qp.conn != nil && qp.conn.bell != nil && !qp.conn.dead.Load() {
 		qp.conn.bell.ring()
 	}
+	if qp.srq != nil {
+		// IBTA 11.6.3.1: a QP on an SRQ that went to ERR takes no more
+		// of its WQEs; the application may now destroy it.
+		qp.dev.event(verbs.AsyncEvent{Type: verbs.EventQPLastWQEReached, QP: qp})
+	}
 }
 
 // peerGone is called when the peer's device disconnected. What the
@@ -1119,6 +1124,16 @@ func (qp *QP) consumeLocked() bool {
 // failRecvLocked fails the SEND in progress: the receive WQE completes
 // with recvSt, the requester sees nak, and the QP moves to ERR.
 func (qp *QP) failRecvLocked(recvSt, nak verbs.WCStatus) {
+	// The responder's error, as an asynchronous event (rxe: the NAK's
+	// syndrome picks it).
+	ev := verbs.EventQPFatal
+	switch nak {
+	case verbs.WCRemInvReqErr:
+		ev = verbs.EventQPReqErr
+	case verbs.WCRemAccessErr:
+		ev = verbs.EventQPAccessErr
+	}
+	qp.dev.event(verbs.AsyncEvent{Type: ev, QP: qp})
 	qp.haveCur = false
 	qp.completeRecvLocked(&qp.cur, recvSt, 0, 0, 0, 0, false)
 	qp.in.setNak(nak)

@@ -21,6 +21,7 @@ func init() {
 		testCase{"cq/overrun raises CQ_ERR, fails one poll, then recovers", testCQOverrun},
 		testCase{"srq/the limit is armed by Modify only and fires once", testSRQLimit},
 		testCase{"srq/Modify checks its attributes", testSRQModify},
+		testCase{"srq/a QP on an SRQ that goes to ERR raises LAST_WQE_REACHED", testLastWQE},
 		testCase{"ah/an AH needs a global route", testAH},
 		testCase{"teardown/objects in use refuse to go", testTeardownInUse},
 		testCase{"teardown/use after destroy fails with ErrDestroyed", testUseAfterDestroy},
@@ -398,4 +399,24 @@ func testCloseReleases(t *testing.T, p *Pair) {
 	if w := b.wc(b.scq); w.WRID != 2 || w.Status == verbs.WCSuccess {
 		t.Errorf("a WRITE to a closed device's memory completed %+v; want an error", w)
 	}
+}
+
+// testLastWQE: IBTA 11.6.3.1: a QP attached to an SRQ that enters the
+// error state raises LAST_WQE_REACHED: it takes no more WQEs from the
+// SRQ, which keeps the ones it holds for its other QPs.
+func testLastWQE(t *testing.T, p *Pair) {
+	p.need(t, SRQ)
+	p.need(t, QPEvents)
+	a, b := connect(t, p, opts{srq: true})
+	evs := b.events()
+	b.recv(1, 0, 64)
+	b.recv(2, 64, 64)
+	if err := b.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.QPAttrState); err != nil {
+		t.Fatal(err)
+	}
+	if e := b.event(evs, verbs.EventQPLastWQEReached); e.QP == nil || e.QP.QPNum() != b.qp.QPNum() {
+		t.Errorf("LAST_WQE_REACHED names %v; want the QP %#x", e.QP, b.qp.QPNum())
+	}
+	b.quiet(b.rcq) // the SRQ's WQEs are not flushed: they belong to the SRQ
+	_ = a
 }

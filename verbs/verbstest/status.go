@@ -42,6 +42,10 @@ func (s *side) errored(id uint64) {
 
 func testLocLen(t *testing.T, p *Pair) {
 	a, b := connect(t, p, opts{})
+	var evs <-chan verbs.AsyncEvent
+	if _, lacks := p.Lacks[QPEvents]; !lacks {
+		evs = b.events()
+	}
 	b.recv(5, 0, 16)
 	b.recv(6, 16, 16)
 	a.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SGList: []verbs.SGE{a.sge(0, 64)}})
@@ -51,6 +55,11 @@ func testLocLen(t *testing.T, p *Pair) {
 	b.expect(b.rcq, 5, verbs.WCLocLenErr)
 	b.expect(b.rcq, 6, verbs.WCWRFlushErr)
 	a.errored(2)
+	if evs != nil {
+		if e := b.event(evs, verbs.EventQPReqErr); e.QP == nil || e.QP.QPNum() != b.qp.QPNum() {
+			t.Errorf("QP_REQ_ERR names %v; want the responder's QP %#x", e.QP, b.qp.QPNum())
+		}
+	}
 }
 
 func testLocProtKey(t *testing.T, p *Pair) {
@@ -99,12 +108,12 @@ func testLocProtPD(t *testing.T, p *Pair) {
 }
 
 // remoteFails posts a WRITE (or READ) with the given rkey and address and
-// checks the requester's WCRemAccessErr, the responder's QP in ERR and,
-// where the provider has QP events, QP_ACCESS_ERR on the responder.
+// checks the requester's WCRemAccessErr and, unless the provider lacks
+// ResponderAccessEvents, the responder's QP in ERR with QP_ACCESS_ERR.
 func remoteFails(t *testing.T, p *Pair, a, b *side, op verbs.WROpcode, addr uint64, rkey uint32) {
 	t.Helper()
 	var evs <-chan verbs.AsyncEvent
-	if _, lacks := p.Lacks[QPEvents]; !lacks {
+	if _, lacks := p.Lacks[ResponderAccessEvents]; !lacks {
 		evs = b.events()
 	}
 	a.post(verbs.SendWR{WRID: 1, Opcode: op, SGList: []verbs.SGE{a.sge(0, 64)}, RemoteAddr: addr, RKey: rkey})
@@ -113,6 +122,9 @@ func remoteFails(t *testing.T, p *Pair, a, b *side, op verbs.WROpcode, addr uint
 	if evs != nil {
 		if e := b.event(evs, verbs.EventQPAccessErr); e.QP == nil || e.QP.QPNum() != b.qp.QPNum() {
 			t.Errorf("QP_ACCESS_ERR names %v; want the responder's QP %#x", e.QP, b.qp.QPNum())
+		}
+		if st := b.qp.State(); st != verbs.QPStateErr {
+			t.Errorf("responder QP after the access error: %v; want ERR", st)
 		}
 	}
 }

@@ -34,9 +34,13 @@ type Feature string
 
 // Features a provider may declare missing (Pair.Lacks).
 const (
-	// QPEvents: asynchronous events about QPs (QP_ACCESS_ERR, QP_REQ_ERR,
-	// QP_FATAL) on the context's verbs.AsyncEventer.
+	// QPEvents: asynchronous events about QPs (QP_REQ_ERR, QP_FATAL,
+	// LAST_WQE_REACHED) on the context's verbs.AsyncEventer.
 	QPEvents Feature = "QP asynchronous events"
+	// ResponderAccessEvents: a one-sided operation that fails its access
+	// checks moves the responder's QP to ERR with QP_ACCESS_ERR, as rxe
+	// does.
+	ResponderAccessEvents Feature = "QP_ACCESS_ERR at the responder of a one-sided operation"
 	// AsyncEvents: the context implements verbs.AsyncEventer (CQ_ERR,
 	// SRQ_LIMIT_REACHED at least).
 	AsyncEvents Feature = "asynchronous events"
