@@ -44,3 +44,17 @@ func Span(buf []byte, base, addr, n uint64) ([]byte, bool) {
 
 // Permits reports whether a region with access have allows need.
 func Permits(have, need verbs.Access) bool { return have&need == need }
+
+// CheckAtomic validates an atomic work request when it is posted, as
+// rxe's validate_send_wr does (EINVAL): the SGEs add up to the 8 bytes
+// the operation returns, and the remote address is 8-byte aligned (IBTA
+// 9.4.5: a misaligned atomic is an invalid request).
+func CheckAtomic(op string, length, remoteAddr uint64) error {
+	if length != 8 {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "atomic operations move 8 bytes; the SGEs add up to %d", length)
+	}
+	if remoteAddr&7 != 0 {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "atomic at remote address %#x: it must be 8-byte aligned", remoteAddr)
+	}
+	return nil
+}

@@ -23,10 +23,10 @@ func TestConformance(t *testing.T) {
 		}
 		return verbstest.Pair{A: open(), B: open(), GIDIndex: 0, Lacks: map[verbstest.Feature]string{
 			// A peer's WRITE, READ and atomic are a memcpy or a CPU atomic
-			// on memory it mapped after its grant was checked: no
-			// responder QP sees them, so an access error reaches the
-			// requester (WCRemAccessErr) only.
-			verbstest.ResponderAccessEvents: "one-sided operations bypass the responder QP, which stays in RTS and raises no QP_ACCESS_ERR",
+			// on memory it mapped after the owner checked its grant; a
+			// refused grant moves the responder QP to ERR but the check
+			// lives in the control connection, which raises no event.
+			verbstest.ResponderAccessEvents: "a refused grant raises no QP_ACCESS_ERR",
 		}}
 	})
 }

@@ -30,6 +30,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/softrdma/softrdma/internal/verbsobj"
 	"github.com/softrdma/softrdma/verbs"
 	"github.com/softrdma/softrdma/wire"
 )
@@ -546,8 +547,10 @@ func (qp *QP) postOneLocked(wr *verbs.SendWR) error {
 	if w.length > 1<<31 {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "message of %d bytes exceeds the 2 GiB maximum", w.length)
 	}
-	if (wr.Opcode == verbs.WRAtomicCmpAndSwp || wr.Opcode == verbs.WRAtomicFetchAndAdd) && w.length != 8 {
-		return verbs.Errorf(op, verbs.ErrInvalidArgument, "atomic operations move 8 bytes; the SGEs add up to %d", w.length)
+	if wr.Opcode == verbs.WRAtomicCmpAndSwp || wr.Opcode == verbs.WRAtomicFetchAndAdd {
+		if err := verbsobj.CheckAtomic(op, w.length, wr.RemoteAddr); err != nil {
+			return err
+		}
 	}
 	if qp.typ == verbs.QPTypeUD {
 		ah, ok := wr.AH.(*AH)

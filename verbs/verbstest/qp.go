@@ -19,6 +19,7 @@ func init() {
 		testCase{"qp/Query returns what Modify set", testQPQuery},
 		testCase{"qp/RESET from any state, and back up again", testQPReconnect},
 		testCase{"qp/moving to ERR flushes outstanding sends and receives", testQPErrFlush},
+		testCase{"qp/post checks: SGE count, atomic size and alignment, the failing request named", testPostChecks},
 	)
 }
 
@@ -164,4 +165,39 @@ func testQPErrFlush(t *testing.T, p *Pair) {
 	// Sends posted in ERR are accepted and flushed, as rxe does.
 	a.post(verbs.SendWR{WRID: 4, Opcode: verbs.WRSend, SGList: []verbs.SGE{a.sge(64, 8)}})
 	a.expect(a.scq, 4, verbs.WCWRFlushErr)
+}
+
+// testPostChecks: what ibv_post_send and ibv_post_recv refuse with EINVAL
+// before anything is queued (rxe's validate_send_wr): more SGEs than the
+// QP's capacity, an atomic whose buffer is not 8 bytes or whose remote
+// address is not 8-byte aligned. The error names the request.
+func testPostChecks(t *testing.T, p *Pair) {
+	a, b := connect(t, p, opts{})
+	three := []verbs.SGE{a.sge(0, 8), a.sge(8, 8), a.sge(16, 8)}
+	check := func(what string, err error) {
+		t.Helper()
+		isErr(t, what, err, verbs.ErrInvalidArgument)
+		var pe *verbs.PostError
+		if !asPostError(err, &pe) || pe.WRID != 77 {
+			t.Errorf("%s: %v is not a *verbs.PostError naming wr_id 77", what, err)
+		}
+	}
+	check("PostSend with 3 SGEs on a QP of 2", a.qp.PostSend(&verbs.SendWR{WRID: 77, Opcode: verbs.WRSend, SGList: three}))
+	check("PostRecv with 3 SGEs on a QP of 2", a.qp.PostRecv(&verbs.RecvWR{WRID: 77, SGList: three}))
+	if _, lacks := p.Lacks[Atomics]; !lacks {
+		check("an atomic of 16 bytes", a.qp.PostSend(&verbs.SendWR{WRID: 77, Opcode: verbs.WRAtomicFetchAndAdd,
+			SGList: []verbs.SGE{a.sge(0, 16)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}))
+		check("an atomic at an unaligned address", a.qp.PostSend(&verbs.SendWR{WRID: 77, Opcode: verbs.WRAtomicCmpAndSwp,
+			SGList: []verbs.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.Addr() + 4, RKey: b.mr.RKey()}))
+	}
+	// A chain stops at the bad request: the ones before it are posted.
+	b.recv(1, 0, 8)
+	err := a.qp.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.sge(0, 8)},
+		Next: &verbs.SendWR{WRID: 77, Opcode: verbs.WRSend, SGList: three}})
+	var pe *verbs.PostError
+	if !asPostError(err, &pe) || pe.Index != 1 || pe.WRID != 77 {
+		t.Fatalf("a chain with a bad second request: %v; want a *verbs.PostError at index 1", err)
+	}
+	a.expect(a.scq, 1, verbs.WCSuccess)
+	b.expect(b.rcq, 1, verbs.WCSuccess)
 }
