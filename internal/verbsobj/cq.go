@@ -136,7 +136,6 @@ func (r *CQRing) Poll(wc []verbs.WC) (int, error) {
 	n := min(int(r.count.Load()), len(wc))
 	for i := 0; i < n; i++ {
 		wc[i] = r.ring[r.head]
-		r.ring[r.head] = verbs.WC{}
 		r.head++
 		if r.head == len(r.ring) {
 			r.head = 0
