@@ -38,6 +38,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/softrdma/softrdma/internal/verbsobj"
 	"github.com/softrdma/softrdma/transport"
 	"github.com/softrdma/softrdma/verbs"
 	"github.com/softrdma/softrdma/wire"
@@ -171,7 +172,7 @@ type Device struct {
 	trySender   transport.TrySender // nil: the transport cannot send without blocking
 	gsi         gsi
 	objs        objects
-	events      events
+	events      verbsobj.Events
 	backlog     backlog
 	doorbells   doorbells
 
@@ -210,7 +211,7 @@ func New(cfg Config) (*Device, error) {
 	}
 	d.timers.set = cfg.SetTimer
 	d.objs.init()
-	d.events.ch = make(chan verbs.AsyncEvent, eventBuffer)
+	d.events.Init()
 	if g, ok := cfg.Transport.(transport.Gatherer); ok && !cfg.NoGather {
 		d.gather = g.Gathers()
 	}

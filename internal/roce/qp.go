@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/softrdma/softrdma/internal/verbsobj"
 	"github.com/softrdma/softrdma/verbs"
 	"github.com/softrdma/softrdma/wire"
 )
@@ -205,7 +206,7 @@ func (pd *PD) CreateQP(attr *verbs.QPInitAttr) (verbs.QP, error) {
 	if !ok1 || !ok2 || sendCQ == nil || recvCQ == nil {
 		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "SendCQ and RecvCQ must be CQs of this device")
 	}
-	if sendCQ.dev != pd.dev || recvCQ.dev != pd.dev || sendCQ.dead.Load() || recvCQ.dead.Load() {
+	if sendCQ.dev != pd.dev || recvCQ.dev != pd.dev || sendCQ.ring.Dead() || recvCQ.ring.Dead() {
 		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "SendCQ and RecvCQ must be live CQs of this device")
 	}
 	var srq *SRQ
@@ -743,8 +744,8 @@ func (qp *QP) postOneLocked(wr *verbs.SendWR) error {
 	}
 	switch wr.Opcode {
 	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
-		if w.length != 8 {
-			return verbs.Errorf(op, verbs.ErrInvalidArgument, "atomic operations move 8 bytes; the SGEs add up to %d", w.length)
+		if err := verbsobj.CheckAtomic(op, w.length, wr.RemoteAddr); err != nil {
+			return err
 		}
 	}
 	if qp.typ == verbs.QPTypeUD {
