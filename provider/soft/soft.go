@@ -245,6 +245,9 @@ func Open(cfg Config) (*Device, error) {
 		return nil, err
 	}
 	d.eng = eng
+	if ut != nil {
+		ut.OnUnreachable(eng.PeerUnreachable)
+	}
 	if d.log != nil {
 		go d.log.watchDrops(d.Counters)
 	}
