@@ -86,3 +86,12 @@ func (qp *QP) retireProbeLocked(st verbs.WCStatus) {
 		qp.dev.Event(verbs.AsyncEvent{Type: verbs.EventQPFatal, QP: qp})
 	}
 }
+
+// clearProbesLocked forgets the probes of a QP going back to RESET, whose
+// send queue is emptied without completions: their slots are the
+// application's again.
+func (qp *QP) clearProbesLocked() {
+	for i := qp.sq.head; i != qp.sq.tail; i++ {
+		qp.sq.at(i).probe = false
+	}
+}

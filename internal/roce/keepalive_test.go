@@ -138,3 +138,25 @@ func TestKeepaliveBusy(t *testing.T) {
 		}
 	})
 }
+
+// TestKeepaliveProbeReset: a QP reset while its probe is out reuses the
+// probe's slot for the application's work, which completes as usual.
+func TestKeepaliveProbeReset(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := defaultOpts()
+		nw, a, b := keepalivePair(t, time.Second, o)
+		nw.SetConfig(netsim.Config{Loss: 1, Seed: 1})
+		time.Sleep(time.Second + time.Millisecond) // a's probe is out
+		synctest.Wait()
+		if a.dev.Counters.KeepaliveProbes.Load() == 0 {
+			t.Fatal("no probe")
+		}
+		must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateReset}, verbs.QPAttrState))
+		must(t, b.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateReset}, verbs.QPAttrState))
+		nw.SetConfig(netsim.Config{Delay: 5 * time.Microsecond, Seed: 1})
+		connect(t, a, b, o)
+		connect(t, b, a, o)
+		a.post(&verbs.SendWR{WRID: 5, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+		expectWC(t, a.waitWC(a.scq), 5, verbs.WCSuccess, verbs.WCRDMAWrite)
+	})
+}

@@ -501,6 +501,7 @@ func (qp *QP) checkDrainedLocked() {
 func (qp *QP) resetLocked() {
 	qp.setStateLocked(verbs.QPStateReset)
 	qp.stopTimerLocked()
+	qp.clearProbesLocked()
 	qp.sq.head, qp.sq.next, qp.sq.tail, qp.sq.probes = 0, 0, 0, 0
 	qp.lastHeard = time.Time{}
 	qp.rq.head, qp.rq.tail = 0, 0
