@@ -17,8 +17,9 @@ package roce
 //	      probe's failure has no completion of its own to say so
 //
 // A zero-length RDMA WRITE needs no rkey and touches no memory (IBTA
-// 9.4.3: an RETH with a DMA length of 0 is not checked against an MR):
-// every RoCEv2 responder, Linux rxe and NICs included, acknowledges it.
+// C9-88: a zero-length RDMA operation need not carry a valid address or
+// R_Key; rxe's check_rkey skips it): every RoCEv2 responder, Linux rxe
+// and NICs included, acknowledges it.
 // Any packet from the peer (a request, an ACK, a response) counts as
 // hearing from it, so a busy connection never probes. The worst-case
 // detection time of a dead peer is Keepalive plus the retries: about
