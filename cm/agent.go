@@ -175,9 +175,10 @@ type agent struct {
 	// steer the MADs that name the ID to this process (sharedDevice).
 	idSlot, idMask uint32
 
-	in   chan madIn
-	kick chan struct{}
-	stop chan struct{}
+	in      chan madIn
+	unreach chan unreachIn // refused.go
+	kick    chan struct{}
+	stop    chan struct{}
 
 	mu        sync.Mutex
 	ids       map[uint32]*cmID     // by local comm ID
@@ -225,6 +226,7 @@ func agentFor(ctx verbs.Context, port uint8) (*agent, error) {
 	if err := gsi.HandleMADs(port, a.receive); err != nil {
 		return nil, err
 	}
+	a.watchUnreachable(ctx)
 	go a.run()
 	if agents.m == nil {
 		agents.m = map[verbs.Context]*agent{}
@@ -246,7 +248,7 @@ type sharedDevice interface {
 func newAgent(ctx verbs.Context, gsi verbs.GSI, port uint8, now func() time.Time) *agent {
 	a := &agent{
 		gsi: gsi, port: port, ctx: ctx, now: now,
-		in: make(chan madIn, 256), kick: make(chan struct{}, 1), stop: make(chan struct{}),
+		in: make(chan madIn, 256), unreach: make(chan unreachIn, 16), kick: make(chan struct{}, 1), stop: make(chan struct{}),
 		ids: map[uint32]*cmID{}, remote: map[remoteKey]*cmID{}, listeners: map[uint64]*Listener{},
 		sidr: map[remoteKey]*cmID{},
 	}
@@ -303,6 +305,10 @@ func (a *agent) run() {
 		case m := <-a.in:
 			a.mu.Lock()
 			a.handleLocked(m.src, m.mad[:m.n])
+			a.mu.Unlock()
+		case u := <-a.unreach:
+			a.mu.Lock()
+			a.refusedLocked(u)
 			a.mu.Unlock()
 		case <-timer.C:
 		case <-a.kick:
@@ -777,5 +783,8 @@ func Detach(ctx verbs.Context) {
 		return
 	}
 	a.gsi.HandleMADs(a.port, nil)
+	if u, ok := ctx.(verbs.GSIUnreachable); ok {
+		u.HandleUnreachable(a.port, nil)
+	}
 	close(a.stop)
 }
