@@ -76,6 +76,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "%s: SOFTRDMA_TRACE: %v\n", name, err)
 		os.Exit(1)
 	}
+	exitOnSignal(name, func() { stopTrace(); closeToolFiles() })
 	err = cmd.run(args)
 	stopTrace()
 	closeToolFiles()
