@@ -266,7 +266,9 @@ func (q *queue) command(slot, n int) bool {
 	return true
 }
 
-func (q *queue) cmd(slot int) Command { return Command(q.recvMR.Bytes()[slot*q.capsule:][:CommandSize]) }
+func (q *queue) cmd(slot int) Command {
+	return Command(q.recvMR.Bytes()[slot*q.capsule:][:CommandSize])
+}
 
 // dispatch starts a command: it decides what data the command moves and
 // either executes it or starts the RDMA READ of its data.
