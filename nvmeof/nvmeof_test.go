@@ -35,7 +35,9 @@ var nextNet = struct {
 	n int
 }{n: 10}
 
-func newFabric(t *testing.T, cfg nvmeof.TargetConfig, blockSize int) *fabric {
+func newFabricB(b *testing.B) *fabric { return newFabric(b, nvmeof.TargetConfig{}, 4096) }
+
+func newFabric(t testing.TB, cfg nvmeof.TargetConfig, blockSize int) *fabric {
 	t.Helper()
 	nextNet.Lock()
 	nextNet.n++
@@ -337,5 +339,22 @@ func TestReconnect(t *testing.T) {
 	}
 	if c.Info().CNTLID == first {
 		t.Errorf("still controller %d after a reconnect", first)
+	}
+}
+
+func BenchmarkRead4K(b *testing.B) {
+	t := &testing.T{}
+	_ = t
+	f := newFabricB(b)
+	c, err := nvmeof.Connect(context.Background(), f.addr, testNQN, f.hostConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	buf := make([]byte, 4096)
+	for b.Loop() {
+		if err := c.Read(context.Background(), 1, 0, buf, 4096); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
