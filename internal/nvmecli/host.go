@@ -426,7 +426,9 @@ func perf(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		for _, d := range all {
 			sum += d
 		}
-		pct := func(p float64) float64 { return float64(all[min(len(all)-1, int(p*float64(len(all))))].Nanoseconds()) / 1e3 }
+		pct := func(p float64) float64 {
+			return float64(all[min(len(all)-1, int(p*float64(len(all))))].Nanoseconds()) / 1e3
+		}
 		r.IOPS = float64(len(all)) / elapsed.Seconds()
 		r.MBps = r.IOPS * float64(*bs) / (1 << 20)
 		r.AvgUs = float64(sum.Nanoseconds()) / float64(len(all)) / 1e3
@@ -441,4 +443,3 @@ func perf(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func tv(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
-

@@ -157,7 +157,7 @@ resolve_packages() {
 	local refresh=$1 kpkg want
 	# The lock remembers the package list it was resolved from: adding a
 	# guest package resolves again.
-	want="# $GUEST_PKGS"
+	want="# $(echo $GUEST_PKGS)"
 	if [ -s "$LOCK" ] && [ "$refresh" = 0 ] && [ "$(head -n1 "$LOCK")" = "$want" ]; then return 0; fi
 	apt_ready
 	kpkg=$(apt-cache depends linux-image-amd64 | awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; exit }')
