@@ -392,6 +392,8 @@ if [ $QUICK = 0 ]; then
 	CM_SIDR=1 cm_both send_bw_R_ud_b ib_send_bw "-x 1 -R -c UD -b -n 50 -F" 1
 	CM_SIDR=1 cm_both send_lat_R_ud ib_send_lat "-x 1 -R -c UD -n 50 -F" 1
 fi
+# --- NVMe-oF: Linux's host and target (nvme_cases.sh), with and without loss ---
+. "$ROOT/test/interop/nvme_cases.sh"
 # --- rsocket: rstream (rsocket_cases.sh), full run only --------------------
 [ $QUICK = 0 ] && . "$ROOT/test/interop/rsocket_cases.sh"
 
