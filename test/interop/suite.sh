@@ -49,9 +49,11 @@ go build -o "$ICRC" ./test/interop/icrccheck || exit 1
 $VM build >/dev/null || { say "vm.sh build failed"; exit 1; }
 $VM down >/dev/null 2>&1
 t0=$(date +%s)
+# Down on every exit, a failed boot too: a VM left running would hold the
+# SOFTRDMA_VM_LOCK it inherited.
+trap '$VM down >/dev/null 2>&1' EXIT
 $VM up 1 || { say "vm.sh up failed"; $VM log vm1 | tail -30; exit 1; }
 say "VM up in $(( $(date +%s) - t0 )) s"
-trap '$VM down >/dev/null 2>&1' EXIT
 
 # capture NAME: start tcpdump on br0; stop_capture checks it.
 capture() {
