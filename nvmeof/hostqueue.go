@@ -288,7 +288,9 @@ func (q *hostQueue) exec(ctx context.Context, build func(Command), in, out []byt
 	if n > 0 {
 		cmd.SGL().SetKeyed(q.dataMR.Addr()+uint64(int(cid)*q.xfer), uint32(n), q.dataMR.RKey(), false)
 	} else {
-		clear(cmd[24:40])
+		// No data: a keyed descriptor of length 0, as Linux's host sends
+		// (its target refuses a zeroed one as an invalid SGL subtype).
+		cmd.SGL().SetKeyed(0, 0, 0, false)
 	}
 	wr := verbs.SendWR{WRID: uint64(cid), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
 		SGList: []verbs.SGE{q.cmdMR.SGE(int(cid)*CommandSize, CommandSize)}}
