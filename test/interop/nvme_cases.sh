@@ -72,6 +72,12 @@ EOF
 	fi
 	grep -q "controller .*$NVME_NQN" "$log.target" || { ok=0; echo "the target logged no controller" >>"$log"; }
 	stop_capture >>"$log" 2>&1 || { ok=0; echo "ICRC check failed" >>"$log"; }
+	# Linux's host asks for remote invalidation on every I/O: the
+	# completions must go as SEND_WITH_INV.
+	local ops
+	ops=$("$ICRC" -opcodes "$CAP" | grep "^$HOST opcodes:")
+	echo "$ops" >>"$log"
+	grep -q "RC_SEND_ONLY_WITH_INVALIDATE=" <<<"$ops" || { ok=0; echo "softrdma nvmet sent no SEND_WITH_INV" >>"$log"; }
 	report "$name" $ok "$log"
 	rm -f "$img"
 }
