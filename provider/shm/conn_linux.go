@@ -119,6 +119,8 @@ type conn struct {
 	grants map[grantKey]*grant // what peers let our QPs map
 
 	copySlots chan struct{} // one token per COPY_* request awaiting its answer (copyWindow)
+
+	rings int // rings parked at dev.inboxes that came over this conn; guarded by dev.mu
 }
 
 type ctrlReply struct {
@@ -236,6 +238,11 @@ func (d *Device) handshake(uc *net.UnixConn, want uint64) (*conn, error) {
 	if !ok || m.typ != mHello || len(fds) != 1 || (want != 0 && m.x != want) {
 		closeFds(fds)
 		return fail("bad hello from peer pid %d", cred.Pid)
+	}
+	if want == 0 && !d.verifyPeerID(m.x, cred.Pid) {
+		closeFds(fds)
+		d.ctr.helloRefused.Add(1)
+		return fail("peer pid %d says it is device %016x, but does not listen for it", cred.Pid, m.x)
 	}
 	bell, err := mapPeerFd(fds[0], bellBytes, true)
 	if err != nil {
@@ -406,9 +413,11 @@ func (c *conn) readLoop(buf, oob []byte) {
 		m, ok := decodeCtrl(buf[:n])
 		if !ok {
 			closeFds(fds)
+			c.dev.ctr.ctrlDropped.Add(1)
 			return // a peer that speaks nonsense loses its connection
 		}
 		if !c.handle(&m, buf[ctrlHdr:n], fds) {
+			c.dev.ctr.ctrlDropped.Add(1)
 			return
 		}
 	}
@@ -427,18 +436,7 @@ func (c *conn) handle(m *ctrl, payload []byte, fds []int) bool {
 	}
 	switch m.typ {
 	case mRing:
-		mem, err := mapPeerFd(fds[0], ringBytes, true)
-		if err != nil {
-			return false
-		}
-		k := inboxKey{peer: c.peerID, local: m.b, remot: m.a}
-		d.mu.Lock()
-		if old := d.inboxes[k]; old != nil {
-			old.unmap()
-		}
-		d.inboxes[k] = &mapping{mem: mem}
-		d.mu.Unlock()
-		d.kick()
+		return c.takeRing(m, fds[0])
 	case mGrantReq:
 		c.answerGrant(m)
 	case mCopyWrite, mCopyRead, mCopyAtomic:
@@ -507,7 +505,7 @@ func (c *conn) answerGrant(m *ctrl) {
 		}
 		mr.mu.Lock()
 		switch {
-		case mr.dead || mr.rkeyRevoked || mr.pd != qp.pd || mr.access&want != want:
+		case mr.dead || mr.pd != qp.pd || mr.access&want != want:
 		case mr.fd < 0:
 			// Go memory: each access comes as a COPY_* message, checked
 			// then; there is no mapping to revoke.
@@ -634,9 +632,8 @@ func (c *conn) closeNow() {
 		}
 	}
 	for k, m := range d.inboxes {
-		if k.peer == c.peerID {
-			m.unmap()
-			delete(d.inboxes, k)
+		if m.from == c {
+			d.dropInboxLocked(k, m)
 		}
 	}
 	// Another live conn to the same peer (both dialed at once) keeps it.

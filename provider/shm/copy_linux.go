@@ -304,7 +304,7 @@ func (c *conn) copyTarget(m *ctrl, want verbs.Access, isAtomic bool) (*MR, uint3
 		return nil, grantAccess
 	}
 	mr.mu.Lock()
-	if mr.dead || mr.rkeyRevoked || mr.pd != qp.pd || mr.access&want != want {
+	if mr.dead || mr.pd != qp.pd || mr.access&want != want {
 		mr.mu.Unlock()
 		return nil, grantAccess
 	}

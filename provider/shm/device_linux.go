@@ -63,6 +63,7 @@ type Device struct {
 	nap, safety time.Duration // napTime and safetyWake when the device opened
 	rnrWake     atomic.Int64  // earliest RNR deadline a QP waits for (unix nanos, 0 none)
 	copies      atomic.Uint64 // COPY_WRITEs and COPY_ATOMICs applied (copy_linux.go)
+	ctr         counters      // refusals (counters_linux.go)
 	stop        chan struct{}
 	wg          sync.WaitGroup
 	connWG      sync.WaitGroup
@@ -74,8 +75,12 @@ type inboxKey struct {
 	local, remot uint32
 }
 
-// mapping is memory mapped from a peer's memfd.
-type mapping struct{ mem []byte }
+// mapping is a ring mapped from a peer's memfd, parked until a QP
+// claims it (peers_linux.go).
+type mapping struct {
+	mem  []byte
+	from *conn // the connection it came over, whose rings count it
+}
 
 func (m *mapping) unmap() {
 	if m != nil && m.mem != nil {
@@ -247,8 +252,7 @@ func (d *Device) Close() error {
 		conns = append(conns, c)
 	}
 	for k, m := range d.inboxes {
-		m.unmap()
-		delete(d.inboxes, k)
+		d.dropInboxLocked(k, m)
 	}
 	for ln := range d.services {
 		ln.Close()

@@ -72,9 +72,8 @@ type MR struct {
 	gone atomic.Bool // Dereg began: the key no longer names this MR
 
 	mu          sync.RWMutex // RLock around local copies; Lock to change the fields below
-	dead        bool
-	rkeyRevoked bool           // SEND_WITH_INV invalidated the rkey
-	grantees    map[*conn]bool // peers that may have it mapped
+	dead     bool
+	grantees map[*conn]bool // peers that may have it mapped
 }
 
 const remoteAccess = verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
@@ -192,23 +191,6 @@ func revokeAt(gs map[*conn]bool, rkey uint32) {
 			<-c.done
 		}
 	}
-}
-
-// invalidate revokes remote access through rkey (SEND_WITH_INV) if it
-// names an MR of pd.
-func (d *Device) invalidate(pd *PD, rkey uint32) {
-	d.mrMu.RLock()
-	mr := d.mrs[rkey]
-	d.mrMu.RUnlock()
-	if mr == nil || mr.pd != pd {
-		return
-	}
-	mr.mu.Lock()
-	mr.rkeyRevoked = true
-	gs := mr.grantees
-	mr.grantees = map[*conn]bool{}
-	mr.mu.Unlock()
-	revokeAt(gs, rkey)
 }
 
 // local returns n bytes at addr of the MR lkey names, if it belongs to pd

@@ -19,7 +19,8 @@ package shm
 //
 // A grant is the peer's answer to "may QP a map rkey k": the owner checks
 // QP, PD, access and the MR, then passes the memfd. Grants are cached per
-// (QP, rkey) until the owner revokes them (DeregMR, SEND_WITH_INV).
+// (QP, rkey) until the owner revokes them (DeregMR, the owner's QP
+// leaving RTS, the connection closing; see grants_linux.go).
 
 import (
 	"encoding/binary"
@@ -988,13 +989,12 @@ func (qp *QP) consumeLocked() bool {
 		d := qp.dev
 		k := inboxKey{peer: qp.peer.Load(), local: qp.qpn, remot: qp.destQPN.Load()}
 		d.mu.Lock()
-		m := d.inboxes[k]
-		delete(d.inboxes, k)
+		mem := d.claimInboxLocked(k)
 		d.mu.Unlock()
-		if m == nil {
+		if mem == nil {
 			return false
 		}
-		qp.inMem, qp.in = m.mem, newRing(m.mem)
+		qp.inMem, qp.in = mem, newRing(mem)
 		qp.in.cons = atomic.LoadUint64(qp.in.word64(offCons))
 	}
 	if qp.inDone || (qp.state != verbs.QPStateRTR && qp.state != verbs.QPStateRTS && qp.state != verbs.QPStateSQD) {
@@ -1035,6 +1035,15 @@ func (qp *QP) consumeLocked() bool {
 			qp.haveCur = false
 			qp.completeRecvLocked(&qp.cur, verbs.WCSuccess, verbs.WCRecvRDMAWithImm, h.msgLen, h.imm, verbs.WCWithImm, h.flags&flagSolic != 0)
 		} else {
+			if h.flags&flagInv != 0 {
+				// As the RoCEv2 responder: a SEND_WITH_INV may invalidate
+				// memory windows and fast-registered regions only (IBTA
+				// 10.6.7, o10-37), and shm devices have neither. Revoking
+				// an MR would let any peer of the PD cut off every other.
+				qp.dev.ctr.badInvalidate.Add(1)
+				qp.failRecvLocked(verbs.WCRemInvReqErr, verbs.WCRemInvReqErr)
+				return true
+			}
 			if uint64(len(payload)) > qp.cur.length-qp.recvOff {
 				qp.failRecvLocked(verbs.WCLocLenErr, verbs.WCRemInvReqErr)
 				return true
@@ -1048,9 +1057,6 @@ func (qp *QP) consumeLocked() bool {
 				var flags verbs.WCFlags
 				if h.flags&flagImm != 0 {
 					flags = verbs.WCWithImm
-				} else if h.flags&flagInv != 0 {
-					flags = verbs.WCWithInv
-					qp.dev.invalidate(qp.pd, h.imm)
 				}
 				imm := h.imm
 				if flags == 0 {
@@ -1139,8 +1145,7 @@ func (qp *QP) Destroy() error {
 	delete(d.qpByNum, qp.qpn)
 	for k, m := range d.inboxes {
 		if k.local == qp.qpn {
-			m.unmap()
-			delete(d.inboxes, k)
+			d.dropInboxLocked(k, m)
 		}
 	}
 	d.setQPsLocked()
