@@ -71,7 +71,7 @@ type MR struct {
 
 	gone atomic.Bool // Dereg began: the key no longer names this MR
 
-	mu          sync.RWMutex // RLock around local copies; Lock to change the fields below
+	mu       sync.RWMutex // RLock around local copies; Lock to change the fields below
 	dead     bool
 	grantees map[*conn]bool // peers that may have it mapped
 }
