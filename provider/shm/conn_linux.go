@@ -462,7 +462,7 @@ func (c *conn) handle(m *ctrl, payload []byte, fds []int) bool {
 		}
 		ch <- r
 	case mRevoke:
-		c.revokeGrants(m.c)
+		c.revokeGrants(m.a, m.c)
 		c.send(&ctrl{typ: mRevokeAck, reqID: m.reqID}, nil, -1, false)
 	case mUD:
 		if len(payload) > maxInline {
@@ -480,9 +480,11 @@ func (c *conn) handle(m *ctrl, payload []byte, fds []int) bool {
 }
 
 // answerGrant checks a peer's request to map an rkey, as a responder
-// checks a RETH: the QP must exist, be connected to the asking QP and
-// allow the access; the rkey must name a live MR of the QP's PD that
-// allows it and lives in shareable memory.
+// checks a RETH: the QP must exist, be connected to the asking QP, serve
+// it and allow the access; the rkey must name a live MR of the QP's PD
+// that allows it and lives in shareable memory. The fd sent is
+// read-only unless the QP and the MR allow a remote write or atomic
+// (grants_linux.go).
 func (c *conn) answerGrant(m *ctrl) {
 	d := c.dev
 	resp := ctrl{typ: mGrantResp, reqID: m.reqID, d: grantAccess}
@@ -490,7 +492,7 @@ func (c *conn) answerGrant(m *ctrl) {
 	d.mu.Lock()
 	qp := d.qpByNum[m.b]
 	d.mu.Unlock()
-	fd := -1
+	fd, closeFd := -1, false
 	switch {
 	case qp == nil || qp.typ != verbs.QPTypeRC || qp.peer.Load() != c.peerID || qp.destQPN.Load() != m.a:
 		resp.d = grantInvReq
@@ -503,6 +505,7 @@ func (c *conn) answerGrant(m *ctrl) {
 		if mr == nil {
 			break
 		}
+		qpAccess := verbs.Access(qp.access.Load())
 		mr.mu.Lock()
 		switch {
 		case mr.dead || mr.pd != qp.pd || mr.access&want != want:
@@ -511,23 +514,40 @@ func (c *conn) answerGrant(m *ctrl) {
 			// then; there is no mapping to revoke.
 			resp.d = grantCopy
 		default:
-			resp.d = grantOK
-			resp.x, resp.y = mr.addr, uint64(len(mr.buf))
-			resp.a, resp.e = uint32(mr.access), uint32(qp.access.Load())
-			fd = mr.fd
-			mr.grantees[c] = true
+			var ok bool
+			if fd, closeFd, ok = grantFd(mr, mr.access&qpAccess); !ok {
+				resp.d = grantCopy // no read-only fd: the owner copies
+			} else if !qp.noteGrant(m.c) {
+				resp.d = grantInvReq // the QP stopped serving
+			} else {
+				resp.d = grantOK
+				resp.x, resp.y = mr.addr, uint64(len(mr.buf))
+				resp.a, resp.e = uint32(mr.access), uint32(qpAccess)
+				mr.grantees[c] = true
+			}
 		}
 		mr.mu.Unlock()
+		if resp.d == grantCopy && !qp.serving() {
+			resp.d = grantInvReq
+		}
 	}
-	c.send(&resp, nil, fd, false)
+	sendFd := fd
+	if resp.d != grantOK {
+		sendFd = -1
+	}
+	c.send(&resp, nil, sendFd, false)
+	if closeFd {
+		unix.Close(fd)
+	}
 }
 
-// revokeGrants unmaps every grant of rkey, waiting out accesses in flight.
-func (c *conn) revokeGrants(rkey uint32) {
+// revokeGrants unmaps the grants of rkey to our QP qpn (0: to every
+// QP), waiting out accesses in flight.
+func (c *conn) revokeGrants(qpn, rkey uint32) {
 	var gs []*grant
 	c.gmu.Lock()
 	for k, g := range c.grants {
-		if k.rkey == rkey {
+		if k.rkey == rkey && (qpn == 0 || k.qpn == qpn) {
 			gs = append(gs, g)
 			delete(c.grants, k)
 		}
@@ -581,7 +601,9 @@ func (c *conn) grant(qpn, destQPN, rkey uint32, want verbs.Access) (*grant, verb
 		return nil, verbs.WCRemAccessErr
 	}
 	mrAcc, qpAcc := verbs.Access(r.m.a), verbs.Access(r.m.e)
-	writable := mrAcc&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0
+	// The owner sends a read-only fd unless the QP and the region both
+	// allow a remote write or atomic.
+	writable := mrAcc&qpAcc&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0
 	mem, err := mapPeerFd(r.fd, int(r.m.y), writable)
 	if err != nil {
 		return nil, verbs.WCRemAccessErr

@@ -115,7 +115,11 @@ func (pd *PD) AllocMR(length int, access verbs.Access) (verbs.MR, error) {
 	}
 	page := os.Getpagesize()
 	size := (length + page - 1) / page * page
-	fd, mem, err := newMemfd("softrdma-shm-mr", size)
+	var extra int
+	if access&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) == 0 {
+		extra = unix.F_SEAL_FUTURE_WRITE // no peer may ever map it writable
+	}
+	fd, mem, err := newMemfdSeals("softrdma-shm-mr", size, extra)
 	if err != nil {
 		return nil, verbs.Errorf("AllocMR", verbs.ErrInvalidArgument, "memfd of %d bytes: %v", size, err)
 	}

@@ -79,6 +79,8 @@ type QP struct {
 	lastGrant            *grant // the grant of the last one-sided op, checked for revocation on use
 	lastRKey             uint32
 	copyBuf              []byte // COPY_WRITE chunks, allocated on first use
+
+	given qpGrants // what peers were granted through this QP (grants_linux.go)
 }
 
 type sendWQE struct {
@@ -215,6 +217,21 @@ func (qp *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	}
 	a := &qp.attr
 	if mask&verbs.QPAttrAccessFlags != 0 {
+		if attr.QPAccessFlags != a.QPAccessFlags {
+			// Grants given carry the old flags (and a writable fd
+			// perhaps): revoke them; the peer asks again.
+			c, dest, rkeys := qp.closeGrantsLocked()
+			if c != nil {
+				qp.openGrantsLocked()
+				if len(rkeys) > 0 {
+					c.dev.connWG.Add(1)
+					go func() {
+						defer c.dev.connWG.Done()
+						c.revokeFor(dest, rkeys)
+					}()
+				}
+			}
+		}
 		a.QPAccessFlags = attr.QPAccessFlags
 		qp.access.Store(uint32(attr.QPAccessFlags))
 	}
@@ -300,6 +317,7 @@ func (qp *QP) connectLocked(attr *verbs.QPAttr) error {
 	qp.peer.Store(peer)
 	qp.destQPN.Store(attr.DestQPNum)
 	qp.busy.Store(1)
+	qp.openGrantsLocked()
 	return nil
 }
 
@@ -322,6 +340,7 @@ func (qp *QP) unmapLocked() {
 }
 
 func (qp *QP) resetLocked() {
+	qp.revokeGrantsLater()
 	qp.unmapLocked()
 	qp.state = verbs.QPStateReset
 	qp.sqHead, qp.sqNext, qp.sqTl = 0, 0, 0
@@ -342,6 +361,7 @@ func (qp *QP) errorLocked() {
 		return
 	}
 	qp.state = verbs.QPStateErr
+	qp.revokeGrantsLater()
 	if qp.in != nil && !qp.inDone {
 		qp.in.setNak(verbs.WCRetryExcErr)
 		qp.inDone = true
@@ -1126,8 +1146,12 @@ func (qp *QP) Destroy() error {
 		qp.in.setNak(verbs.WCRetryExcErr)
 	}
 	c := qp.conn
+	gc, dest, rkeys := qp.closeGrantsLocked()
 	qp.unmapLocked()
 	qp.mu.Unlock()
+	if gc != nil && len(rkeys) > 0 {
+		gc.revokeFor(dest, rkeys) // what the peer mapped through this QP
+	}
 	if c != nil && !c.dead.Load() {
 		c.bell.ring()
 		// Our grants from the peer go with the QP.

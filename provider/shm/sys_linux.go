@@ -22,15 +22,36 @@ const seals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
 
 // newMemfd creates a sealed memfd of size bytes and maps it read-write.
 func newMemfd(name string, size int) (fd int, mem []byte, err error) {
+	return newMemfdSeals(name, size, 0)
+}
+
+// newMemfdSeals creates a memfd of size bytes, mode 0600 (a peer of
+// another uid cannot reopen an fd it was sent through /proc with more
+// access than the fd has), maps it read-write, then seals it with seals
+// and extra. With extra F_SEAL_FUTURE_WRITE nobody, whatever fd it holds,
+// can map the file writable again: only this mapping writes it.
+func newMemfdSeals(name string, size int, extra int) (fd int, mem []byte, err error) {
 	fd, err = unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return -1, nil, err
 	}
-	if err = unix.Ftruncate(fd, int64(size)); err == nil {
-		_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals)
+	err = unix.Fchmod(fd, 0o600)
+	if err == nil {
+		err = unix.Ftruncate(fd, int64(size))
 	}
 	if err == nil {
 		mem, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	}
+	if err == nil {
+		_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals|extra)
+		if err == unix.EINVAL && extra != 0 {
+			// A kernel before 5.1 has no F_SEAL_FUTURE_WRITE: the
+			// read-only fds still hold (mode 0600 and O_RDONLY).
+			_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals)
+		}
+		if err != nil {
+			unix.Munmap(mem)
+		}
 	}
 	if err != nil {
 		unix.Close(fd)

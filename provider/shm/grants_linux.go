@@ -1,0 +1,144 @@
+package shm
+
+// What a peer holds of this device's memory, and what ends it.
+//
+// A grant hands a peer's device the memfd of an AllocMR region so that
+// its QP maps the pages. The fd decides what the peer can do, whatever
+// it asks mmap for: a grant whose QP and region together allow remote
+// WRITE or atomics carries the region's read-write fd; any other grant
+// carries a read-only fd of the same file, opened anew through
+// /proc/self/fd (a file description opened read-only cannot be mapped
+// writable, nor made writable by mprotect). Every memfd is mode 0600, so
+// a peer of another uid cannot reopen its read-only fd for writing
+// through /proc either; and a region without remote write or atomic
+// access is sealed F_SEAL_FUTURE_WRITE once the owner has mapped it, so
+// that no process can map it writable again, whatever fd it holds.
+//
+// The owner remembers, per QP, the rkeys it granted through it. When
+// the QP leaves the states in which a responder executes requests (ERR,
+// RESET, Destroy) or its access flags change, the owner sends REVOKE for
+// each; Destroy waits for the answers (a peer that does not answer
+// within 2 s loses its connection). DeregMR revokes the region from
+// every peer and unmaps it; a closed connection ends every grant at
+// both ends. Grant requests and COPY_* requests through a QP that is not
+// connected and serving are refused.
+//
+// What REVOKE cannot do: the kernel does not let one process take back
+// another's mapping of a shared file. A peer that runs this package
+// unmaps when told; a hostile peer can keep the fd it was sent and the
+// mapping it made, with the access the fd allows, until the owner
+// deregisters the region: Dereg unmaps the owner's pages and closes its
+// fd, after which the peer holds pages the owner never looks at again.
+// docs/security.md says this for users.
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softrdma/softrdma/verbs"
+)
+
+// qpGrants are the rkeys a QP's peer was granted through it.
+type qpGrants struct {
+	mu    sync.Mutex
+	open  bool // the QP serves its peer: grants may be given
+	rkeys map[uint32]bool
+}
+
+// openGrantsLocked lets peers be granted access through the QP, once it
+// is connected. Precondition: qp.mu held.
+func (qp *QP) openGrantsLocked() {
+	qp.given.mu.Lock()
+	qp.given.open, qp.given.rkeys = true, map[uint32]bool{}
+	qp.given.mu.Unlock()
+}
+
+// closeGrantsLocked stops granting through the QP and returns what must
+// be revoked: the rkeys granted to peer QP dest over c. Precondition:
+// qp.mu held.
+func (qp *QP) closeGrantsLocked() (c *conn, dest uint32, rkeys []uint32) {
+	qp.given.mu.Lock()
+	defer qp.given.mu.Unlock()
+	if !qp.given.open {
+		return nil, 0, nil
+	}
+	qp.given.open = false
+	for k := range qp.given.rkeys {
+		rkeys = append(rkeys, k)
+	}
+	qp.given.rkeys = nil
+	return qp.conn, qp.destQPN.Load(), rkeys
+}
+
+// revokeGrantsLater closes the QP's grants and revokes them without
+// waiting (the caller may be the progress goroutine). Precondition:
+// qp.mu held.
+func (qp *QP) revokeGrantsLater() {
+	c, dest, rkeys := qp.closeGrantsLocked()
+	if len(rkeys) == 0 || c == nil {
+		return
+	}
+	c.dev.connWG.Add(1)
+	go func() {
+		defer c.dev.connWG.Done()
+		c.revokeFor(dest, rkeys)
+	}()
+}
+
+// noteGrant records that the peer is granted rkey through the QP, and
+// reports false if the QP no longer grants anything.
+func (qp *QP) noteGrant(rkey uint32) bool {
+	qp.given.mu.Lock()
+	defer qp.given.mu.Unlock()
+	if !qp.given.open {
+		return false
+	}
+	qp.given.rkeys[rkey] = true
+	return true
+}
+
+// serving reports whether the QP executes its peer's one-sided requests.
+func (qp *QP) serving() bool {
+	qp.given.mu.Lock()
+	defer qp.given.mu.Unlock()
+	return qp.given.open
+}
+
+// revokeFor asks the peer to unmap rkeys for its QP dest and waits for
+// each answer; a peer that does not answer is cut off.
+func (c *conn) revokeFor(dest uint32, rkeys []uint32) {
+	for _, k := range rkeys {
+		if c.dead.Load() {
+			return
+		}
+		if _, err := c.call(&ctrl{typ: mRevoke, a: dest, c: k}, nil, 2*time.Second); err != nil {
+			c.close()
+			<-c.done
+			return
+		}
+	}
+}
+
+// readOnlyFd opens the file fd names again, read-only: an fd a peer
+// cannot map writable.
+func readOnlyFd(fd int) (int, error) {
+	return unix.Open(fmt.Sprintf("/proc/self/fd/%d", fd), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+}
+
+// grantFd returns the fd to send with a grant of mr for access eff (the
+// QP's and the region's together), and whether the caller must close it
+// after sending. ok is false if no read-only fd could be made: the grant
+// then goes through the owner's copies.
+func grantFd(mr *MR, eff verbs.Access) (fd int, closeAfter, ok bool) {
+	if eff&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 {
+		return mr.fd, false, true
+	}
+	ro, err := readOnlyFd(mr.fd)
+	if err != nil {
+		return -1, false, false
+	}
+	return ro, true, true
+}
