@@ -14,6 +14,8 @@ package shm
 //	COPY_READ   memory), a READ of one, an atomic on one: the owner checks
 //	COPY_ATOMIC and applies it (copy.go) → COPY_RESP, the status and the
 //	            data read or the original value
+//	WAKE        "I changed a ring of yours and you sleep": wake the
+//	            progress goroutine (the doorbell, sys_linux.go)
 //
 // Every message is checked: its length, its type, the fds it carries. The
 // socket closing (the peer exited or was killed: the kernel closes it at
@@ -47,6 +49,7 @@ const (
 	mCopyRead
 	mCopyAtomic
 	mCopyResp
+	mWake
 )
 
 const (
@@ -89,7 +92,7 @@ func decodeCtrl(b []byte) (m ctrl, ok bool) {
 	m.e = binary.LittleEndian.Uint32(b[24:])
 	m.x = binary.LittleEndian.Uint64(b[32:])
 	m.y = binary.LittleEndian.Uint64(b[40:])
-	return m, m.typ >= mHello && m.typ <= mCopyResp
+	return m, m.typ >= mHello && m.typ <= mWake
 }
 
 // Grant statuses in GRANT_RESP.
@@ -105,7 +108,8 @@ type conn struct {
 	uc      *net.UnixConn
 	peerID  uint64
 	peerUID uint32
-	bell    doorbell // the peer's doorbell, mapped
+	bell    doorbell // the peer's doorbell, mapped read-only
+	wakeFd  int      // a dup of uc's socket, for WAKE messages that never wait (ring)
 	dead    atomic.Bool
 	done    chan struct{}
 
@@ -244,21 +248,37 @@ func (d *Device) handshake(uc *net.UnixConn, want uint64) (*conn, error) {
 		d.ctr.helloRefused.Add(1)
 		return fail("peer pid %d says it is device %016x, but does not listen for it", cred.Pid, m.x)
 	}
-	bell, err := mapPeerFd(fds[0], bellBytes, true)
+	bell, err := mapPeerFd(fds[0], bellBytes, false)
 	if err != nil {
 		return fail("peer doorbell: %v", err)
 	}
 	uc.SetDeadline(time.Time{})
-	c := &conn{dev: d, uc: uc, peerID: m.x, peerUID: cred.Uid, bell: doorbell(bell), done: make(chan struct{}),
+	return d.addConn(uc, m.x, cred.Uid, doorbell(bell), buf, oob)
+}
+
+// addConn starts serving a connection whose peer proved its uid and
+// device id, and whose doorbell is mapped.
+func (d *Device) addConn(uc *net.UnixConn, peerID uint64, peerUID uint32, bell doorbell, buf, oob []byte) (*conn, error) {
+	c := &conn{dev: d, uc: uc, peerID: peerID, peerUID: peerUID, bell: bell, wakeFd: -1, done: make(chan struct{}),
 		pending: map[uint32]chan ctrlReply{}, grants: map[grantKey]*grant{}, copySlots: make(chan struct{}, copyWindow)}
+	if raw, err := uc.SyscallConn(); err == nil {
+		raw.Control(func(fd uintptr) { c.wakeFd, _ = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) })
+	}
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
+		unix.Munmap(bell)
+		if c.wakeFd >= 0 {
+			unix.Close(c.wakeFd)
+		}
 		c.closeNow()
 		return nil, verbs.Errorf("shm.connect", verbs.ErrDestroyed, "device closed")
 	}
 	d.all[c] = true
 	d.bells = append(d.bells, c.bell)
+	if c.wakeFd >= 0 {
+		d.wakeFds = append(d.wakeFds, c.wakeFd)
+	}
 	if old := d.conns[c.peerID]; old == nil || old.dead.Load() {
 		d.conns[c.peerID] = c
 	}
@@ -266,6 +286,19 @@ func (d *Device) handshake(uc *net.UnixConn, want uint64) (*conn, error) {
 	d.connWG.Add(1)
 	go c.readLoop(buf, oob)
 	return c, nil
+}
+
+// ring wakes the peer's progress goroutine if it sleeps: a WAKE message,
+// sent without waiting: a full socket means the peer's reader has this
+// connection's messages to read, and it wakes its device after each.
+// No system call if the peer is awake.
+func (c *conn) ring() {
+	if c.dead.Load() || c.wakeFd < 0 || atomic.LoadUint32(c.bell.word(bellSleeping)) == 0 {
+		return
+	}
+	var b [ctrlHdr]byte
+	b[0] = mWake
+	unix.Sendmsg(c.wakeFd, b[:], nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
 }
 
 func (d *Device) uidAllowed(uid uint32) bool {
@@ -420,6 +453,11 @@ func (c *conn) readLoop(buf, oob []byte) {
 			c.dev.ctr.ctrlDropped.Add(1)
 			return
 		}
+		if atomic.LoadUint32(c.dev.bell.word(bellSleeping)) != 0 {
+			// A WAKE the peer could not send (its socket to us was
+			// full) is made up for by any message after it.
+			c.dev.kick()
+		}
 	}
 }
 
@@ -464,6 +502,11 @@ func (c *conn) handle(m *ctrl, payload []byte, fds []int) bool {
 	case mRevoke:
 		c.revokeGrants(m.a, m.c)
 		c.send(&ctrl{typ: mRevokeAck, reqID: m.reqID}, nil, -1, false)
+	case mWake:
+		if len(payload) != 0 {
+			return false
+		}
+		d.kick()
 	case mUD:
 		if len(payload) > maxInline {
 			return false
@@ -633,6 +676,11 @@ func (c *conn) closeNow() {
 	if c.dead.Swap(true) {
 		return
 	}
+	if c.wakeFd >= 0 {
+		// The dup keeps the socket open: shut it down, so that the peer
+		// sees the connection end now.
+		unix.Shutdown(c.wakeFd, unix.SHUT_RDWR)
+	}
 	c.uc.Close()
 	close(c.done)
 	d := c.dev
@@ -666,7 +714,8 @@ func (c *conn) closeNow() {
 		}
 	}
 	d.mu.Unlock()
-	// c.bell stays mapped until Device.Close: a QP may be ringing it.
+	// c.bell stays mapped, c.wakeFd open, until Device.Close: a QP may
+	// be ringing them.
 	if alive {
 		return
 	}

@@ -49,6 +49,7 @@ type Device struct {
 	inboxes  map[inboxKey]*mapping // rings peers sent before our QP looked for them
 	pds, cqs int
 	bells    []doorbell                 // peers' doorbells, unmapped at Close
+	wakeFds  []int                      // conns' wake sockets (conn.wakeFd), closed at Close
 	services map[*net.UnixListener]bool // BindService's sockets, closed at Close
 
 	madHandler atomic.Pointer[func(verbs.MADSource, []byte)] // QP1's receiver (HandleMADs)
@@ -159,7 +160,7 @@ func Open(cfg Config) (*Device, error) {
 }
 
 func newMemfdBell() (int, doorbell, error) {
-	fd, mem, err := newMemfd("softrdma-shm-bell", bellBytes)
+	fd, mem, err := newMemfdSeals("softrdma-shm-bell", bellBytes, unix.F_SEAL_FUTURE_WRITE)
 	return fd, doorbell(mem), err
 }
 
@@ -272,6 +273,10 @@ func (d *Device) Close() error {
 		unix.Munmap(b)
 	}
 	d.bells = nil
+	for _, fd := range d.wakeFds {
+		unix.Close(fd)
+	}
+	d.wakeFds = nil
 	unix.Munmap(d.bell)
 	unix.Close(d.bellFD)
 	return nil

@@ -385,8 +385,19 @@ func (qp *QP) errorLocked() {
 		qp.completeRecvLocked(w, verbs.WCWRFlushErr, 0, 0, 0, 0, false)
 	}
 	if qp.conn != nil && qp.conn.bell != nil && !qp.conn.dead.Load() {
-		qp.conn.bell.ring()
+		qp.conn.ring()
 	}
+}
+
+// flushAfterFailureLocked moves the QP to ERR after its oldest WQE
+// completed with an error: every later WQE is flushed, even one that
+// executed and failed too (a responder that went to ERR on the first
+// refuses the next; on a wire the NAK of the first flushes it).
+func (qp *QP) flushAfterFailureLocked() {
+	for i := qp.sqHead; i != qp.sqTl; i++ {
+		qp.sq[i%uint64(len(qp.sq))].status = verbs.WCWRFlushErr
+	}
+	qp.errorLocked()
 }
 
 // peerGone is called when the peer's device disconnected. What the
@@ -724,7 +735,7 @@ func (qp *QP) executeLocked() bool {
 		}
 	}
 	if rang {
-		qp.conn.bell.ring()
+		qp.conn.ring()
 	}
 	return moved
 }
@@ -976,7 +987,7 @@ func (qp *QP) retireLocked() bool {
 		w := &qp.sq[qp.sqHead%uint64(len(qp.sq))]
 		if nak && w.ringOp && nakSeq >= w.startSeq && nakSeq < w.endSeq {
 			qp.completeSendLocked(w, nakSt)
-			qp.errorLocked()
+			qp.flushAfterFailureLocked()
 			return true
 		}
 		if w.status != verbs.WCSuccess {
@@ -984,7 +995,7 @@ func (qp *QP) retireLocked() bool {
 				break // failed after earlier SENDs that are not acknowledged yet
 			}
 			qp.completeSendLocked(w, w.status)
-			qp.errorLocked()
+			qp.flushAfterFailureLocked()
 			return true
 		}
 		if cons < w.endSeq {
@@ -1090,7 +1101,7 @@ func (qp *QP) consumeLocked() bool {
 		moved = true
 	}
 	if moved && qp.conn != nil && !qp.conn.dead.Load() {
-		qp.conn.bell.ring()
+		qp.conn.ring()
 	}
 	return moved
 }
@@ -1122,7 +1133,7 @@ func (qp *QP) rnrLocked() {
 		qp.in.setNak(verbs.WCRNRRetryExcErr)
 		qp.inDone = true
 		qp.rnrFrom = 0
-		qp.conn.bell.ring()
+		qp.conn.ring()
 		return
 	}
 	for {
@@ -1153,7 +1164,7 @@ func (qp *QP) Destroy() error {
 		gc.revokeFor(dest, rkeys) // what the peer mapped through this QP
 	}
 	if c != nil && !c.dead.Load() {
-		c.bell.ring()
+		c.ring()
 		// Our grants from the peer go with the QP.
 		c.gmu.Lock()
 		for k, g := range c.grants {

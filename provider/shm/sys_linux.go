@@ -5,7 +5,6 @@ package shm
 // our next access into SIGBUS), and futexes on shared words.
 
 import (
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -98,10 +97,16 @@ func futexWake(addr *uint32) {
 	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWakeOp, 1<<30, 0, 0, 0)
 }
 
-// A doorbell is one page each device shares with its peers: a peer that
-// changed a ring this device reads rings the bell if the device's
-// progress goroutine sleeps. In busy-poll mode nobody sleeps and ringing
-// costs one atomic load.
+// A doorbell is one page each device shares with its peers, read-only
+// to them (sealed F_SEAL_FUTURE_WRITE: no fd maps it writable): the
+// device sets bellSleeping while its progress goroutine sleeps on the
+// futex word bellSeq, which only the device itself changes. A peer that
+// changed a ring this device reads, and sees the flag set, rings the
+// bell: a WAKE message on its own connection (conn.ring), after which
+// the device's reader for that connection bumps bellSeq and wakes the
+// futex. One peer can therefore neither clear the flag nor absorb the
+// wake-ups other peers send. In busy-poll mode nobody sleeps and
+// ringing costs one atomic load.
 const (
 	bellSeq      = 0  // uint32 futex word
 	bellSleeping = 64 // uint32: 1 while the progress goroutine sleeps
@@ -111,11 +116,3 @@ const (
 type doorbell []byte
 
 func (b doorbell) word(off int) *uint32 { return (*uint32)(unsafe.Pointer(&b[off])) }
-
-// ring wakes the owner if it sleeps. No system call otherwise.
-func (b doorbell) ring() {
-	if atomic.LoadUint32(b.word(bellSleeping)) != 0 {
-		atomic.AddUint32(b.word(bellSeq), 1)
-		futexWake(b.word(bellSeq))
-	}
-}
