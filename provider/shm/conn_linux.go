@@ -560,7 +560,7 @@ func (c *conn) answerGrant(m *ctrl) {
 			var ok bool
 			if fd, closeFd, ok = grantFd(mr, mr.access&qpAccess); !ok {
 				resp.d = grantCopy // no read-only fd: the owner copies
-			} else if !qp.noteGrant(m.c) {
+			} else if !qp.noteGrant(c, m.c) {
 				resp.d = grantInvReq // the QP stopped serving
 			} else {
 				resp.d = grantOK

@@ -41,62 +41,95 @@ import (
 	"github.com/softrdma/softrdma/verbs"
 )
 
-// qpGrants are the rkeys a QP's peer was granted through it.
+// qpGrants are the rkeys a QP's peer was granted through it, and over
+// which connection (two devices that dialed each other at once have two,
+// and a peer asks over the one it dialed).
 type qpGrants struct {
 	mu    sync.Mutex
 	open  bool // the QP serves its peer: grants may be given
-	rkeys map[uint32]bool
+	given map[givenKey]bool
+}
+
+type givenKey struct {
+	c    *conn
+	rkey uint32
+}
+
+// grantsToRevoke are a QP's grants taken back: peer QP dest's mappings.
+type grantsToRevoke struct {
+	dest uint32
+	keys []givenKey
 }
 
 // openGrantsLocked lets peers be granted access through the QP, once it
 // is connected. Precondition: qp.mu held.
 func (qp *QP) openGrantsLocked() {
 	qp.given.mu.Lock()
-	qp.given.open, qp.given.rkeys = true, map[uint32]bool{}
+	qp.given.open, qp.given.given = true, map[givenKey]bool{}
 	qp.given.mu.Unlock()
 }
 
 // closeGrantsLocked stops granting through the QP and returns what must
-// be revoked: the rkeys granted to peer QP dest over c. Precondition:
-// qp.mu held.
-func (qp *QP) closeGrantsLocked() (c *conn, dest uint32, rkeys []uint32) {
+// be revoked. Precondition: qp.mu held.
+func (qp *QP) closeGrantsLocked() (r grantsToRevoke, wasOpen bool) {
 	qp.given.mu.Lock()
 	defer qp.given.mu.Unlock()
 	if !qp.given.open {
-		return nil, 0, nil
+		return r, false
 	}
 	qp.given.open = false
-	for k := range qp.given.rkeys {
-		rkeys = append(rkeys, k)
+	for k := range qp.given.given {
+		r.keys = append(r.keys, k)
 	}
-	qp.given.rkeys = nil
-	return qp.conn, qp.destQPN.Load(), rkeys
+	qp.given.given = nil
+	r.dest = qp.destQPN.Load()
+	return r, true
 }
 
 // revokeGrantsLater closes the QP's grants and revokes them without
 // waiting (the caller may be the progress goroutine). Precondition:
 // qp.mu held.
 func (qp *QP) revokeGrantsLater() {
-	c, dest, rkeys := qp.closeGrantsLocked()
-	if len(rkeys) == 0 || c == nil {
+	r, _ := qp.closeGrantsLocked()
+	r.revokeLater(qp.dev)
+}
+
+// revokeLater runs revoke on a goroutine the device waits for at Close.
+func (r grantsToRevoke) revokeLater(d *Device) {
+	if len(r.keys) == 0 {
 		return
 	}
-	c.dev.connWG.Add(1)
+	d.connWG.Add(1)
 	go func() {
-		defer c.dev.connWG.Done()
-		c.revokeFor(dest, rkeys)
+		defer d.connWG.Done()
+		r.revoke()
 	}()
 }
 
-// noteGrant records that the peer is granted rkey through the QP, and
-// reports false if the QP no longer grants anything.
-func (qp *QP) noteGrant(rkey uint32) bool {
+// revoke asks the peer to unmap each grant for its QP dest and waits for
+// each answer; a peer that does not answer is cut off.
+func (r grantsToRevoke) revoke() {
+	for _, k := range r.keys {
+		c := k.c
+		if c.dead.Load() {
+			continue
+		}
+		if _, err := c.call(&ctrl{typ: mRevoke, a: r.dest, c: k.rkey}, nil, 2*time.Second); err != nil {
+			c.close()
+			<-c.done
+		}
+	}
+}
+
+// noteGrant records that the peer is granted rkey over c through the QP,
+// and reports false if the QP no longer grants anything.
+func (qp *QP) noteGrant(c *conn, rkey uint32) bool {
 	qp.given.mu.Lock()
 	defer qp.given.mu.Unlock()
 	if !qp.given.open {
 		return false
 	}
-	qp.given.rkeys[rkey] = true
+	qp.given.given[givenKey{c, rkey}] = true
 	return true
 }
 
@@ -105,21 +138,6 @@ func (qp *QP) serving() bool {
 	qp.given.mu.Lock()
 	defer qp.given.mu.Unlock()
 	return qp.given.open
-}
-
-// revokeFor asks the peer to unmap rkeys for its QP dest and waits for
-// each answer; a peer that does not answer is cut off.
-func (c *conn) revokeFor(dest uint32, rkeys []uint32) {
-	for _, k := range rkeys {
-		if c.dead.Load() {
-			return
-		}
-		if _, err := c.call(&ctrl{typ: mRevoke, a: dest, c: k}, nil, 2*time.Second); err != nil {
-			c.close()
-			<-c.done
-			return
-		}
-	}
 }
 
 // readOnlyFd opens the file fd names again, read-only: an fd a peer

@@ -220,16 +220,9 @@ func (qp *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		if attr.QPAccessFlags != a.QPAccessFlags {
 			// Grants given carry the old flags (and a writable fd
 			// perhaps): revoke them; the peer asks again.
-			c, dest, rkeys := qp.closeGrantsLocked()
-			if c != nil {
+			if r, wasOpen := qp.closeGrantsLocked(); wasOpen {
 				qp.openGrantsLocked()
-				if len(rkeys) > 0 {
-					c.dev.connWG.Add(1)
-					go func() {
-						defer c.dev.connWG.Done()
-						c.revokeFor(dest, rkeys)
-					}()
-				}
+				r.revokeLater(qp.dev)
 			}
 		}
 		a.QPAccessFlags = attr.QPAccessFlags
@@ -1157,12 +1150,10 @@ func (qp *QP) Destroy() error {
 		qp.in.setNak(verbs.WCRetryExcErr)
 	}
 	c := qp.conn
-	gc, dest, rkeys := qp.closeGrantsLocked()
+	granted, _ := qp.closeGrantsLocked()
 	qp.unmapLocked()
 	qp.mu.Unlock()
-	if gc != nil && len(rkeys) > 0 {
-		gc.revokeFor(dest, rkeys) // what the peer mapped through this QP
-	}
+	granted.revoke() // what the peer mapped through this QP
 	if c != nil && !c.dead.Load() {
 		c.ring()
 		// Our grants from the peer go with the QP.
