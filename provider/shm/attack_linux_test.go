@@ -365,7 +365,9 @@ func TestServiceSquat(t *testing.T) {
 	}
 }
 
-func uidOfGID(g verbs.GID) uint32 { return uint32(g[4])<<24 | uint32(g[5])<<16 | uint32(g[6])<<8 | uint32(g[7]) }
+func uidOfGID(g verbs.GID) uint32 {
+	return uint32(g[4])<<24 | uint32(g[5])<<16 | uint32(g[6])<<8 | uint32(g[7])
+}
 
 // roleSquatter binds root's name for the service and answers lookups
 // with its own device.
