@@ -32,13 +32,13 @@ func sealedRingFd(t testing.TB) int {
 	return fd
 }
 
-// ringsFrom counts the rings parked at d that came over c.
+// ringsFrom counts the rings parked at d that came from c's device.
 func ringsFrom(d *Device, c *conn) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	n := 0
-	for _, m := range d.inboxes {
-		if m.from == c {
+	for k := range d.inboxes {
+		if k.peer == c.peerID {
 			n++
 		}
 	}
