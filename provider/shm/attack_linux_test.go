@@ -174,6 +174,7 @@ func TestReadGrantStaysReadOnly(t *testing.T) {
 			if err := cm.Connect(s.qp, s.endpoint(), peer.ep, params(sideOpts{qpAccess: c.qpAccess})); err != nil {
 				t.Fatal(err)
 			}
+			fmt.Fprintln(p.in, "GO") // our QP serves the attacker's now
 			res := p.line(t)
 			if res != "READONLY" {
 				t.Errorf("attacker: %s; want READONLY", res)
@@ -209,6 +210,9 @@ func roleReadGrant(in *bufio.Scanner) {
 	}
 	if err := cm.Connect(s.qp, s.endpoint(), owner.ep, params(sideOpts{})); err != nil {
 		fmt.Println("ERR", err)
+		return
+	}
+	if !in.Scan() { // the owner's QP is connected
 		return
 	}
 	qp := s.qp.(*QP)
@@ -287,8 +291,11 @@ func TestImpostorHello(t *testing.T) {
 		defer a.dev.mu.Unlock()
 		return a.dev.inboxes[k] != nil
 	}
-	if !parked() {
-		t.Fatal("b's ring is not parked at a")
+	for deadline := time.Now().Add(5 * time.Second); !parked(); {
+		if time.Now().After(deadline) {
+			t.Fatal("b's ring is not parked at a")
+		}
+		time.Sleep(time.Millisecond)
 	}
 	p := startRole(t, "impostor", false, fmt.Sprintf("SHM_TEST_FORGE=%x", b.dev.id), fmt.Sprintf("SHM_TEST_VICTIM=%x", a.dev.id))
 	if l := p.line(t); !strings.HasPrefix(l, "DONE") {

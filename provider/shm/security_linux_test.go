@@ -297,24 +297,19 @@ func TestDoorbellPeersReadOnly(t *testing.T) {
 		}
 		unix.Close(fd)
 	}
-	var stop atomic.Bool
-	done := make(chan struct{})
-	if bell != nil {
-		defer unix.Munmap(bell)
-		go func() { // the attack: b never seems to sleep
-			defer close(done)
-			for !stop.Load() {
-				atomic.StoreUint32(doorbell(bell).word(bellSleeping), 0)
-			}
-		}()
-	} else {
-		close(done)
-	}
-	defer func() { stop.Store(true); <-done }()
 	postRecv(t, b.qp, 1, b.mr.SGE(0, 64))
 	// b's progress goroutine goes to sleep once nothing moves.
-	for deadline := time.Now().Add(2 * time.Second); atomic.LoadUint32(b.dev.bell.word(bellSleeping)) == 0 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(5 * time.Second); atomic.LoadUint32(b.dev.bell.word(bellSleeping)) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("b's progress goroutine does not sleep")
+		}
 		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // and is in its futex wait by now
+	if bell != nil {
+		defer unix.Munmap(bell)
+		// The attack: b seems awake, so a does not ring.
+		atomic.StoreUint32(doorbell(bell).word(bellSleeping), 0)
 	}
 	postSend(t, a.qp, verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SGList: []verbs.SGE{a.mr.SGE(0, 8)}})
 	if wc := poll(t, a.cq, 1)[0]; wc.Status != verbs.WCSuccess {
