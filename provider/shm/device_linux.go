@@ -371,6 +371,13 @@ func (d *Device) progressLoop() {
 		}
 		seq := atomic.LoadUint32(seqw)
 		atomic.StoreUint32(sleeping, 1)
+		select {
+		case <-d.stop:
+			// Close bumped seq after closing stop: if seq was loaded
+			// after that, the futex would not see the change.
+			return
+		default:
+		}
 		if d.progress() {
 			atomic.StoreUint32(sleeping, 0)
 			idle = 0
