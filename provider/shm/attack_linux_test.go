@@ -126,6 +126,8 @@ func runRole(role string) {
 		roleImpostor()
 	case "squatter":
 		roleSquatter(in)
+	case "stranger":
+		roleStranger()
 	default:
 		fmt.Println("ERR unknown role", role)
 	}
@@ -393,4 +395,46 @@ func roleSquatter(in *bufio.Scanner) {
 	fmt.Println("BOUND")
 	for in.Scan() {
 	}
+}
+
+// TestOtherUIDRefused: a process of a uid the device does not allow
+// cannot connect to it (nor be connected to).
+func TestOtherUIDRefused(t *testing.T) {
+	needRoot(t)
+	dev, err := Open(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	p := startRole(t, "stranger", true, fmt.Sprintf("SHM_TEST_VICTIM=%x", dev.id))
+	if l := p.line(t); !strings.HasPrefix(l, "REFUSED") {
+		t.Errorf("uid 65534 connecting to root's device: %s", l)
+	}
+}
+
+// roleStranger connects to the victim device and sends a RING over the
+// connection if it gets one.
+func roleStranger() {
+	victim, _ := strconv.ParseUint(os.Getenv("SHM_TEST_VICTIM"), 16, 64)
+	dev, err := Open(Config{AllowUIDs: []uint32{0}})
+	if err != nil {
+		fmt.Println("ERR", err)
+		return
+	}
+	defer dev.Close()
+	c, err := dev.connTo(victim, "stranger")
+	if err == nil {
+		var b [ctrlHdr]byte
+		(&ctrl{typ: mWake}).encode(b[:])
+		time.Sleep(100 * time.Millisecond)
+		if _, err = c.uc.Write(b[:]); err == nil {
+			time.Sleep(100 * time.Millisecond)
+			_, err = c.uc.Write(b[:])
+		}
+	}
+	if err != nil {
+		fmt.Println("REFUSED", err)
+		return
+	}
+	fmt.Println("CONNECTED")
 }
