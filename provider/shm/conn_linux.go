@@ -125,6 +125,49 @@ type conn struct {
 	copySlots chan struct{} // one token per COPY_* request awaiting its answer (copyWindow)
 
 	rings int // rings parked at dev.inboxes that came over this conn; guarded by dev.mu
+
+	// users counts the QPs that hold the conn (qp.conn) and so may ring
+	// it; connFreed is set once bell and wakeFd are released, when the
+	// conn is dead and no QP holds it.
+	users atomic.Int64
+}
+
+const connFreed = 1 << 62
+
+// acquire makes a QP a user of the conn, which then keeps its doorbell
+// mapped; false if the conn is gone.
+func (c *conn) acquire() bool {
+	for {
+		n := c.users.Load()
+		if n&connFreed != 0 || c.dead.Load() {
+			return false
+		}
+		if c.users.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// release ends a QP's use of the conn.
+func (c *conn) release() {
+	if c.users.Add(-1) == 0 && c.dead.Load() {
+		c.free()
+	}
+}
+
+// free unmaps the peer's doorbell and closes the wake socket, once the
+// conn is dead and no QP can ring it any more. Each conn costs a map
+// entry and an fd only while it lives or a QP holds it.
+func (c *conn) free() {
+	if !c.users.CompareAndSwap(0, connFreed) {
+		return
+	}
+	if c.bell != nil {
+		unix.Munmap(c.bell)
+	}
+	if c.wakeFd >= 0 {
+		unix.Close(c.wakeFd)
+	}
 }
 
 type ctrlReply struct {
@@ -267,18 +310,10 @@ func (d *Device) addConn(uc *net.UnixConn, peerID uint64, peerUID uint32, bell d
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		unix.Munmap(bell)
-		if c.wakeFd >= 0 {
-			unix.Close(c.wakeFd)
-		}
-		c.closeNow()
+		c.closeNow() // frees bell and wakeFd: no QP uses c
 		return nil, verbs.Errorf("shm.connect", verbs.ErrDestroyed, "device closed")
 	}
 	d.all[c] = true
-	d.bells = append(d.bells, c.bell)
-	if c.wakeFd >= 0 {
-		d.wakeFds = append(d.wakeFds, c.wakeFd)
-	}
 	if old := d.conns[c.peerID]; old == nil || old.dead.Load() {
 		d.conns[c.peerID] = c
 	}
@@ -714,8 +749,9 @@ func (c *conn) closeNow() {
 		}
 	}
 	d.mu.Unlock()
-	// c.bell stays mapped, c.wakeFd open, until Device.Close: a QP may
-	// be ringing them.
+	// c.bell stays mapped, c.wakeFd open, while a QP holds c: it may be
+	// ringing them.
+	c.free()
 	if alive {
 		return
 	}

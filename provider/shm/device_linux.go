@@ -48,8 +48,6 @@ type Device struct {
 	qpByNum  map[uint32]*QP
 	inboxes  map[inboxKey]*mapping // rings peers sent before our QP looked for them
 	pds, cqs int
-	bells    []doorbell                 // peers' doorbells, unmapped at Close
-	wakeFds  []int                      // conns' wake sockets (conn.wakeFd), closed at Close
 	services map[*net.UnixListener]bool // BindService's sockets, closed at Close
 
 	madHandler atomic.Pointer[func(verbs.MADSource, []byte)] // QP1's receiver (HandleMADs)
@@ -269,14 +267,6 @@ func (d *Device) Close() error {
 	futexWake(d.bell.word(bellSeq))
 	d.wg.Wait()
 	d.connWG.Wait()
-	for _, b := range d.bells {
-		unix.Munmap(b)
-	}
-	d.bells = nil
-	for _, fd := range d.wakeFds {
-		unix.Close(fd)
-	}
-	d.wakeFds = nil
 	unix.Munmap(d.bell)
 	unix.Close(d.bellFD)
 	return nil

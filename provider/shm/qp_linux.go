@@ -297,11 +297,16 @@ func (qp *QP) connectLocked(attr *verbs.QPAttr) error {
 	if err != nil {
 		return err
 	}
+	if !c.acquire() {
+		return verbs.Errorf("ModifyQP", verbs.ErrUnreachable, "the connection to device %016x closed as the QP connected", peer)
+	}
 	fd, mem, err := newMemfd("softrdma-shm-ring", ringBytes)
 	if err != nil {
+		c.release()
 		return verbs.Errorf("ModifyQP", verbs.ErrInvalidArgument, "ring memfd: %v", err)
 	}
 	if err := c.send(&ctrl{typ: mRing, a: qp.qpn, b: attr.DestQPNum}, nil, fd, false); err != nil {
+		c.release()
 		unix.Munmap(mem)
 		unix.Close(fd)
 		return verbs.Errorf("ModifyQP", verbs.ErrNotFound, "peer device: %v", err)
@@ -325,6 +330,9 @@ func (qp *QP) unmapLocked() {
 	if qp.inMem != nil {
 		unix.Munmap(qp.inMem)
 		qp.in, qp.inMem = nil, nil
+	}
+	if qp.conn != nil {
+		qp.conn.release()
 	}
 	qp.conn = nil
 	qp.lastGrant = nil
@@ -1150,12 +1158,14 @@ func (qp *QP) Destroy() error {
 		qp.in.setNak(verbs.WCRetryExcErr)
 	}
 	c := qp.conn
+	if c != nil {
+		c.ring() // while the QP still holds c
+	}
 	granted, _ := qp.closeGrantsLocked()
 	qp.unmapLocked()
 	qp.mu.Unlock()
 	granted.revoke() // what the peer mapped through this QP
 	if c != nil && !c.dead.Load() {
-		c.ring()
 		// Our grants from the peer go with the QP.
 		c.gmu.Lock()
 		for k, g := range c.grants {

@@ -6,6 +6,8 @@ package shm
 import (
 	"fmt"
 	"net"
+	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -317,5 +319,49 @@ func TestDoorbellPeersReadOnly(t *testing.T) {
 	}
 	if wc := poll(t, b.cq, 1)[0]; wc.Status != verbs.WCSuccess {
 		t.Errorf("b's receive: %v", wc.Status)
+	}
+}
+
+// TestReconnectsHoldNothing: a peer that connects and disconnects again
+// and again leaves no doorbell mapping and no fd behind at the device
+// (each connection used to cost a map entry until Device.Close).
+func TestReconnectsHoldNothing(t *testing.T) {
+	v := newSide(t, sideOpts{})
+	defer v.close(t)
+	atk, err := Open(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer atk.Close()
+	count := func() (bells, fds int) {
+		maps, _ := os.ReadFile("/proc/self/maps")
+		bells = strings.Count(string(maps), "softrdma-shm-bell")
+		ents, _ := os.ReadDir("/proc/self/fd")
+		return bells, len(ents)
+	}
+	cycle := func() {
+		c, err := atk.connTo(v.dev.id, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		flushReader(t, c) // the victim has the connection in service
+		c.close()
+		<-c.done
+		waitConnsGone(v.dev, atk.id)
+	}
+	cycle()
+	bells0, fds0 := count()
+	for range 100 {
+		cycle()
+	}
+	// The last connection's reader frees its doorbell just after done.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		bells, fds := count()
+		if bells <= bells0 && fds <= fds0+4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 100 connections: %d doorbell mappings (was %d), %d fds (was %d)", bells, bells0, fds, fds0)
+		}
 	}
 }
