@@ -323,14 +323,19 @@ func (d *Device) addConn(uc *net.UnixConn, peerID uint64, peerUID uint32, bell d
 	return c, nil
 }
 
-// ring wakes the peer's progress goroutine if it sleeps: a WAKE message,
-// sent without waiting: a full socket means the peer's reader has this
+// ring wakes the peer's progress goroutine if it sleeps: a futex wake
+// and a WAKE message, sent without waiting: a full socket means the peer's reader has this
 // connection's messages to read, and it wakes its device after each.
 // No system call if the peer is awake.
 func (c *conn) ring() {
 	if c.dead.Load() || c.wakeFd < 0 || atomic.LoadUint32(c.bell.word(bellSleeping)) == 0 {
 		return
 	}
+	// FUTEX_WAKE needs only read access to the word: it wakes the device
+	// at once. It may come just before the device's futex wait and be
+	// lost; the WAKE message cannot be: the device's reader bumps the
+	// word, which that wait checks.
+	futexWake(c.bell.word(bellSeq))
 	var b [ctrlHdr]byte
 	b[0] = mWake
 	unix.Sendmsg(c.wakeFd, b[:], nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)

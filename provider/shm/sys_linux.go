@@ -102,10 +102,12 @@ func futexWake(addr *uint32) {
 // device sets bellSleeping while its progress goroutine sleeps on the
 // futex word bellSeq, which only the device itself changes. A peer that
 // changed a ring this device reads, and sees the flag set, rings the
-// bell: a WAKE message on its own connection (conn.ring), after which
-// the device's reader for that connection bumps bellSeq and wakes the
-// futex. One peer can therefore neither clear the flag nor absorb the
-// wake-ups other peers send. In busy-poll mode nobody sleeps and
+// bell (conn.ring): FUTEX_WAKE on bellSeq, which needs only read access,
+// and a WAKE message on its own connection, after which the device's
+// reader for that connection bumps bellSeq and wakes the futex (so a
+// FUTEX_WAKE that came before the device's wait is not lost). One peer
+// can therefore neither clear the flag nor absorb the wake-ups other
+// peers send. In busy-poll mode nobody sleeps and
 // ringing costs one atomic load.
 const (
 	bellSeq      = 0  // uint32 futex word
