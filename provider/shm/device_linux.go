@@ -157,9 +157,20 @@ func Open(cfg Config) (*Device, error) {
 	return d, nil
 }
 
+// newMemfdBell creates the device's doorbell, mapped read-write, and
+// returns a read-only fd of it to send peers: with the seal, and on a
+// kernel without F_SEAL_FUTURE_WRITE (before 5.1), no peer maps it
+// writable.
 func newMemfdBell() (int, doorbell, error) {
 	fd, mem, err := newMemfdSeals("softrdma-shm-bell", bellBytes, unix.F_SEAL_FUTURE_WRITE)
-	return fd, doorbell(mem), err
+	if err != nil {
+		return -1, nil, err
+	}
+	if ro, err := readOnlyFd(fd); err == nil {
+		unix.Close(fd)
+		fd = ro
+	}
+	return fd, doorbell(mem), nil
 }
 
 // --- verbs.Device ---
