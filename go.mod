@@ -3,6 +3,7 @@ module github.com/softrdma/softrdma
 go 1.26.0
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/gopacket/gopacket v1.7.7
 	github.com/prometheus/client_golang v1.25.0
 	golang.org/x/net v0.59.0

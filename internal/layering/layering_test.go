@@ -25,14 +25,14 @@ var rules = []struct {
 	{"wire", nil, nil},
 	{"verbs/verbstest", []string{"verbs", "cm"}, nil}, // the providers' conformance suite
 	{"verbs", nil, nil},
-	{"transport/udp", []string{"transport", "wire", "internal/reuseport"}, []string{"golang.org/x/sys", "golang.org/x/net"}},
+	{"transport/udp", []string{"transport", "wire"}, []string{"golang.org/x/sys", "golang.org/x/net"}}, // address sharing comes in through Config.Share
 	{"transport/capture", []string{"transport"}, []string{"github.com/gopacket/gopacket"}},
 	{"transport", nil, nil},
 	{"internal/netsim", []string{"transport", "wire"}, nil},
 	{"internal/bench", []string{"verbs", "cm", "internal/spin", "internal/perftest"}, nil},
 	{"internal/spin", nil, nil},
-	{"internal/cmattack", []string{"wire"}, nil},              // a hostile CM peer for tests
-	{"internal/reuseport", nil, []string{"golang.org/x/sys"}}, // address sharing: bpf(2), SO_REUSEPORT
+	{"internal/cmattack", []string{"wire"}, nil},                                        // a hostile CM peer for tests
+	{"internal/reuseport", nil, []string{"github.com/cilium/ebpf", "golang.org/x/sys"}}, // address sharing: eBPF steering, SO_REUSEPORT
 	{"examples", []string{""}, []string{""}},
 	{"internal/roce", []string{"wire", "verbs", "transport", "internal/spin", "internal/verbsobj"}, nil},
 	{"internal/verbsobj", []string{"verbs"}, nil}, // the verbs objects' rules every provider shares
@@ -145,5 +145,16 @@ func TestRulesCatchViolations(t *testing.T) {
 	}
 	if check("transport/udp", "golang.org/x/sys/unix") != "" {
 		t.Error("udp importing x/sys failed")
+	}
+	// The transport is below the provider that assembles address
+	// sharing: it takes the steering as a hook, never imports it.
+	if check("transport/udp", module+"/internal/reuseport") == "" {
+		t.Error("udp importing internal/reuseport passed")
+	}
+	if check("provider/soft", module+"/internal/reuseport") != "" {
+		t.Error("provider/soft importing internal/reuseport failed")
+	}
+	if check("transport/udp", "github.com/cilium/ebpf") == "" || check("internal/reuseport", "github.com/cilium/ebpf/asm") != "" {
+		t.Error("only internal/reuseport may load eBPF")
 	}
 }

@@ -14,7 +14,10 @@
 // The maps live pinned in bpffs (Dir), one pair per network namespace,
 // address and port, so that every process opens the same ones. That
 // needs CAP_BPF (or root) and bpffs mounted at /sys/fs/bpf; without them
-// Open fails and a device binds its address alone, as before.
+// Prepare fails and a device binds its address alone, as before.
+//
+// The maps, the program and the pins are github.com/cilium/ebpf's; the
+// program is written with its asm package (prog_linux.go).
 package reuseport
 
 import (
@@ -27,6 +30,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -47,9 +51,9 @@ const maxServices = 4096
 // service map.
 type Group struct {
 	addr     netip.AddrPort
-	base     string // the pins' path, less their suffixes
-	socks    int    // slot → socket (REUSEPORT_SOCKARRAY, u32 → u64 fd/cookie)
-	services int    // low 32 bits of a service ID (network order) → slot
+	base     string    // the pins' path, less their suffixes
+	socks    *ebpf.Map // slot → socket (REUSEPORT_SOCKARRAY, u32 → u64 fd/cookie)
+	services *ebpf.Map // low 32 bits of a service ID (network order) → slot
 }
 
 // lockDir creates Dir if need be and locks it (flock): the holder may
@@ -97,13 +101,14 @@ func open(addr netip.AddrPort) (*Group, error) {
 	// bpffs refuses names with a dot (its own files have them).
 	name := strings.NewReplacer(".", "_", ":", "_").Replace(addr.Addr().WithZone("").String())
 	base := filepath.Join(Dir, fmt.Sprintf("net%d-%s-%d", ns, name, addr.Port()))
-	g := &Group{addr: addr, base: base, socks: -1, services: -1}
-	g.socks, err = openOrCreate(base+"-socks", func() (int, error) {
-		return mapCreate(unix.BPF_MAP_TYPE_REUSEPORT_SOCKARRAY, 4, 8, Slots, 0, "softrdma_socks")
+	g := &Group{addr: addr, base: base}
+	g.socks, err = openOrCreate(base+"-socks", &ebpf.MapSpec{
+		Name: "softrdma_socks", Type: ebpf.ReusePortSockArray, KeySize: 4, ValueSize: 8, MaxEntries: Slots,
 	})
 	if err == nil {
-		g.services, err = openOrCreate(base+"-services", func() (int, error) {
-			return mapCreate(unix.BPF_MAP_TYPE_HASH, 4, 4, maxServices, bpfNoPrealloc, "softrdma_svcs")
+		g.services, err = openOrCreate(base+"-services", &ebpf.MapSpec{
+			Name: "softrdma_svcs", Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: maxServices,
+			Flags: unix.BPF_F_NO_PREALLOC, // entries are allocated as listeners come
 		})
 	}
 	if err != nil {
@@ -122,12 +127,40 @@ func netnsID() (uint64, error) {
 	return st.Ino, nil
 }
 
+// openOrCreate opens the map pinned at path, or creates one from spec
+// and pins it there. Two processes racing to create it both end with the
+// one that was pinned first.
+func openOrCreate(path string, spec *ebpf.MapSpec) (*ebpf.Map, error) {
+	for range 3 {
+		m, err := ebpf.LoadPinnedMap(path, nil)
+		if err == nil {
+			return m, nil
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("opening %s: %w", path, err)
+		}
+		m, err = ebpf.NewMap(spec)
+		if err != nil {
+			return nil, fmt.Errorf("creating BPF map %s: %w", spec.Name, err)
+		}
+		err = m.Pin(path)
+		if err == nil {
+			return m, nil
+		}
+		m.Close()
+		if !errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("pinning %s: %w", path, err)
+		}
+	}
+	return nil, fmt.Errorf("opening %s: it keeps appearing and vanishing", path)
+}
+
 // Close closes the maps (the pins stay).
 func (g *Group) Close() {
-	for _, fd := range []*int{&g.socks, &g.services} {
-		if *fd >= 0 {
-			unix.Close(*fd)
-			*fd = -1
+	for _, m := range []**ebpf.Map{&g.socks, &g.services} {
+		if *m != nil {
+			(*m).Close()
+			*m = nil
 		}
 	}
 }
@@ -136,12 +169,18 @@ func (g *Group) Close() {
 // bound with SO_REUSEPORT. Every member attaches the same program, so the
 // last one to do so changes nothing.
 func (g *Group) attach(fd int) error {
-	prog, err := progLoad(program(g.socks, g.services), "softrdma_steer")
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name:         "softrdma_steer",
+		Type:         ebpf.SkReuseport,
+		AttachType:   ebpf.AttachSkReuseportSelect,
+		Instructions: program(g.socks.FD(), g.services.FD()),
+		License:      "GPL", // sk_select_reuseport is not GPL-only; any string does
+	})
 	if err != nil {
-		return err
+		return fmt.Errorf("loading the steering program: %w", err) // a verifier error carries its log
 	}
-	defer unix.Close(prog)
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_EBPF, prog); err != nil {
+	defer prog.Close()
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_EBPF, prog.FD()); err != nil {
 		return fmt.Errorf("attaching the steering program: %w", err)
 	}
 	return nil
@@ -149,8 +188,8 @@ func (g *Group) attach(fd int) error {
 
 // alive reports whether a socket holds slot.
 func (g *Group) alive(slot uint32) bool {
-	_, err := mapLookup(g.socks, slot)
-	return err == nil
+	var cookie uint64
+	return g.socks.Lookup(slot, &cookie) == nil
 }
 
 // serviceKey is the services map's key for a service ID: its low 32 bits
@@ -228,7 +267,7 @@ func (s *Share) takeSlot(fds []int) error {
 		taken := 0
 		var err error
 		for i, g := range s.groups {
-			if err = mapUpdate(g.socks, slot, uint64(fds[i]), bpfNoExist); err != nil {
+			if err = g.socks.Update(slot, uint64(fds[i]), ebpf.UpdateNoExist); err != nil {
 				break
 			}
 			taken++
@@ -238,9 +277,9 @@ func (s *Share) takeSlot(fds []int) error {
 			return nil
 		}
 		for _, g := range s.groups[:taken] {
-			mapDelete(g.socks, slot)
+			g.socks.Delete(slot)
 		}
-		if !errors.Is(err, unix.EEXIST) {
+		if !errors.Is(err, ebpf.ErrKeyExist) {
 			return fmt.Errorf("reuseport: taking slot %d: %w", slot, err)
 		}
 	}
@@ -276,11 +315,12 @@ func (s *Share) ClaimService(serviceID uint64) error {
 	}
 	key := serviceKey(serviceID)
 	for i, g := range s.groups {
-		if owner, err := mapLookup32(g.services, key); err == nil && owner != s.slot && g.alive(owner) {
+		var owner uint32
+		if err := g.services.Lookup(key, &owner); err == nil && owner != s.slot && g.alive(owner) {
 			s.releaseLocked(serviceID, i)
 			return fmt.Errorf("reuseport: service %#x on %v is claimed by another process (slot %d): %w", serviceID, g.addr, owner, unix.EADDRINUSE)
 		}
-		if err := mapUpdate32(g.services, key, s.slot, bpfAny); err != nil {
+		if err := g.services.Update(key, s.slot, ebpf.UpdateAny); err != nil {
 			s.releaseLocked(serviceID, i)
 			return fmt.Errorf("reuseport: claiming service %#x on %v: %w", serviceID, g.addr, err)
 		}
@@ -308,8 +348,9 @@ func (s *Share) ReleaseService(serviceID uint64) {
 func (s *Share) releaseLocked(serviceID uint64, n int) {
 	key := serviceKey(serviceID)
 	for _, g := range s.groups[:n] {
-		if owner, err := mapLookup32(g.services, key); err == nil && owner == s.slot {
-			mapDelete(g.services, key)
+		var owner uint32
+		if err := g.services.Lookup(key, &owner); err == nil && owner == s.slot {
+			g.services.Delete(key)
 		}
 	}
 }

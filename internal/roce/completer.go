@@ -26,8 +26,9 @@ package roce
 // The completer owns its state (what is acknowledged, the retry budgets,
 // the ACK deadline) and retires WQEs from the head of the send queue into
 // the send CQ. It writes no requester state: what the requester must do
-// next — send more, go back, wait out an RNR NAK, or fail — comes back as
-// a compResult, which the QP applies (applyCompLocked).
+// next — account for what was retired, send more, go back, wait out an
+// RNR NAK, or fail — comes back as a compResult, which the QP applies
+// (applyCompLocked).
 
 import (
 	"encoding/binary"
@@ -47,6 +48,34 @@ type completer struct {
 	// cleared by the next progress, so the stale responses to the first
 	// attempt do not trigger a go-back of their own.
 	retrying bool
+}
+
+// start makes the completer expect the first acknowledgement for psn,
+// the requester's first PSN (RTR → RTS), with full retry budgets.
+func (c *completer) start(psn wire.PSN, retryCnt, rnrRetry uint8) {
+	c.psn = psn
+	c.retryCnt, c.rnrRetry = retryCnt, rnrRetry
+}
+
+// setRetryCnt and setRNRRetry restart a retry budget (ModifyQP).
+func (c *completer) setRetryCnt(n uint8) { c.retryCnt = n }
+func (c *completer) setRNRRetry(n uint8) { c.rnrRetry = n }
+
+// onSent tells the completer that the requester sent requests at now: an
+// idle ACK timer starts. It returns the deadline the QP must queue, zero
+// if the timer was running already (its deadline is queued) or the QP's
+// timeout is infinite. now is read (from clock) only if it is zero and
+// the timer starts: a QP with packets in flight has it running already,
+// and PostSend saves a clock read per post that way.
+func (c *completer) onSent(qp *QP, now time.Time, clock func() time.Time) time.Time {
+	if !c.ackDeadline.IsZero() || qp.attr.Timeout == 0 {
+		return time.Time{}
+	}
+	if now.IsZero() {
+		now = clock()
+	}
+	c.restartAckTimer(qp, now)
+	return c.ackDeadline
 }
 
 // compState is what a response (or a timeout) asks of the QP after the
@@ -84,10 +113,17 @@ type compResult struct {
 	// requester.
 	progress bool
 	next     compState
-	inWindow bool           // the response was inside the PSNs in flight
-	status   verbs.WCStatus // compError
-	rnrPSN   wire.PSN       // compRNR
-	rnrUntil time.Time      // compRNR
+	inWindow bool // the response was inside the PSNs in flight
+	// What the completer retired that the requester must account for
+	// (requester.onRetired): READs and atomics no longer outstanding,
+	// and whether it retired a WQE the requester had been rewound into,
+	// with the PSN after it.
+	rdRetired  uint32
+	rewound    bool
+	rewoundEnd wire.PSN
+	status     verbs.WCStatus // compError
+	rnrPSN     wire.PSN       // compRNR
+	rnrUntil   time.Time      // compRNR
 }
 
 // onResponse handles a response packet (ACK, READ response, atomic ACK)
@@ -215,22 +251,40 @@ func (c *completer) ackThrough(qp *QP, last wire.PSN, implicit bool, now time.Ti
 			break
 		}
 		c.psn = w.lastPSN.Add(1)
-		qp.completeSendLocked(w, verbs.WCSuccess)
+		c.retire(qp, w, &r)
 		r.progress = true
 	}
 	if r.progress {
 		r.acked = uint32(c.psn.Sub(from))
-		c.onProgress(qp, now)
+		c.onProgress(qp, now, &r)
 	}
 	return r
 }
 
-// onProgress restores the retry counters and restarts the ACK timer.
-func (c *completer) onProgress(qp *QP, now time.Time) {
+// retire completes w, the oldest WQE, successfully, and records in r what
+// the requester must account for.
+func (c *completer) retire(qp *QP, w *sendWQE, r *compResult) {
+	if w.isReadOrAtomic() {
+		r.rdRetired++
+	}
+	if qp.sq.next == qp.sq.head {
+		r.rewound, r.rewoundEnd = true, w.lastPSN.Add(1)
+	}
+	qp.completeSendLocked(w, verbs.WCSuccess)
+}
+
+// onProgress restores the retry counters and restarts the ACK timer; it
+// stops it when everything the requester sent (as it will stand once it
+// has applied r) is acknowledged.
+func (c *completer) onProgress(qp *QP, now time.Time, r *compResult) {
 	c.retrying = false
 	c.retryCnt = qp.attr.RetryCnt
 	c.rnrRetry = qp.attr.RNRRetry
-	if c.psn == qp.req.psn && qp.sq.head == qp.sq.next {
+	sent := qp.req.psn
+	if r.rewound && sent.Less(r.rewoundEnd) {
+		sent = r.rewoundEnd
+	}
+	if c.psn == sent && qp.sq.head == qp.sq.next {
 		c.ackDeadline = time.Time{}
 	} else {
 		c.restartAckTimer(qp, now)
@@ -307,8 +361,8 @@ func (c *completer) onReadResponse(qp *QP, p *wire.Packet, psn wire.PSN, now tim
 	c.retryCnt = qp.attr.RetryCnt
 	if info.Has(wire.FlagLast) {
 		c.psn = w.lastPSN.Add(1)
-		qp.completeSendLocked(w, verbs.WCSuccess)
-		c.onProgress(qp, now)
+		c.retire(qp, w, &r)
+		c.onProgress(qp, now, &r)
 		r.progress = true // READs keep the whole window: it does not grow
 	} else {
 		c.restartAckTimer(qp, now)
@@ -334,8 +388,8 @@ func (c *completer) onAtomicAck(qp *QP, p *wire.Packet, psn wire.PSN, now time.T
 		return r
 	}
 	c.psn = psn.Add(1)
-	qp.completeSendLocked(w, verbs.WCSuccess)
-	c.onProgress(qp, now)
+	c.retire(qp, w, &r)
+	c.onProgress(qp, now, &r)
 	r.progress = true
 	return r
 }
@@ -373,6 +427,9 @@ func (c *completer) onTimeout(qp *QP, now time.Time) compResult {
 // completer deciding whether retries are left), waits out an RNR NAK, or
 // the QP fails. It reports whether the requester may send now.
 func (qp *QP) applyCompLocked(r compResult, now time.Time) (sendMore bool) {
+	if r.rdRetired > 0 || r.rewound {
+		qp.req.onRetired(r.rdRetired, r.rewound, r.rewoundEnd) // before any rewind below
+	}
 	if r.acked > 0 {
 		qp.req.onAcked(r.acked)
 	}

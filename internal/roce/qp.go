@@ -19,13 +19,22 @@ const defaultPKey = 0xFFFF
 // QP is a queue pair. Its protocol state (everything below mu) belongs to
 // whoever holds mu: PostSend, the receive path, or the timeout step. The
 // state is split by role, as in rxe: the requester (requester.go) owns
-// what it has sent, the completer (completer.go) what is acknowledged and
-// the retry budgets, the responder (responder.go) what it has received;
-// the send queue's WQEs are shared, the requester moving sq.next and the
-// completer sq.head. The roles do not set each other's fields: the
-// completer's answer to a response is a compResult that applyCompLocked
-// carries out on the requester, and a receive completion's solicited
-// flag is an argument.
+// what it has sent, the completer (completer.go) what is acknowledged,
+// the retry budgets and the ACK deadline, the responder (responder.go)
+// what it has received; the send queue's WQEs are shared, the requester
+// moving sq.next and the completer sq.head. ModifyQP starts each role
+// with its own method. Between the requester and the completer, what one
+// must do for the other is handed over, not written into its fields: the
+// completer's answer to a response or timeout is a compResult that
+// applyCompLocked carries out on the requester, and the requester tells
+// the completer that it sent (completer.onSent), which returns the
+// deadline to queue; what the completer retired (READs and atomics no
+// longer outstanding, a WQE the requester had been rewound into) comes
+// back in the compResult too, for requester.onRetired. The responder's
+// steps are
+// methods of responder that take the QP for what they share with the
+// other roles: the receive queue, the MRs, the transmit queue, the
+// counters.
 type QP struct {
 	dev    *Device
 	pd     *PD
@@ -307,13 +316,13 @@ func (qp *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	case next == verbs.QPStateErr:
 		qp.errorLocked()
 	case cur == verbs.QPStateInit && next == verbs.QPStateRTR:
-		qp.resp.psn = wire.PSN(qp.attr.RQPSN)
-		qp.resp.msn = 0
+		qp.resp.start(wire.PSN(qp.attr.RQPSN))
 	case next == verbs.QPStateRTS && cur == verbs.QPStateRTR:
+		// The requester sends from the SQ PSN, and the completer expects
+		// the first acknowledgement for it.
 		psn := wire.PSN(qp.attr.SQPSN)
-		qp.req.psn, qp.req.maxPSN, qp.comp.psn = psn, psn, psn
-		qp.comp.retryCnt = qp.attr.RetryCnt
-		qp.comp.rnrRetry = qp.attr.RNRRetry
+		qp.req.start(psn)
+		qp.comp.start(psn, qp.attr.RetryCnt, qp.attr.RNRRetry)
 		qp.lastHeard = now // the keepalive interval starts with RTS
 	}
 	if next != verbs.QPStateReset && next != verbs.QPStateErr {
@@ -409,11 +418,11 @@ func (qp *QP) applyLocked(attr *verbs.QPAttr, mask verbs.QPAttrMask) {
 	}
 	if mask&verbs.QPAttrRetryCnt != 0 {
 		a.RetryCnt = attr.RetryCnt
-		qp.comp.retryCnt = attr.RetryCnt
+		qp.comp.setRetryCnt(attr.RetryCnt)
 	}
 	if mask&verbs.QPAttrRNRRetry != 0 {
 		a.RNRRetry = attr.RNRRetry
-		qp.comp.rnrRetry = attr.RNRRetry
+		qp.comp.setRNRRetry(attr.RNRRetry)
 	}
 	if mask&verbs.QPAttrRQPSN != 0 {
 		a.RQPSN = attr.RQPSN
@@ -468,7 +477,7 @@ func (qp *QP) Destroy() error {
 	// An ACK that waits for a poller is the peer's last word on what
 	// arrived: send it rather than make the peer retry into the void.
 	if qp.resp.ackPending {
-		qp.flushAckLocked()
+		qp.resp.flushAckLocked(qp)
 		qp.flushLocked()
 	}
 	// Requests waiting for the doorbell are discarded with their WQEs;
@@ -565,6 +574,11 @@ func (qp *QP) flushSendLocked() {
 		if st == verbs.WCSuccess {
 			st = verbs.WCWRFlushErr
 		}
+		var rd uint32
+		if w.started && w.isReadOrAtomic() {
+			rd = 1
+		}
+		qp.req.onRetired(rd, w.started && qp.sq.next == qp.sq.head, w.lastPSN.Add(1))
 		qp.completeSendLocked(w, st)
 	}
 	qp.sq.next = qp.sq.head
@@ -598,7 +612,9 @@ func (qp *QP) completeSendLocked(w *sendWQE, st verbs.WCStatus) {
 		}
 		qp.sendCQ.push(&wc, st != verbs.WCSuccess)
 	}
-	qp.req.onRetired(qp, w)
+	if w.started && qp.sq.next == qp.sq.head {
+		qp.sq.next++ // the queue keeps head ≤ next (a rewind had put next here)
+	}
 	if qp.sqdNotify {
 		defer qp.checkDrainedLocked()
 	}
@@ -674,7 +690,7 @@ func (qp *QP) kickLocked(now time.Time) {
 			// An ACK waits for this goroutine (Config.NoDeferredAck): it
 			// leaves with the requests, in the same system call.
 			qp.resp.deferMisses = 0
-			qp.flushAckLocked()
+			qp.resp.flushAckLocked(qp)
 			qp.flushLocked()
 			return
 		}

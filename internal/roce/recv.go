@@ -125,7 +125,7 @@ func (rx *RxBatch) StageDeferredAcks() {
 				qp.resp.deferMisses++
 			}
 			qp.tx.attach(rx.stage)
-			qp.flushAckLocked()
+			qp.resp.flushAckLocked(qp)
 			qp.flushLocked()
 			qp.tx.detach()
 		}
@@ -288,11 +288,11 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 		proven := false
 		switch qp.typ {
 		case verbs.QPTypeRC:
-			proven = qp.onRequestLocked(p)
+			proven = qp.resp.onRequestLocked(qp, p)
 		case verbs.QPTypeUC:
-			proven = qp.onUCRequestLocked(p)
+			proven = qp.resp.onUCRequestLocked(qp, p)
 		case verbs.QPTypeUD:
-			qp.onUDRequestLocked(p, pk)
+			qp.resp.onUDRequestLocked(qp, p, pk)
 		}
 		qp.learnPeerPortLocked(proven, pk)
 		return false
@@ -342,7 +342,7 @@ func (qp *QP) endRxLocked(rx *RxBatch, now time.Time, sendMore bool) {
 			rx.deferred = append(rx.deferred, qp)
 		}
 	default:
-		qp.flushAckLocked()
+		qp.resp.flushAckLocked(qp)
 	}
 	qp.flushLocked()
 	qp.rearmLocked()

@@ -107,7 +107,7 @@ func TestKeepResponsesKeepsOrder(t *testing.T) {
 	qp.mu.Lock()
 	bth := wire.BTHFields{PSN: 9, DestQP: 0x99}
 	qp.newPacketLocked(qp.route(), wire.RCSendOnly, &bth, 4) // a request
-	qp.sendAckLocked(wire.PSN(5), wire.NAKSyndrome(wire.NAKRemoteAccessError))
+	qp.resp.sendAckLocked(qp, wire.PSN(5), wire.NAKSyndrome(wire.NAKRemoteAccessError))
 	qp.tx.keepResponses(d)
 	st := newTxStage()
 	qp.tx.attach(st)

@@ -46,6 +46,9 @@ type requester struct {
 	ssthresh uint32 // while cwnd is below it, the window doubles per round trip
 }
 
+// start makes the requester send from psn (RTR → RTS).
+func (r *requester) start(psn wire.PSN) { r.psn, r.maxPSN = psn, psn }
+
 // minWindow is the smallest window a sequence NAK shrinks a QP to.
 const minWindow = 16
 
@@ -172,12 +175,12 @@ func (qp *QP) runRequesterLocked(now time.Time) {
 			}
 		}
 	}
-	if sent && rc && qp.comp.ackDeadline.IsZero() && qp.attr.Timeout != 0 {
-		if now.IsZero() {
-			now = qp.dev.clock()
+	if sent && rc {
+		// The completer owns the ACK timer: it starts it if idle, and
+		// the QP queues the deadline it returns.
+		if at := qp.comp.onSent(qp, now, qp.dev.clock); !at.IsZero() {
+			qp.armTimerLocked(at)
 		}
-		qp.comp.restartAckTimer(qp, now)
-		qp.armTimerLocked(qp.comp.ackDeadline)
 	}
 }
 
@@ -377,20 +380,16 @@ func (r *requester) resume(now time.Time) bool {
 	return true
 }
 
-// onRetired updates the requester's accounting when the completer retires
-// w, the oldest WQE (successfully or not).
-func (r *requester) onRetired(qp *QP, w *sendWQE) {
-	if w.started && w.isReadOrAtomic() && r.rdOutstanding > 0 {
-		r.rdOutstanding--
-	}
-	if w.started && qp.sq.next == qp.sq.head {
-		// A go-back-N rewind had put the requester back inside this WQE,
-		// and a late response completed it before it was sent again: the
-		// next WQE must start after its PSNs, not inside them.
-		if r.psn.LessEq(w.lastPSN) {
-			r.psn = w.lastPSN.Add(1)
-		}
-		qp.sq.next++
+// onRetired updates the requester's accounting after WQEs were retired
+// (by the completer, or flushed): rd READs or atomics are no longer
+// outstanding, and if rewound, a go-back-N rewind had put the requester
+// back inside a retired WQE, which a late response completed before it
+// was sent again: the next WQE must start after its PSNs (before end),
+// not inside them. (The send queue's next moved past it as it retired.)
+func (r *requester) onRetired(rd uint32, rewound bool, end wire.PSN) {
+	r.rdOutstanding = max(r.rdOutstanding-int(rd), 0)
+	if rewound && r.psn.Less(end) {
+		r.psn = end
 	}
 }
 

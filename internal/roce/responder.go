@@ -31,7 +31,10 @@ import (
 	"github.com/softrdma/softrdma/wire"
 )
 
-// responder is the receiving half of a QP's protocol state.
+// responder is the receiving half of a QP's protocol state. Its steps are
+// its methods; each takes the QP for what the roles share (the receive
+// queue or SRQ, the PD's MRs, the transmit queue, the counters), and the
+// QP's mu must be held.
 type responder struct {
 	psn       wire.PSN // expected PSN
 	msn       uint32   // message sequence number (24 bits on the wire)
@@ -61,6 +64,10 @@ type responder struct {
 	res     []rdRes // replay ring for READ and atomic requests
 	resNext int
 }
+
+// start makes the responder expect psn, the peer's first request, with
+// the message sequence number at 0 (INIT → RTR).
+func (r *responder) start(psn wire.PSN) { r.psn, r.msn = psn, 0 }
 
 // rdRes records an executed READ or atomic request so a duplicate of it is
 // answered again without executing it again.
@@ -117,33 +124,32 @@ func (v verdict) String() string {
 // It reports whether the packet had the expected PSN: only such a packet
 // proves to come from the peer (the responder acknowledges a duplicate of
 // any older PSN, half the PSN space).
-func (qp *QP) onRequestLocked(p *wire.Packet) (expected bool) {
-	r := &qp.resp
+func (r *responder) onRequestLocked(qp *QP, p *wire.Packet) (expected bool) {
 	psn := p.BTH.PSN()
 	if d := psn.Sub(r.psn); d > 0 {
 		qp.dev.Counters.OutOfSeqRequest.Add(1)
 		if !r.nakSent {
 			r.nakSent = true
-			qp.sendNAKLocked(r.psn, wire.NAKSyndrome(wire.NAKPSNSeqError))
+			r.sendNAKLocked(qp, r.psn, wire.NAKSyndrome(wire.NAKPSNSeqError))
 		}
 		return false
 	} else if d < 0 {
-		qp.onDuplicateLocked(p, psn)
+		r.onDuplicateLocked(qp, p, psn)
 		return false
 	}
 	r.nakSent, r.started = false, true
-	v, recvStatus := qp.executeLocked(p, psn)
+	v, recvStatus := r.executeLocked(qp, p, psn)
 	switch v {
 	case vOK:
 	case vRNR:
 		qp.dev.Counters.SendRNRErr.Add(1)
-		qp.sendNAKLocked(psn, wire.RNRNAKSyndrome(qp.attr.MinRNRTimer))
+		r.sendNAKLocked(qp, psn, wire.RNRNAKSyndrome(qp.attr.MinRNRTimer))
 	case vInvalid:
-		qp.nakErrorLocked(psn, wire.NAKInvalidRequest, recvStatus)
+		r.nakErrorLocked(qp, psn, wire.NAKInvalidRequest, recvStatus)
 	case vAccess:
-		qp.nakErrorLocked(psn, wire.NAKRemoteAccessError, recvStatus)
+		r.nakErrorLocked(qp, psn, wire.NAKRemoteAccessError, recvStatus)
 	case vOpErr:
-		qp.nakErrorLocked(psn, wire.NAKRemoteOperationalError, recvStatus)
+		r.nakErrorLocked(qp, psn, wire.NAKRemoteOperationalError, recvStatus)
 	}
 	return true
 }
@@ -151,8 +157,7 @@ func (qp *QP) onRequestLocked(p *wire.Packet) (expected bool) {
 // executeLocked checks and executes a request with the expected PSN. On
 // success it advances the expected PSN and arranges the acknowledgement.
 // recvStatus is the status a consumed receive WQE completes with on error.
-func (qp *QP) executeLocked(p *wire.Packet, psn wire.PSN) (v verdict, recvStatus verbs.WCStatus) {
-	r := &qp.resp
+func (r *responder) executeLocked(qp *QP, p *wire.Packet, psn wire.PSN) (v verdict, recvStatus verbs.WCStatus) {
 	info := p.Info
 	rc := qp.typ == verbs.QPTypeRC
 	// Opcode sequence (IBTA C9-91..C9-93).
@@ -181,22 +186,22 @@ func (qp *QP) executeLocked(p *wire.Packet, psn wire.PSN) (v verdict, recvStatus
 	access := qp.attr.QPAccessFlags
 	switch {
 	case info.Has(wire.FlagSend):
-		v, recvStatus = qp.recvSendLocked(p, first, last)
+		v, recvStatus = r.recvSendLocked(qp, p, first, last)
 	case info.Has(wire.FlagWrite):
 		if access&verbs.AccessRemoteWrite == 0 {
 			return vInvalid, verbs.WCRemInvReqErr
 		}
-		v, recvStatus = qp.recvWriteLocked(p, first, last)
+		v, recvStatus = r.recvWriteLocked(qp, p, first, last)
 	case info.Has(wire.FlagRead) && rc:
 		if access&verbs.AccessRemoteRead == 0 {
 			return vInvalid, verbs.WCRemInvReqErr
 		}
-		return qp.recvReadLocked(p, psn), 0
+		return r.recvReadLocked(qp, p, psn), 0
 	case info.Has(wire.FlagAtomic) && rc:
 		if access&verbs.AccessRemoteAtomic == 0 {
 			return vInvalid, verbs.WCRemInvReqErr
 		}
-		return qp.recvAtomicLocked(p, psn), 0
+		return r.recvAtomicLocked(qp, p, psn), 0
 	default:
 		return vInvalid, verbs.WCRemInvReqErr
 	}
@@ -219,8 +224,7 @@ func (qp *QP) executeLocked(p *wire.Packet, psn wire.PSN) (v verdict, recvStatus
 
 // takeRecvWQELocked moves the next receive WQE (from the SRQ or the QP's
 // own queue) into resp.cur. It returns false if there is none.
-func (qp *QP) takeRecvWQELocked() bool {
-	r := &qp.resp
+func (r *responder) takeRecvWQELocked(qp *QP) bool {
 	if r.haveCur {
 		r.recvOff = 0 // kept from a UC message that was cut short: start over
 		return true
@@ -246,10 +250,9 @@ func (qp *QP) takeRecvWQELocked() bool {
 	return true
 }
 
-func (qp *QP) recvSendLocked(p *wire.Packet, first, last bool) (verdict, verbs.WCStatus) {
-	r := &qp.resp
+func (r *responder) recvSendLocked(qp *QP, p *wire.Packet, first, last bool) (verdict, verbs.WCStatus) {
 	if first {
-		if !qp.takeRecvWQELocked() {
+		if !r.takeRecvWQELocked(qp) {
 			return vRNR, 0
 		}
 		if r.cur.bad {
@@ -260,7 +263,7 @@ func (qp *QP) recvSendLocked(p *wire.Packet, first, last bool) (verdict, verbs.W
 	if n > r.cur.length-r.recvOff {
 		return vInvalid, verbs.WCLocLenErr
 	}
-	if p.IETH != nil && !qp.canInvalidateLocked(p.IETH.RKey()) {
+	if p.IETH != nil && !r.canInvalidateLocked(qp, p.IETH.RKey()) {
 		qp.dev.Counters.DropBadInvalidate.Add(1)
 		return vInvalid, verbs.WCRemInvReqErr
 	}
@@ -276,7 +279,7 @@ func (qp *QP) recvSendLocked(p *wire.Packet, first, last bool) (verdict, verbs.W
 		}
 		if p.IETH != nil {
 			flags, imm = verbs.WCWithInv, p.IETH.RKey()
-			qp.invalidateLocked(imm)
+			r.invalidateLocked(qp, imm)
 		}
 		r.haveCur = false
 		qp.completeRecvLocked(&r.cur, verbs.WCSuccess, verbs.WCRecv, uint32(r.recvOff), imm, flags, p.BTH.SolicitedEvent())
@@ -292,14 +295,14 @@ func (qp *QP) recvSendLocked(p *wire.Packet, first, last bool) (verdict, verbs.W
 // windows nor fast registration yet, so no key qualifies and the SEND
 // fails as an invalid request. (It used to revoke any MR of the PD,
 // for good, from any peer that named its rkey.)
-func (qp *QP) canInvalidateLocked(rkey uint32) bool {
+func (r *responder) canInvalidateLocked(qp *QP, rkey uint32) bool {
 	mr := qp.dev.lookupKey(rkey)
 	return mr != nil && mr.rkey == rkey && mr.pd == qp.pd && mr.invalidatable
 }
 
 // invalidateLocked revokes remote access through rkey, for SEND_WITH_INV.
 // Precondition: canInvalidateLocked(rkey).
-func (qp *QP) invalidateLocked(rkey uint32) {
+func (r *responder) invalidateLocked(qp *QP, rkey uint32) {
 	mr := qp.dev.lookupKey(rkey)
 	if mr == nil || !mr.invalidatable {
 		return
@@ -309,8 +312,7 @@ func (qp *QP) invalidateLocked(rkey uint32) {
 	mr.mu.Unlock()
 }
 
-func (qp *QP) recvWriteLocked(p *wire.Packet, first, last bool) (verdict, verbs.WCStatus) {
-	r := &qp.resp
+func (r *responder) recvWriteLocked(qp *QP, p *wire.Packet, first, last bool) (verdict, verbs.WCStatus) {
 	if first {
 		va, rkey, dlen := p.RETH.VA(), p.RETH.RKey(), uint64(p.RETH.DMALen())
 		if dlen > 0 {
@@ -322,7 +324,7 @@ func (qp *QP) recvWriteLocked(p *wire.Packet, first, last bool) (verdict, verbs.
 		}
 		r.writeVA, r.writeRKey, r.writeLeft, r.writeLen = va, rkey, dlen, dlen
 	}
-	if p.ImmDt != nil && !qp.takeRecvWQELocked() {
+	if p.ImmDt != nil && !r.takeRecvWQELocked(qp) {
 		return vRNR, 0 // checked before any byte is written
 	}
 	n := uint64(len(p.Payload))
@@ -346,13 +348,12 @@ func (qp *QP) recvWriteLocked(p *wire.Packet, first, last bool) (verdict, verbs.
 	return vOK, 0
 }
 
-func (qp *QP) recvReadLocked(p *wire.Packet, psn wire.PSN) verdict {
-	r := &qp.resp
+func (r *responder) recvReadLocked(qp *QP, p *wire.Packet, psn wire.PSN) verdict {
 	if len(r.res) == 0 {
 		return vInvalid // max_dest_rd_atomic is 0
 	}
 	va, rkey, dlen := p.RETH.VA(), p.RETH.RKey(), uint64(p.RETH.DMALen())
-	if dlen > maxMsgSize || qp.packetsFor(dlen) > maxReadPSNs {
+	if dlen > maxMsgSize || r.packetsFor(qp, dlen) > maxReadPSNs {
 		// Longer than a message may be (IBTA: 2^31), or so many
 		// responses that their PSNs would cover a quarter of the PSN
 		// space (a 2 GiB READ at MTU 256 covers half, where "older" and
@@ -367,24 +368,23 @@ func (qp *QP) recvReadLocked(p *wire.Packet, psn wire.PSN) verdict {
 		}
 		mr.mu.RUnlock()
 	}
-	npkts := qp.packetsFor(dlen)
-	slot := qp.nextResLocked()
+	npkts := r.packetsFor(qp, dlen)
+	slot := r.nextResLocked(qp)
 	*slot = rdRes{used: true, first: psn, last: psn.Add(npkts - 1), va: va, rkey: rkey, len: dlen}
 	r.psn = psn.Add(npkts)
 	r.msn++
-	qp.sendReadResponsesLocked(va, rkey, dlen, psn)
+	r.sendReadResponsesLocked(qp, va, rkey, dlen, psn)
 	return vOK
 }
 
-func (qp *QP) packetsFor(n uint64) uint32 {
+func (r *responder) packetsFor(qp *QP, n uint64) uint32 {
 	if n == 0 {
 		return 1
 	}
 	return uint32((n + uint64(qp.pmtu) - 1) / uint64(qp.pmtu))
 }
 
-func (qp *QP) nextResLocked() *rdRes {
-	r := &qp.resp
+func (r *responder) nextResLocked(qp *QP) *rdRes {
 	slot := &r.res[r.resNext]
 	r.resNext++
 	if r.resNext == len(r.res) {
@@ -396,9 +396,9 @@ func (qp *QP) nextResLocked() *rdRes {
 // sendReadResponsesLocked sends the responses to a READ of dlen bytes at va,
 // numbered from psn. If the memory became inaccessible meanwhile it sends a
 // remote access NAK instead and fails the QP.
-func (qp *QP) sendReadResponsesLocked(va uint64, rkey uint32, dlen uint64, psn wire.PSN) {
-	qp.flushAckLocked()
-	npkts := qp.packetsFor(dlen)
+func (r *responder) sendReadResponsesLocked(qp *QP, va uint64, rkey uint32, dlen uint64, psn wire.PSN) {
+	r.flushAckLocked(qp)
+	npkts := r.packetsFor(qp, dlen)
 	for i := uint32(0); i < npkts; i++ {
 		off := uint64(i) * uint64(qp.pmtu)
 		n := min(uint64(qp.pmtu), dlen-off)
@@ -419,7 +419,7 @@ func (qp *QP) sendReadResponsesLocked(va uint64, rkey uint32, dlen uint64, psn w
 			var ok bool
 			mr, src, ok = qp.pd.remoteMR(rkey, va+off, n, verbs.AccessRemoteRead)
 			if !ok {
-				qp.nakErrorLocked(psn.Add(i), wire.NAKRemoteAccessError, 0)
+				r.nakErrorLocked(qp, psn.Add(i), wire.NAKRemoteAccessError, 0)
 				return
 			}
 		}
@@ -437,7 +437,7 @@ func (qp *QP) sendReadResponsesLocked(va uint64, rkey uint32, dlen uint64, psn w
 			b = qp.newPacketLocked(qp.route(), op, &bth, int(n))
 		}
 		if info.Has(wire.FlagAETH) {
-			wire.AETH(b[info.AETHOff:]).Encode(&wire.AETHFields{Syndrome: wire.ACKSyndrome(0x1F), MSN: qp.resp.msn & 0xFFFFFF})
+			wire.AETH(b[info.AETHOff:]).Encode(&wire.AETHFields{Syndrome: wire.ACKSyndrome(0x1F), MSN: r.msn & 0xFFFFFF})
 		}
 		if mr != nil {
 			copy(b[info.Length:info.Length+int(n)], src)
@@ -446,8 +446,7 @@ func (qp *QP) sendReadResponsesLocked(va uint64, rkey uint32, dlen uint64, psn w
 	}
 }
 
-func (qp *QP) recvAtomicLocked(p *wire.Packet, psn wire.PSN) verdict {
-	r := &qp.resp
+func (r *responder) recvAtomicLocked(qp *QP, p *wire.Packet, psn wire.PSN) verdict {
 	if len(r.res) == 0 {
 		return vInvalid
 	}
@@ -478,20 +477,20 @@ func (qp *QP) recvAtomicLocked(p *wire.Packet, psn wire.PSN) verdict {
 		}
 	}
 	mr.mu.RUnlock()
-	slot := qp.nextResLocked()
+	slot := r.nextResLocked(qp)
 	*slot = rdRes{used: true, atomic: true, first: psn, last: psn, orig: orig, va: va, rkey: a.RKey(), len: 8}
 	r.psn = psn.Add(1)
 	r.msn++
-	qp.sendAtomicAckLocked(psn, orig)
+	r.sendAtomicAckLocked(qp, psn, orig)
 	return vOK
 }
 
-func (qp *QP) sendAtomicAckLocked(psn wire.PSN, orig uint64) {
-	qp.flushAckLocked()
+func (r *responder) sendAtomicAckLocked(qp *QP, psn wire.PSN, orig uint64) {
+	r.flushAckLocked(qp)
 	bth := wire.BTHFields{PSN: psn, DestQP: qp.attr.DestQPNum}
 	b := qp.newPacketLocked(qp.route(), wire.RCAtomicAck, &bth, 0)
 	info := wire.RCAtomicAck.Info()
-	wire.AETH(b[info.AETHOff:]).Encode(&wire.AETHFields{Syndrome: wire.ACKSyndrome(0x1F), MSN: qp.resp.msn & 0xFFFFFF})
+	wire.AETH(b[info.AETHOff:]).Encode(&wire.AETHFields{Syndrome: wire.ACKSyndrome(0x1F), MSN: r.msn & 0xFFFFFF})
 	wire.AtomicAckETH(b[info.AtomicAckETHOff:]).SetOrigData(orig)
 }
 
@@ -504,8 +503,7 @@ func (qp *QP) sendAtomicAckLocked(psn wire.PSN, orig uint64) {
 // still allow the access; anything else is dropped silently and counted
 // — it is not the requester's retry but a forgery or a confused peer, and
 // answering it would read memory nobody asked for.
-func (qp *QP) onDuplicateLocked(p *wire.Packet, psn wire.PSN) {
-	r := &qp.resp
+func (r *responder) onDuplicateLocked(qp *QP, p *wire.Packet, psn wire.PSN) {
 	if !r.started {
 		qp.dev.Counters.DropEarlyDuplicate.Add(1)
 		return
@@ -532,7 +530,7 @@ func (qp *QP) onDuplicateLocked(p *wire.Packet, psn wire.PSN) {
 				qp.dev.Counters.DropBadReplay.Add(1)
 				return
 			}
-			qp.sendReadResponsesLocked(va, rkey, dlen, psn)
+			r.sendReadResponsesLocked(qp, va, rkey, dlen, psn)
 			return
 		}
 	case info.Has(wire.FlagAtomic):
@@ -543,7 +541,7 @@ func (qp *QP) onDuplicateLocked(p *wire.Packet, psn wire.PSN) {
 					qp.dev.Counters.DropBadReplay.Add(1)
 					return
 				}
-				qp.sendAtomicAckLocked(psn, s.orig)
+				r.sendAtomicAckLocked(qp, psn, s.orig)
 				return
 			}
 		}
@@ -551,31 +549,30 @@ func (qp *QP) onDuplicateLocked(p *wire.Packet, psn wire.PSN) {
 }
 
 // sendNAKLocked sends an ACK packet with a NAK or RNR NAK syndrome.
-func (qp *QP) sendNAKLocked(psn wire.PSN, syndrome uint8) {
-	qp.flushAckLocked()
-	qp.sendAckLocked(psn, syndrome)
+func (r *responder) sendNAKLocked(qp *QP, psn wire.PSN, syndrome uint8) {
+	r.flushAckLocked(qp)
+	r.sendAckLocked(qp, psn, syndrome)
 }
 
-func (qp *QP) sendAckLocked(psn wire.PSN, syndrome uint8) {
+func (r *responder) sendAckLocked(qp *QP, psn wire.PSN, syndrome uint8) {
 	bth := wire.BTHFields{PSN: psn, DestQP: qp.attr.DestQPNum}
 	b := qp.newPacketLocked(qp.route(), wire.RCAck, &bth, 0)
-	wire.AETH(b[wire.RCAck.Info().AETHOff:]).Encode(&wire.AETHFields{Syndrome: syndrome, MSN: qp.resp.msn & 0xFFFFFF})
+	wire.AETH(b[wire.RCAck.Info().AETHOff:]).Encode(&wire.AETHFields{Syndrome: syndrome, MSN: r.msn & 0xFFFFFF})
 }
 
 // flushAckLocked sends the coalesced ACK, if one is due.
-func (qp *QP) flushAckLocked() {
-	if qp.resp.ackPending {
-		qp.resp.ackPending = false
-		qp.sendAckLocked(qp.resp.ackPSN, wire.ACKSyndrome(0x1F))
+func (r *responder) flushAckLocked(qp *QP) {
+	if r.ackPending {
+		r.ackPending = false
+		r.sendAckLocked(qp, r.ackPSN, wire.ACKSyndrome(0x1F))
 	}
 }
 
 // nakErrorLocked reports a responder error: a NAK with code, the receive
 // WQE in use (if any) completed with recvStatus, and the QP moved to ERR.
-func (qp *QP) nakErrorLocked(psn wire.PSN, code wire.NAKCode, recvStatus verbs.WCStatus) {
+func (r *responder) nakErrorLocked(qp *QP, psn wire.PSN, code wire.NAKCode, recvStatus verbs.WCStatus) {
 	qp.dev.Counters.NAKsSent.Add(1)
-	qp.sendNAKLocked(psn, wire.NAKSyndrome(code))
-	r := &qp.resp
+	r.sendNAKLocked(qp, psn, wire.NAKSyndrome(code))
 	if r.haveCur {
 		if recvStatus == verbs.WCSuccess {
 			recvStatus = verbs.WCRemInvReqErr
@@ -598,8 +595,7 @@ func (qp *QP) nakErrorLocked(psn wire.PSN, code wire.NAKCode, recvStatus verbs.W
 // onUCRequestLocked handles a request on a UC QP: no acknowledgements; a
 // PSN gap drops the message in progress and everything until the next
 // FIRST or ONLY packet.
-func (qp *QP) onUCRequestLocked(p *wire.Packet) (expected bool) {
-	r := &qp.resp
+func (r *responder) onUCRequestLocked(qp *QP, p *wire.Packet) (expected bool) {
 	psn := p.BTH.PSN()
 	expected = psn == r.psn
 	first := p.Info.Has(wire.FlagFirst)
@@ -619,7 +615,7 @@ func (qp *QP) onUCRequestLocked(p *wire.Packet) (expected bool) {
 		return expected
 	}
 	r.ucDrop = false
-	if v, _ := qp.executeLocked(p, psn); v != vOK {
+	if v, _ := r.executeLocked(qp, p, psn); v != vOK {
 		// UC drops what it cannot place (IBTA 9.8.3.2); the QP stays up.
 		if v == vRNR {
 			qp.dev.Counters.DropNoRecvWQE.Add(1)
@@ -635,7 +631,7 @@ func (qp *QP) onUCRequestLocked(p *wire.Packet) (expected bool) {
 
 // onUDRequestLocked delivers a UD SEND: Q_Key check, a receive WQE, the
 // 40-byte network header, then the payload.
-func (qp *QP) onUDRequestLocked(p *wire.Packet, pk *transport.Datagram) {
+func (r *responder) onUDRequestLocked(qp *QP, p *wire.Packet, pk *transport.Datagram) {
 	if p.DETH == nil || p.DETH.QKey() != qp.attr.QKey {
 		qp.dev.Counters.DropQKey.Add(1)
 		return
@@ -644,8 +640,7 @@ func (qp *QP) onUDRequestLocked(p *wire.Packet, pk *transport.Datagram) {
 		qp.dev.Counters.DropTooLong.Add(1) // a UD message is one packet of at most the path MTU
 		return
 	}
-	r := &qp.resp
-	if !qp.takeRecvWQELocked() {
+	if !r.takeRecvWQELocked(qp) {
 		qp.dev.Counters.DropNoRecvWQE.Add(1)
 		return
 	}

@@ -4,7 +4,6 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/softrdma/softrdma/internal/reuseport"
 	"github.com/softrdma/softrdma/internal/roce"
@@ -14,7 +13,7 @@ import (
 )
 
 // SharedSlot reports whether the device shares its addresses with
-// devices in other processes (udp.Config.Exclusive) and its slot among
+// devices in other processes (udp.Config.Share, Exclusive) and its slot among
 // them: the top bits bits of its QPNs, and of the connection-manager IDs
 // that package cm allocates on it, which steer packets to this process.
 func (d *Device) SharedSlot() (slot uint32, bits int, shared bool) {
@@ -67,14 +66,15 @@ type Device struct {
 	rx          *roce.RxBatch // under rxMu
 	pkts        []transport.Datagram
 	bufs        [][]byte
-	ackTimer    *time.Timer // sends ACKs a busy poller left waiting
+	clock       Clock // Config.Clock: the time and every timer below
+	ackTimer    Timer // sends ACKs a busy poller left waiting
 	timerMu     sync.Mutex
-	timer       *time.Timer // serves the engine's deadlines
+	timer       Timer // serves the engine's deadlines
 	serving     atomic.Bool
 	serveDone   chan struct{}
 	inlinePolls atomic.Uint64 // receive attempts by busy pollers
-	asideCheck  time.Duration // stepAsideCheck when the device was opened
-	ackDelay    time.Duration // ackDelay when the device was opened (its timer may outlive Close)
+	asideTimer  Timer         // the stepped-aside loop's check (stepAsideCheck)
+	asideTick   chan struct{} // asideTimer has fired
 	aside       atomic.Bool   // the loop has stepped aside for a busy poller
 	serveKick   chan struct{} // wakes the loop from stepping aside
 	log         *logger       // nil: no Config.Logger

@@ -13,7 +13,8 @@ package soft
 //	     │  (stepped aside, the busy pollers run due deadlines instead)
 //
 // Whoever holds rxMu receives; the receive buffers and the engine's
-// RxBatch belong to the holder.
+// RxBatch belong to the holder. Every time and timer comes from the
+// device's Clock (Config.Clock), so tests run the loop in virtual time.
 
 import (
 	"os"
@@ -30,13 +31,16 @@ import (
 // engine.
 func newDevice(tr transport.Transport, cfg Config) *Device {
 	d := &Device{
-		tr:         tr,
-		rx:         roce.NewRxBatch(),
-		serveDone:  make(chan struct{}),
-		serveKick:  make(chan struct{}, 1),
-		asideCheck: stepAsideCheck,
-		ackDelay:   ackDelay,
-		spinPolls:  cfg.SpinPolls,
+		tr:        tr,
+		rx:        roce.NewRxBatch(),
+		serveDone: make(chan struct{}),
+		serveKick: make(chan struct{}, 1),
+		clock:     cfg.Clock,
+		asideTick: make(chan struct{}, 1),
+		spinPolls: cfg.SpinPolls,
+	}
+	if d.clock == nil {
+		d.clock = systemClock{}
 	}
 	if d.spinPolls == 0 {
 		d.spinPolls = 2000
@@ -54,8 +58,10 @@ func newDevice(tr transport.Transport, cfg Config) *Device {
 		d.bufs[i] = make([]byte, roce.MaxPacketSize+64)
 	}
 	d.filled = n // resetBufs sets every slot the first time
-	d.ackTimer = time.AfterFunc(time.Hour, d.sendLateAcks)
+	d.ackTimer = d.clock.AfterFunc(time.Hour, d.sendLateAcks)
 	d.ackTimer.Stop()
+	d.asideTimer = d.clock.AfterFunc(time.Hour, d.asideChecked)
+	d.asideTimer.Stop()
 	return d
 }
 
@@ -63,11 +69,12 @@ func newDevice(tr transport.Transport, cfg Config) *Device {
 func (d *Device) setTimer(at time.Time) {
 	d.timerMu.Lock()
 	defer d.timerMu.Unlock()
+	in := at.Sub(d.clock.Now())
 	if d.timer == nil {
-		d.timer = time.AfterFunc(time.Until(at), d.onTimer)
+		d.timer = d.clock.AfterFunc(in, d.onTimer)
 		return
 	}
-	d.timer.Reset(time.Until(at))
+	d.timer.Reset(in)
 }
 
 // onTimer is the timer's function: it runs the engine's due deadlines,
@@ -77,7 +84,7 @@ func (d *Device) setTimer(at time.Time) {
 // waiting sync.Mutex's starvation mode hands it the poller's P at the
 // poller's next Unlock (a runtime/trace of a 1 MiB ib_write_bw sender:
 // a dozen such hand-offs a second). It looks again every step-aside
-// check (asideCheck) until the loop is back, which it is within two
+// check (stepAsideCheck) until the loop is back, which it is within two
 // checks of the pollers stopping: a deadline is then up to ~30 ms late.
 func (d *Device) onTimer() {
 	if d.eng.Closed() {
@@ -85,11 +92,11 @@ func (d *Device) onTimer() {
 	}
 	if d.aside.Load() {
 		d.timerMu.Lock()
-		d.timer.Reset(d.asideCheck)
+		d.timer.Reset(stepAsideCheck)
 		d.timerMu.Unlock()
 		return
 	}
-	d.eng.OnTimeout(time.Now())
+	d.eng.OnTimeout(d.clock.Now())
 }
 
 // resetBufs points the receive slots the last receive filled at their
@@ -149,7 +156,7 @@ func (d *Device) serve() {
 			return
 		}
 		if d.eng.Backlogged() {
-			d.eng.FlushBacklog(time.Now())
+			d.eng.FlushBacklog(d.clock.Now())
 		}
 		if n > 0 {
 			idle = 0
@@ -178,9 +185,8 @@ const (
 // stepAsideCheck is long because each check wakes a thread that competes
 // with the busy pollers for the CPUs; a poller that blocks in CQ.Wait
 // brings serve back at once (kickServe), so the check matters only for a
-// program that stops polling without waiting. It is a variable so that
-// tests can change it before they open devices.
-var stepAsideCheck = 10 * time.Millisecond
+// program that stops polling without waiting.
+const stepAsideCheck = 10 * time.Millisecond
 
 // stepAside sleeps while busy pollers receive for the device: until a
 // check finds that no poller tried to receive since the previous one, a
@@ -196,20 +202,33 @@ func (d *Device) stepAside(seen uint64) {
 	if d.eng.Waiting() {
 		return
 	}
-	t := time.NewTimer(d.asideCheck)
-	defer t.Stop()
+	select { // a tick left by a timer stopped too late
+	case <-d.asideTick:
+	default:
+	}
+	d.asideTimer.Reset(stepAsideCheck)
+	defer d.asideTimer.Stop()
 	for !d.eng.Closed() {
 		select {
 		case <-d.serveKick:
 			return
-		case <-t.C:
+		case <-d.asideTick:
 		}
 		n := d.inlinePolls.Load()
 		if n == seen || d.eng.Waiting() {
 			return
 		}
 		seen = n
-		t.Reset(d.asideCheck)
+		d.asideTimer.Reset(stepAsideCheck)
+	}
+}
+
+// asideChecked is asideTimer's function: it wakes stepAside for its
+// check. It never blocks (the clock's goroutine may be a test's).
+func (d *Device) asideChecked() {
+	select {
+	case d.asideTick <- struct{}{}:
+	default:
 	}
 }
 
@@ -232,7 +251,7 @@ func (d *Device) serveBlocking() {
 		got, err := d.tr.Recv(d.pkts)
 		d.received(got, err)
 		if err == nil {
-			d.eng.HandleBatch(d.rx, d.pkts[:got], time.Now())
+			d.eng.HandleBatch(d.rx, d.pkts[:got], d.clock.Now())
 		}
 		d.rxMu.Unlock()
 		if err != nil {
@@ -278,14 +297,14 @@ func (d *Device) pollRx(inline bool) (int, error) {
 	got, err := d.poller.TryRecv(d.pkts)
 	d.received(got, err)
 	if got > 0 {
-		d.eng.HandleBatch(d.rx, d.pkts[:got], time.Now())
+		d.eng.HandleBatch(d.rx, d.pkts[:got], d.clock.Now())
 	} else {
 		d.rx.FlushStage(d.eng)
 	}
 	if inline && d.eng.Backlogged() {
 		// Requests a full socket held back leave as soon as it has room:
 		// this poller comes back in a microsecond, the timer in 100.
-		d.eng.RetryBacklog(d.rx, time.Now())
+		d.eng.RetryBacklog(d.rx, d.clock.Now())
 	}
 	// What the transport could not take goes after ackDelay at the
 	// latest. So do ACKs left waiting, unless the loop has stepped aside
@@ -294,9 +313,9 @@ func (d *Device) pollRx(inline bool) (int, error) {
 	// if the poller waits on a CQ, else at its next step-aside check).
 	// Re-arming the timer on every batch moved its deadline on every
 	// batch: an idle thread woke up twice a millisecond to find nothing
-	// due, taking a busy poller's CPU each time (issue 15's p99).
+	// due, taking a busy poller's CPU each time (a latency run's p99).
 	if d.rx.Unsent() || d.eng.Backlogged() || d.rx.Waiting() && !(inline && d.aside.Load()) {
-		d.ackTimer.Reset(d.ackDelay)
+		d.ackTimer.Reset(ackDelay)
 	}
 	return got, err
 }
@@ -306,9 +325,8 @@ func (d *Device) pollRx(inline bool) (int, error) {
 // it if the poller has not come back by then. Far below any
 // retransmission timeout in use (IBTA Local ACK Timeout 8 is 1 ms;
 // perftest and cm use 14, 67 ms). While the loop has stepped aside the
-// bound is two step-aside checks (stepAsideCheck) instead. A variable so
-// that tests can take the timer out of the way.
-var ackDelay = 100 * time.Microsecond
+// bound is two step-aside checks (stepAsideCheck) instead.
+const ackDelay = 100 * time.Microsecond
 
 // sendLateAcks is ackTimer's function: it sends the ACKs a busy poller
 // left waiting and what a busy poller could not hand to the transport
@@ -322,10 +340,10 @@ func (d *Device) sendLateAcks() {
 	// Requests on the backlog need no receive lock: send them even while
 	// a busy poller holds it (it never waits for the transport itself).
 	if d.eng.Backlogged() {
-		d.eng.FlushBacklog(time.Now())
+		d.eng.FlushBacklog(d.clock.Now())
 	}
 	if !d.rxMu.TryLock() {
-		d.ackTimer.Reset(d.ackDelay)
+		d.ackTimer.Reset(ackDelay)
 		return
 	}
 	d.rx.MustNotBlock(false) // this goroutine may wait for the transport
@@ -349,7 +367,7 @@ func (d *Device) inlinePoll() {
 	// apart under busy polling.
 	if d.inlinePolls.Load()%deadlineLook == 0 {
 		if at := d.eng.NextDeadline(); !at.IsZero() {
-			if now := time.Now(); !now.Before(at) {
+			if now := d.clock.Now(); !now.Before(at) {
 				d.eng.OnTimeout(now)
 			}
 		}

@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +20,10 @@ import (
 
 // The driver's tests: busy pollers receiving for the device, the receive
 // loop stepping aside for them, and ACKs waiting for their next post.
+// The devices run on a virtual clock (virtualClock): no timer of the
+// driver or the engine fires unless a test moves the time, so what a test
+// says happens "after the timer" or "before any retransmission" happens
+// so however loaded the host is.
 
 var udpPairs atomic.Uint32
 
@@ -138,6 +141,7 @@ type node struct {
 	buf      []byte
 	wcs      [1]verbs.WC
 	peer     *node
+	clk      *virtualClock // Config.Clock
 }
 
 func openNode(t *testing.T, cfg Config) *node {
@@ -145,6 +149,7 @@ func openNode(t *testing.T, cfg Config) *node {
 	d, err := Open(cfg)
 	must(t, err)
 	n := &node{t: t, dev: d, buf: make([]byte, 1<<16)}
+	n.clk, _ = cfg.Clock.(*virtualClock)
 	t.Cleanup(n.close)
 	n.pd, err = d.AllocPD()
 	must(t, err)
@@ -173,7 +178,8 @@ func (n *node) close() {
 	}
 }
 
-// pair opens and connects two nodes; b's transport is logged.
+// pair opens and connects two nodes on one virtual clock; b's transport
+// is logged.
 func pair(t *testing.T, ca, cb Config) (a, b *node, bl *sendLog) {
 	t.Helper()
 	return pairWith(t, ca, cb, nil)
@@ -185,11 +191,13 @@ func pairWith(t *testing.T, ca, cb Config, tune func(*cm.Params)) (a, b *node, b
 	ta, tb := udpPair(t)
 	bl = &sendLog{Transport: tb}
 	ca.Transport, cb.Transport = ta, bl
+	clk := newVirtualClock()
+	ca.Clock, cb.Clock = clk, clk
 	a, b = openNode(t, ca), openNode(t, cb)
 	a.peer, b.peer = b, a
 	p := cm.DefaultParams()
 	p.SGIDIndex = 1
-	p.Timeout = 16 // 268 ms: a loaded machine must not make anyone retransmit
+	p.Timeout = 20 // 4.3 s of virtual time: far beyond what any test moves it
 	p.MinRNRTimer = 1
 	if tune != nil {
 		tune(&p)
@@ -262,6 +270,41 @@ func (n *node) busyPoll(cq verbs.CQ, also func(), what string) verbs.WC {
 		if time.Now().After(deadline) {
 			n.t.Fatal(what)
 		}
+	}
+}
+
+// pollAdvancing polls cq, moving the virtual clock on by step after each
+// empty poll (and giving the device's goroutines a moment of real time),
+// until it returns a completion.
+func (n *node) pollAdvancing(cq verbs.CQ, step time.Duration, what string) verbs.WC {
+	n.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		k, err := cq.Poll(n.wcs[:])
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		if k == 1 {
+			return n.wcs[0]
+		}
+		n.clk.Advance(step)
+		time.Sleep(100 * time.Microsecond)
+		if time.Now().After(deadline) {
+			n.t.Fatal(what)
+		}
+	}
+}
+
+// realWait waits, in real time, until cond holds: for what the device's
+// goroutines do on their own.
+func realWait(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(what)
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 }
 
@@ -347,31 +390,24 @@ func counter(d *Device, name string) uint64 {
 	return v
 }
 
-// setVars sets stepAsideCheck and ackDelay for one test.
-func setVars(t *testing.T, check, delay time.Duration) {
-	oldCheck, oldDelay := stepAsideCheck, ackDelay
-	t.Cleanup(func() { stepAsideCheck, ackDelay = oldCheck, oldDelay })
-	stepAsideCheck, ackDelay = check, delay
-}
-
 // TestServeStepsAside: while the application busy-polls a CQ, the
 // device's receive loop sleeps and the poller receives for it; when the
 // poller stops, the loop receives again, both when it finds out by itself
 // (its periodic check) and at once when the poller blocks in CQ.Wait.
 func TestServeStepsAside(t *testing.T) {
 	t.Run("poller receives", func(t *testing.T) {
-		setVars(t, time.Hour, ackDelay) // the loop comes back only if kicked
+		// The virtual time stands still: the loop comes back only if kicked.
 		a, b, _ := pair(t, Config{}, Config{})
 		busyPollUntilAside(t, b)
 		b.postRecv(7)
 		a.send(1)
-		// The loop sleeps for an hour: only the polling loop can receive.
+		// The loop sleeps until its check: only the polling loop can receive.
 		expectWC(t, b.busyPoll(b.rcq, nil, "the busy poller did not receive the SEND"), 7, verbs.WCSuccess, verbs.WCRecv)
 		if !b.dev.aside.Load() {
 			t.Fatal("the loop came back without a kick while the poller polled")
 		}
 		// b's ACK waits for b's next poll (the sleeping loop would send
-		// it only at its next check, in an hour).
+		// it only at its next check, which never comes).
 		expectWC(t, a.busyPoll(a.scq, b.dev.Progress, "b's ACK never left although b kept polling"), 1, verbs.WCSuccess, verbs.WCSend)
 
 		// Blocking in CQ.Wait kicks the loop back at once: a SEND that
@@ -383,9 +419,7 @@ func TestServeStepsAside(t *testing.T) {
 			defer cancel()
 			done <- b.rcq.Wait(ctx)
 		}()
-		for b.dev.aside.Load() {
-			time.Sleep(time.Millisecond)
-		}
+		realWait(t, func() bool { return !b.dev.aside.Load() }, "CQ.Wait did not bring the loop back")
 		a.send(2)
 		if err := <-done; err != nil {
 			t.Fatalf("CQ.Wait after the poller stopped: %v", err)
@@ -394,13 +428,14 @@ func TestServeStepsAside(t *testing.T) {
 	})
 
 	t.Run("comes back by itself", func(t *testing.T) {
-		setVars(t, 5*time.Millisecond, ackDelay)
 		a, b, _ := pair(t, Config{}, Config{})
 		busyPollUntilAside(t, b)
 		// The poller stops without waiting; a's WRITE needs b's ACK, which
-		// only b's loop can now send.
+		// only b's loop can now send, once a check finds the poller gone
+		// (the first may still see polls made after the loop stepped
+		// aside).
 		a.write(3, 0, 4096)
-		expectWC(t, a.waitWC(a.scq), 3, verbs.WCSuccess, verbs.WCRDMAWrite)
+		expectWC(t, a.pollAdvancing(a.scq, stepAsideCheck, "b's loop never came back by itself"), 3, verbs.WCSuccess, verbs.WCRDMAWrite)
 		if b.dev.aside.Load() {
 			t.Fatal("the loop is still aside after it received")
 		}
@@ -412,7 +447,6 @@ func TestServeStepsAside(t *testing.T) {
 		// waiter came) slept through the completion the waiter waited
 		// for: two checks, 20 ms, for each time an rdmanet stream's
 		// Write stopped spinning.
-		setVars(t, time.Hour, ackDelay)
 		a, b, _ := pair(t, Config{}, Config{})
 		b.postRecv(9)
 		done := make(chan error, 1)
@@ -421,9 +455,7 @@ func TestServeStepsAside(t *testing.T) {
 			defer cancel()
 			done <- b.rcq.Wait(ctx)
 		}()
-		for !b.dev.eng.Waiting() {
-			time.Sleep(time.Millisecond)
-		}
+		realWait(t, b.dev.eng.Waiting, "CQ.Wait never blocked")
 		// The waiter blocks, its kicks made; the loop steps aside now.
 		aside := make(chan struct{})
 		go func() {
@@ -433,7 +465,7 @@ func TestServeStepsAside(t *testing.T) {
 		select {
 		case <-aside:
 		case <-time.After(10 * time.Second):
-			t.Fatal("the receive loop stepped aside for an hour while a goroutine waited in CQ.Wait")
+			t.Fatal("the receive loop stepped aside while a goroutine waited in CQ.Wait")
 		}
 		a.send(4) // the loop receives it: nobody else polls
 		if err := <-done; err != nil {
@@ -446,7 +478,6 @@ func TestServeStepsAside(t *testing.T) {
 	})
 
 	t.Run("NoInlinePoll", func(t *testing.T) {
-		setVars(t, time.Hour, ackDelay)
 		ta, _ := udpPair(t)
 		d, err := Open(Config{Transport: ta, NoInlinePoll: true})
 		must(t, err)
@@ -482,12 +513,12 @@ func TestReceiveSlotsReset(t *testing.T) {
 }
 
 // deferredAckPair connects a to b, where b's receive loop has stepped
-// aside for a busy poller (for an hour): what b receives, b's polling
-// receives inline.
-func deferredAckPair(t *testing.T, delay time.Duration, cb Config) (a, b *node, bl *sendLog) {
+// aside for a busy poller (until the virtual time moves): what b
+// receives, b's polling receives inline. a acknowledges at once (its
+// ACKs never wait for a timer that only a move of the clock would fire).
+func deferredAckPair(t *testing.T, cb Config) (a, b *node, bl *sendLog) {
 	t.Helper()
-	setVars(t, time.Hour, delay)
-	a, b, bl = pair(t, Config{}, cb)
+	a, b, bl = pair(t, Config{NoDeferredAck: true}, cb)
 	busyPollUntilAside(t, b)
 	return a, b, bl
 }
@@ -518,7 +549,7 @@ func pingPong(t *testing.T, a, b *node, bl *sendLog, rounds int) [][]wire.Opcode
 // sends it, before the requester's retransmission timer would fire.
 func TestDeferredAck(t *testing.T) {
 	t.Run("rides with the answer", func(t *testing.T) {
-		a, b, bl := deferredAckPair(t, time.Hour, Config{}) // only the post can send it
+		a, b, bl := deferredAckPair(t, Config{}) // only the post can send it
 		acks := pingPong(t, a, b, bl, 20)
 		if len(acks) != 20 {
 			t.Fatalf("b sent ACKs in %d Send calls, want 20: %v", len(acks), acks)
@@ -537,12 +568,12 @@ func TestDeferredAck(t *testing.T) {
 		// received it itself and acknowledged it at once).
 		// A SEND, not a WRITE polled in memory: the loop may write the
 		// memory while b reads it.
-		setVars(t, time.Hour, 100*time.Microsecond)
 		a, b, bl := pair(t, Config{}, Config{SpinPolls: -1})
 		b.postRecv(7)
 		a.send(1)
 		expectWC(t, b.busyPoll(b.rcq, nil, "b did not receive the SEND"), 7, verbs.WCSuccess, verbs.WCRecv)
-		// b stops polling and never posts.
+		// b stops polling and never posts; ackDelay passes.
+		b.clk.Advance(ackDelay)
 		expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCSend)
 		expectLoneAck(t, a, bl)
 	})
@@ -552,8 +583,8 @@ func TestDeferredAck(t *testing.T) {
 		// poller blocks in CQ.Wait (kickServe) or its check finds that
 		// the poller stopped, it comes back and sends the ACK. Arming
 		// the timer on every batch woke an idle thread twice a
-		// millisecond in a latency run (issue 15).
-		a, b, bl := deferredAckPair(t, time.Hour, Config{}) // neither the loop's check nor the timer
+		// millisecond in a latency run.
+		a, b, bl := deferredAckPair(t, Config{}) // neither the loop's check nor the timer
 		a.buf[0] = 1
 		a.write(1, 0, 64)
 		progressUntil(t, b, 0, 1) // received inline: its ACK waits for b
@@ -571,16 +602,17 @@ func TestDeferredAck(t *testing.T) {
 		// The timer fires while someone else holds the receive lock,
 		// which may have begun its poll before the ACK waited: it must
 		// look again, not give up.
-		a, b, _ := deferredAckPair(t, time.Millisecond, Config{})
+		a, b, _ := deferredAckPair(t, Config{})
 		a.buf[0] = 1
 		a.write(1, 0, 1)
 		progressUntil(t, b, 0, 1) // b received inline: its ACK waits for it
 		b.dev.rxMu.Lock()
-		// The loop sleeps for an hour; armed as the active loop's poll
-		// arms it, only the timer can send the ACK.
-		b.dev.ackTimer.Reset(time.Millisecond)
-		time.Sleep(10 * time.Millisecond)
+		// The loop sleeps until its check; armed as the active loop's
+		// poll arms it, only the timer can send the ACK.
+		b.dev.ackTimer.Reset(ackDelay)
+		b.clk.Advance(ackDelay) // the timer finds the lock held
 		b.dev.rxMu.Unlock()
+		b.clk.Advance(ackDelay) // it looked again: the lock is free now
 		expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
 		if n := counter(a.dev, "timeouts") + counter(a.dev, "retransmits"); n != 0 {
 			t.Fatalf("the ACK waited for the requester's timeout (%d timeouts and retransmits)", n)
@@ -588,7 +620,7 @@ func TestDeferredAck(t *testing.T) {
 	})
 
 	t.Run("destroy sends it", func(t *testing.T) {
-		a, b, _ := deferredAckPair(t, time.Hour, Config{})
+		a, b, _ := deferredAckPair(t, Config{})
 		a.buf[0] = 1
 		a.write(1, 0, 64)
 		progressUntil(t, b, 0, 1)
@@ -598,7 +630,7 @@ func TestDeferredAck(t *testing.T) {
 	})
 
 	t.Run("next poll sends it", func(t *testing.T) {
-		a, b, _ := deferredAckPair(t, time.Hour, Config{})
+		a, b, _ := deferredAckPair(t, Config{})
 		a.buf[0] = 1
 		a.write(1, 0, 64)
 		progressUntil(t, b, 0, 1)
@@ -609,7 +641,7 @@ func TestDeferredAck(t *testing.T) {
 	t.Run("NoDeferredAck", func(t *testing.T) {
 		// The same ping-pong: every ACK leaves at the end of its receive
 		// batch, on its own, before the answer is posted.
-		a, b, bl := deferredAckPair(t, time.Hour, Config{NoDeferredAck: true})
+		a, b, bl := deferredAckPair(t, Config{NoDeferredAck: true})
 		acks := pingPong(t, a, b, bl, 20)
 		if len(acks) != 20 {
 			t.Fatalf("b sent ACKs in %d Send calls, want 20: %v", len(acks), acks)
@@ -627,76 +659,43 @@ func TestDeferredAck(t *testing.T) {
 // only when a CPU enters the scheduler; a busy poller yields its CPU only
 // to runnable goroutines, and a due timer is not one, so with every CPU
 // polling a 0.64 ms RNR wait lasted until the runtime preempted a poller,
-// 10-20 ms (issue 9: small SENDs in softrdma bench falling from ~2.8 to
-// ~0.13 M messages/s after one RNR NAK). The test holds the only CPU past
-// the end of an RNR wait and polls deadlineLook times: that must resend.
+// 10-20 ms (small SENDs in softrdma bench fell from ~2.8 to ~0.13 M
+// messages/s after one RNR NAK). The test moves the virtual time past the
+// end of an RNR wait without running the timer, as busy CPUs keep the
+// runtime from running it, and polls deadlineLook times: that must resend.
 func TestBusyPollerRunsDueDeadlines(t *testing.T) {
 	a, b, _ := pairWith(t, Config{}, Config{}, func(p *cm.Params) { p.MinRNRTimer = 16 })
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	// b has no receive posted: it answers the SEND with an RNR NAK (its
 	// min_rnr_timer is 16, 2.56 ms), and a's requester waits.
 	a.send(1)
-	// The runtime may still preempt the spinning goroutine (sysmon does
-	// after 10 ms, and a loaded host can stall the thread that long); the
-	// timer then resends first and the attempt proves nothing. Each
-	// resend meets another RNR NAK, so the next attempt waits for it.
-	for attempt := 1; ; attempt++ {
-		rnrs := counter(a.dev, "rcvd_rnr_err")
-		deadline := time.Now().Add(10 * time.Second)
-		for counter(a.dev, "rcvd_rnr_err") == rnrs && (attempt > 1 || rnrs == 0) {
-			if time.Now().After(deadline) {
-				t.Fatal("no RNR NAK in 10 s")
-			}
-			runtime.Gosched() // the receive goroutines run
-		}
-		until := a.dev.eng.NextDeadline()
-		if until.IsZero() {
-			t.Fatal("an RNR wait but no deadline")
-		}
-		before := counter(a.dev, "retransmits")
-		// Hold the only CPU, without yielding, until the wait is over (the
-		// runtime preempts only after 10 ms), then poll.
-		for time.Now().Before(until.Add(50 * time.Microsecond)) {
-		}
-		if counter(a.dev, "retransmits") != before {
-			if attempt == 5 {
-				t.Skip("preempted while spinning in 5 attempts: the Go timer resent every time (host too loaded)")
-			}
-			continue
-		}
-		for range deadlineLook { // a busy poller looks at the clock every deadlineLook polls
-			if _, err := a.scq.Poll(a.wcs[:]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if counter(a.dev, "retransmits") == before {
-			if next := a.dev.eng.NextDeadline(); next != until {
-				// The Go timer's goroutine took the deadline off the
-				// queue and was preempted before it resent (a loaded
-				// host): it owns the timeout now, and this attempt
-				// proves nothing either.
-				if attempt == 5 {
-					t.Skip("the Go timer took the deadline first in 5 attempts (host too loaded)")
-				}
-				continue
-			}
-			t.Fatalf("the RNR wait ended %v ago, and a busy poll left the requester waiting for the Go timer", time.Since(until))
-		}
-		break
+	realWait(t, func() bool { return counter(a.dev, "rcvd_rnr_err") != 0 }, "no RNR NAK in 10 s")
+	until := a.dev.eng.NextDeadline()
+	if until.IsZero() {
+		t.Fatal("an RNR wait but no deadline")
 	}
-	// The SEND goes through once b has a receive.
+	a.clk.Jump(until.Sub(a.clk.Now()) + 50*time.Microsecond) // the timer is due and does not run
+	before := counter(a.dev, "retransmits")
+	for range deadlineLook { // a busy poller looks at the clock every deadlineLook polls
+		if _, err := a.scq.Poll(a.wcs[:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if counter(a.dev, "retransmits") == before {
+		t.Fatal("the RNR wait was over, and a busy poll left the requester waiting for the timer")
+	}
+	// The SEND goes through once b has a receive (after another RNR wait
+	// if the resend came first).
 	b.postRecv(7)
+	expectWC(t, a.pollAdvancing(a.scq, time.Millisecond, "the SEND never completed"), 1, verbs.WCSuccess, verbs.WCSend)
 	expectWC(t, b.waitWC(b.rcq), 7, verbs.WCSuccess, verbs.WCRecv)
-	expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCSend)
 }
 
 // TestTimerLeavesDeadlinesToPollers: while the receive loop has stepped
-// aside, the busy pollers run the engine's due deadlines and the Go
-// timer's goroutine leaves them alone (it would wait for the lock of the
+// aside, the busy pollers run the engine's due deadlines and the driver's
+// timer leaves them alone (its goroutine would wait for the lock of the
 // QP a poller sends on, and then take the poller's P); once the loop is
 // back, the timer runs them again.
 func TestTimerLeavesDeadlinesToPollers(t *testing.T) {
-	setVars(t, time.Hour, ackDelay) // the loop comes back only if kicked
 	a, b, _ := pairWith(t, Config{}, Config{}, func(p *cm.Params) { p.MinRNRTimer = 16 })
 	busyPollUntilAside(t, a)
 	// b has no receive posted: it answers the SEND with an RNR NAK (2.56
@@ -713,27 +712,28 @@ func TestTimerLeavesDeadlinesToPollers(t *testing.T) {
 	if until.IsZero() {
 		t.Fatal("an RNR wait but no deadline")
 	}
-	time.Sleep(time.Until(until) + 5*time.Millisecond) // a stops polling; the wait ends
-	a.dev.onTimer()                                    // as the Go timer fires (it did too)
+	// a stops polling; the wait ends and the timer fires, before the
+	// loop's first check (stepAsideCheck after it stepped aside, and the
+	// virtual time has not moved since).
+	a.clk.Advance(until.Sub(a.clk.Now()) + stepAsideCheck/2)
 	if n := counter(a.dev, "retransmits"); n != 0 || !a.dev.aside.Load() {
 		t.Fatalf("the timer resent (%d retransmissions) while the loop was aside (%v) for busy pollers", n, a.dev.aside.Load())
 	}
 	if next := a.dev.eng.NextDeadline(); !next.Equal(until) {
 		t.Fatalf("the timer took the deadline (now %v, was %v)", next, until)
 	}
-	// The poller blocks (the loop comes back): the timer runs the wait's
-	// end, and the SEND goes through once b has a receive.
+	// The poller blocks (the loop comes back): the timer, looking again
+	// a check later, runs the wait's end, and the SEND goes through once
+	// b has a receive.
 	a.dev.kickServe()
-	for a.dev.aside.Load() {
-		time.Sleep(100 * time.Microsecond)
-	}
-	a.dev.onTimer()
+	realWait(t, func() bool { return !a.dev.aside.Load() }, "kickServe did not bring the loop back")
+	a.clk.Advance(stepAsideCheck)
 	if n := counter(a.dev, "retransmits"); n == 0 {
 		t.Fatal("the timer did not resend once the loop was back")
 	}
 	b.postRecv(7)
+	expectWC(t, a.pollAdvancing(a.scq, time.Millisecond, "the SEND never completed"), 1, verbs.WCSuccess, verbs.WCSend)
 	expectWC(t, b.waitWC(b.rcq), 7, verbs.WCSuccess, verbs.WCRecv)
-	expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCSend)
 }
 
 // fullUDP is a UDP transport whose buffer can be made full: Send then
@@ -766,10 +766,10 @@ func (f *fullUDP) TrySend(pkts []transport.Datagram) (int, error) {
 // QP needs); the ACK leaves once there is room, before the requester's
 // retransmission timer.
 func TestPollNeverBlocks(t *testing.T) {
-	setVars(t, time.Hour, 100*time.Microsecond)
 	ta, tb := udpPair(t)
 	fb := &fullUDP{Transport: tb}
-	a, b := openNode(t, Config{Transport: ta}), openNode(t, Config{Transport: fb})
+	clk := newVirtualClock()
+	a, b := openNode(t, Config{Transport: ta, Clock: clk}), openNode(t, Config{Transport: fb, Clock: clk})
 	a.peer, b.peer = b, a
 	p := cm.DefaultParams()
 	p.SGIDIndex, p.Timeout = 1, 16
@@ -801,6 +801,7 @@ func TestPollNeverBlocks(t *testing.T) {
 		t.Fatal("CQ.Poll blocked on a full transport")
 	}
 	fb.full.Store(false)
+	clk.Advance(ackDelay) // the timer sends what the polls could not
 	expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
 	if n := counter(a.dev, "retransmits"); n != 0 {
 		t.Fatalf("a retransmitted %d packets: the ACK waited too long", n)

@@ -126,8 +126,13 @@ type Config struct {
 	// 5 s; a negative value sends no probes (an idle connection to a
 	// dead peer then lasts until the application sends).
 	Keepalive time.Duration
-	// UDP tunes the UDP transport.
+	// UDP tunes the UDP transport. Its Share defaults to the address
+	// sharing of docs/sharing.md; UDP.Exclusive turns it off.
 	UDP udp.Config
+	// Clock, if set, supplies the device's time and timers: the engine's
+	// retransmission, RNR and ACK deadlines and the receive loop's own
+	// timers. Nil means the system clock; tests give a virtual one.
+	Clock Clock
 	// Capture, if set, receives a pcapng capture of every packet the
 	// device sends and receives (transport/capture: Ethernet/IPv4/UDP
 	// framing that Wireshark dissects as RoCEv2). The device then sends
@@ -147,6 +152,9 @@ func Open(cfg Config) (*Device, error) {
 	if tr == nil {
 		ucfg := cfg.UDP
 		ucfg.Port = cfg.Port
+		if ucfg.Share == nil {
+			ucfg.Share = shareAddrs
+		}
 		if cfg.Capture != nil && ucfg.SourcePorts == 0 {
 			ucfg.SourcePorts = -1
 		}
@@ -232,7 +240,7 @@ func Open(cfg Config) (*Device, error) {
 		NoGather:             cfg.NoGather || os.Getenv("SOFTRDMA_NO_GATHER") == "1",
 		NoSplitWrites:        cfg.NoSplitWrites || os.Getenv("SOFTRDMA_NO_SPLIT_WRITES") == "1",
 		SplitWritesAlways:    os.Getenv("SOFTRDMA_SPLIT_WRITES") == "always",
-		Clock:                time.Now,
+		Clock:                d.clock.Now,
 		SetTimer:             d.setTimer,
 		Poll:                 d.inlinePoll,
 		BeforeWait:           d.kickServe,
@@ -257,6 +265,21 @@ func Open(cfg Config) (*Device, error) {
 	opened.add(d)
 	return d, nil
 }
+
+// shareAddrs is the udp.Config.Share a device's transport gets unless
+// the caller gave one: internal/reuseport's eBPF steering, which lets
+// devices in several processes share an address (docs/sharing.md).
+func shareAddrs(addrs []netip.AddrPort) (udp.Share, error) {
+	s, err := reuseport.Prepare(addrs)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// The transport keeps packets for two slots out of one GSO datagram, and
+// the steering program reads the slot from the same bits.
+const _ = uint(reuseport.SlotBits-udp.SlotBits) + uint(udp.SlotBits-reuseport.SlotBits)
 
 // interfaceGIDs is the GID table of a device on an interface, rxe's way.
 type interfaceGIDs struct {

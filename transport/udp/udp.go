@@ -75,19 +75,50 @@ type Config struct {
 	// every segment's ICRC is computed for IP ID 0, which holds when the
 	// super-packet is never split on a wire.
 	DisableGSO bool
-	// Exclusive binds the addresses alone, as Linux rxe binds its port.
-	// By default, on Linux where the process may load eBPF programs
-	// (CAP_BPF or root) and bpffs is mounted at /sys/fs/bpf, the
-	// receiving sockets join a group that devices in other processes
-	// may join on the same addresses (SO_REUSEPORT with the steering
-	// program of internal/reuseport, docs/sharing.md): each datagram
-	// reaches the process whose QP (or connection-manager ID or
-	// listener) it names, so the device must number its QPs with the
-	// transport's slot (Transport.Slot). Elsewhere, or when that setup
-	// fails, the address is bound alone and a second device on it fails
-	// with an error saying so.
+	// Exclusive binds the addresses alone, as Linux rxe binds its port,
+	// even when Share is set.
 	Exclusive bool
+	// Share, if set (and Exclusive is not), lets the receiving sockets
+	// share their addresses with transports in other processes (on
+	// Linux only; elsewhere the address is bound alone): Listen calls it
+	// with the addresses before binding them, binds them with
+	// SO_REUSEPORT and hands the bound sockets to Share.Join, which puts
+	// them in a group that steers each datagram to the process whose QP
+	// (or connection-manager ID or listener) it names (provider/soft
+	// passes internal/reuseport's eBPF steering, docs/sharing.md). The
+	// device must then number its QPs with the transport's slot
+	// (Transport.Slot). When Share fails, the address is bound alone and
+	// a second device on it fails with an error that says why sharing
+	// was not possible. Nil binds alone.
+	Share func(addrs []netip.AddrPort) (Share, error)
 }
+
+// Share is a transport's membership of the groups of processes that
+// share its addresses (Config.Share). The transport calls Join once,
+// after binding its sockets, and Close after closing them.
+type Share interface {
+	// Join puts fds, the bound receiving sockets of the addresses given
+	// to Config.Share (in order), in the groups and takes a slot in
+	// them.
+	Join(fds []int) error
+	// Slot is the slot Join took: the top SlotBits bits of the device's
+	// QPNs and connection-manager IDs.
+	Slot() uint32
+	// ClaimService steers connection requests for an rdma_cm service ID
+	// to this process; it fails if a live process claimed it first.
+	ClaimService(serviceID uint64) error
+	// ReleaseService undoes one ClaimService.
+	ReleaseService(serviceID uint64)
+	// Close gives up the claims and the group's resources.
+	Close()
+}
+
+// SlotBits is how many top bits of a destination QPN (and of a
+// connection-manager ID) name the process that owns it on an address
+// that processes share (Config.Share): the transport keeps packets to
+// two slots out of one GSO datagram, which the destination steers as a
+// whole.
+const SlotBits = 6
 
 var _ transport.Transport = (*Transport)(nil)
 

@@ -21,7 +21,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/softrdma/softrdma/internal/reuseport"
 	"github.com/softrdma/softrdma/transport"
 	"github.com/softrdma/softrdma/wire"
 )
@@ -87,7 +86,7 @@ type Transport struct {
 
 	// share is the transport's membership of its addresses' shared
 	// groups (nil: bound alone); shareErr says why sharing is off.
-	share    *reuseport.Share
+	share    Share
 	shareErr error
 
 	closed  atomic.Bool
@@ -148,14 +147,19 @@ func Listen(cfg Config) (*Transport, error) {
 	if t.evfd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
 		return nil, fmt.Errorf("udp.Listen: eventfd: %w", err)
 	}
-	if !cfg.Exclusive {
+	switch {
+	case cfg.Exclusive:
+		t.shareErr = errors.New("udp.Config.Exclusive is set")
+	case cfg.Share == nil:
+		t.shareErr = errors.New("udp.Config.Share is not set")
+	default:
 		aps := make([]netip.AddrPort, len(addrs))
 		for i, a := range addrs {
 			aps[i] = netip.AddrPortFrom(a, cfg.Port)
 		}
-		t.share, t.shareErr = reuseport.Prepare(aps)
-	} else {
-		t.shareErr = errors.New("udp.Config.Exclusive is set")
+		if t.share, t.shareErr = cfg.Share(aps); t.shareErr != nil {
+			t.share = nil
+		}
 	}
 	for _, a := range addrs {
 		if err := t.addHome(a, cfg); err != nil {
@@ -402,9 +406,9 @@ func (t *Transport) closeFDs() error {
 }
 
 // Slot returns the transport's slot among the devices that share its
-// addresses, and whether it shares them (Config.Exclusive). A device on
-// a shared transport numbers its QPs slot<<(24-reuseport.SlotBits) | n
-// and its connection-manager IDs slot<<(32-reuseport.SlotBits) | n.
+// addresses, and whether it shares them (Config.Share). A device on a
+// shared transport numbers its QPs slot<<(24-SlotBits) | n and its
+// connection-manager IDs slot<<(32-SlotBits) | n.
 func (t *Transport) Slot() (uint32, bool) {
 	if t.share == nil {
 		return 0, false
@@ -587,7 +591,7 @@ func (t *Transport) checkSources(pkts []transport.Datagram) error {
 
 // sameSteering reports whether two packets reach the same process on a
 // destination address that processes share (docs/sharing.md): their
-// destination QPNs carry the same slot in their top reuseport.SlotBits
+// destination QPNs carry the same slot in their top SlotBits
 // bits, and neither is QP1, whose MADs are steered by their contents.
 // Only then may they share a GSO datagram, which the destination steers
 // as a whole by its first packet. A device that shares its address
@@ -598,7 +602,7 @@ func sameSteering(a, b *transport.Datagram) bool {
 	if len(a.Buf) < 8 || len(b.Buf) < 8 {
 		return false
 	}
-	const shift = 8 - reuseport.SlotBits
+	const shift = 8 - SlotBits
 	qp1 := func(p []byte) bool { return p[5] == 0 && p[6] == 0 && p[7] == 1 }
 	return a.Buf[5]>>shift == b.Buf[5]>>shift && !qp1(a.Buf) && !qp1(b.Buf)
 }

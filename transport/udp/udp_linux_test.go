@@ -12,9 +12,22 @@ import (
 	"github.com/softrdma/softrdma/wire"
 )
 
-// The tests in udp_test.go also run against the Linux transport.
+// shareAddrs is the address sharing provider/soft gives its transports.
+func shareAddrs(addrs []netip.AddrPort) (Share, error) {
+	s, err := reuseport.Prepare(addrs)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// The tests in udp_test.go also run against the Linux transport, which
+// shares its addresses as a device's does.
 func init() {
 	impls = append([]impl{{"linux", func(cfg Config) (testTransport, error) {
+		if cfg.Share == nil {
+			cfg.Share = shareAddrs
+		}
 		t, err := Listen(cfg)
 		if err != nil {
 			return nil, err
@@ -140,7 +153,7 @@ func TestCloseReleasesDescriptors(t *testing.T) {
 	a, _ := testAddrs(t, 10)
 	before := count()
 	for range 5 {
-		tr, err := Listen(Config{Addr: a, Port: 4791})
+		tr, err := Listen(Config{Addr: a, Port: 4791, Share: shareAddrs})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -374,7 +387,7 @@ func TestSameSteering(t *testing.T) {
 		b[5], b[6], b[7] = byte(qpn>>16), byte(qpn>>8), byte(qpn)
 		return &transport.Datagram{Buf: b}
 	}
-	slot := func(s, n uint32) uint32 { return s<<(24-reuseport.SlotBits) | n }
+	slot := func(s, n uint32) uint32 { return s<<(24-SlotBits) | n }
 	for _, c := range []struct {
 		a, b uint32
 		want bool

@@ -22,7 +22,7 @@ func Listen(cfg Config) (*Transport, error) {
 }
 
 // Slot reports that the address is not shared: on this system a device
-// binds its address alone (Config.Exclusive is implied).
+// binds its address alone (Config.Share is ignored).
 func (t *Transport) Slot() (uint32, bool) { return 0, false }
 
 // ClaimService does nothing: the address is not shared.
