@@ -167,11 +167,16 @@ type agent struct {
 	in   chan madIn
 	kick chan struct{}
 	stop chan struct{}
+	// stopped and unhook: see lifetime.go.
+	stopOnce sync.Once
+	stopped  atomic.Bool
+	unhook   func()
 
 	mu        sync.Mutex
 	ids       map[uint32]*cmID     // by local comm ID
 	remote    map[remoteKey]*cmID  // passive ids by the peer's comm ID
 	listeners map[uint64]*Listener // by service ID
+	conns     map[*Conn]struct{}   // established, not yet closed (adopt)
 	sidr      map[remoteKey]*cmID  // SIDR requests being answered
 	now       func() time.Time
 }
@@ -197,18 +202,21 @@ var agents struct {
 }
 
 // agentFor returns the agent of ctx's port, installing it on first use.
+// The agent lives until the device closes (lifetime.go).
 func agentFor(ctx verbs.Context, port uint8) (*agent, error) {
 	agents.mu.Lock()
-	defer agents.mu.Unlock()
 	if a := agents.m[ctx]; a != nil {
+		agents.mu.Unlock()
 		return a, nil
 	}
 	gsi, ok := ctx.(verbs.GSI)
 	if !ok {
+		agents.mu.Unlock()
 		return nil, verbs.Errorf("cm", verbs.ErrNotSupported, "device %s has no QP1 (verbs.GSI): it cannot carry CM MADs", ctx.Device().Name())
 	}
 	a := newAgent(ctx, gsi, port, time.Now)
 	if err := gsi.HandleMADs(port, a.receive); err != nil {
+		agents.mu.Unlock()
 		return nil, err
 	}
 	go a.run()
@@ -216,7 +224,8 @@ func agentFor(ctx verbs.Context, port uint8) (*agent, error) {
 		agents.m = map[verbs.Context]*agent{}
 	}
 	agents.m[ctx] = a
-	return a, nil
+	agents.mu.Unlock()
+	return a, a.watchClose()
 }
 
 // sharedDevice is a device that may share its address with devices in
@@ -703,20 +712,4 @@ func (a *agent) handleSIDRRepLocked(s *wire.CMSIDRRep) {
 	}
 	a.removeLocked(id)
 	id.ev <- event{kind: wire.CMSIDRRepAttr, sidr: *s}
-}
-
-// Detach stops the CM agent of ctx, if one runs, and removes its MAD
-// handler: listeners stop receiving requests and connections no longer
-// see the peer's disconnect. Call it before closing a device that cm used
-// (cm starts an agent on a device the first time Dial or Listen uses it).
-func Detach(ctx verbs.Context) {
-	agents.mu.Lock()
-	a := agents.m[ctx]
-	delete(agents.m, ctx)
-	agents.mu.Unlock()
-	if a == nil {
-		return
-	}
-	a.gsi.HandleMADs(a.port, nil)
-	close(a.stop)
 }

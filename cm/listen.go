@@ -273,12 +273,16 @@ func (r *ConnRequest) Accept(ctx context.Context, opts *Options) (*Conn, error) 
 			return fail(err)
 		}
 		a.mu.Lock()
-		defer a.mu.Unlock()
 		if id.state != stateSIDRReqRcvd {
+			a.mu.Unlock()
 			c.release()
 			return nil, fmt.Errorf("cm: the request was already answered (%v)", id.state)
 		}
 		a.sendSIDRRepLocked(id, wire.SIDRSuccess, c.QP.QPNum(), RDMAUDPQKey, o.PrivateData)
+		a.mu.Unlock()
+		if err := a.adopt(c); err != nil {
+			return nil, err
+		}
 		return c, nil
 	}
 	if err != nil {
@@ -377,6 +381,9 @@ func (r *ConnRequest) Accept(ctx context.Context, opts *Options) (*Conn, error) 
 	a.mu.Unlock()
 	if gone {
 		c.closeWith(ErrDisconnected)
+	}
+	if err := a.adopt(c); err != nil {
+		return nil, err
 	}
 	go c.watch()
 	return c, nil

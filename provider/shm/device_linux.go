@@ -51,6 +51,8 @@ type Device struct {
 	bells    []doorbell                 // peers' doorbells, unmapped at Close
 	services map[*net.UnixListener]bool // BindService's sockets, closed at Close
 
+	closeHooks verbs.CloseHooks
+
 	madHandler atomic.Pointer[func(verbs.MADSource, []byte)] // QP1's receiver (HandleMADs)
 
 	qps atomic.Pointer[[]*QP] // immutable snapshot, for progress
@@ -228,10 +230,26 @@ func (d *Device) Closed() bool {
 	return d.closed
 }
 
-// Close stops the device: it closes the socket and every connection and
-// stops its goroutines. Every PD and CQ must have been released first
+// OnClose registers f to run when Close begins (verbs.CloseNotifier):
+// the connection manager ends its work on the device there.
+func (d *Device) OnClose(f func()) (remove func()) { return d.closeHooks.OnClose(f) }
+
+// Close stops the device: it first runs the OnClose functions (the
+// connection manager closes its listeners and connections and releases
+// what it created), then closes the socket and every connection and
+// stops its goroutines. Every PD and CQ must have been released by then
 // (verbs.ErrInUse otherwise).
 func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.mu.Unlock()
+	// What runs on the device (cm's agent, its connections and the
+	// objects they created) ends first, while it can still send their
+	// disconnects.
+	d.closeHooks.RunCloseHooks()
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
