@@ -119,8 +119,10 @@ func TestCloseEndsCM(t *testing.T) {
 				case <-ctx.Done():
 					t.Fatal("a connection did not end when its device closed")
 				}
-				if !errors.Is(c.Err(), cm.ErrDeviceClosed) {
-					t.Errorf("Err() = %v, want ErrDeviceClosed", c.Err())
+				// The server may see the client's DREQ (sent when the
+				// client's device closed) before its own device closes.
+				if err := c.Err(); !errors.Is(err, cm.ErrDeviceClosed) && (c == cli || !errors.Is(err, cm.ErrDisconnected)) {
+					t.Errorf("Err() = %v, want ErrDeviceClosed", err)
 				}
 				if err := c.Close(); err != nil {
 					t.Errorf("Close after the device closed: %v", err)

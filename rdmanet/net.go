@@ -44,7 +44,9 @@ type Listener struct {
 }
 
 // Listen listens at address ("IP:port"; port 0 picks one) on network
-// "rdma" or "tcp" with rsocket's defaults.
+// "rdma" or "tcp" with rsocket's defaults. Without an IP (":port",
+// "0.0.0.0:port", "[::]:port") it listens on every device of the host,
+// as cm.Listen does.
 func Listen(network, address string) (net.Listener, error) {
 	return ListenConfig(network, address, nil)
 }
@@ -86,7 +88,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 		l.mu.Lock()
 		cfg := l.cfg
 		l.mu.Unlock()
-		c, cd, err := newConn(l.l.Context(), cfg)
+		c, cd, err := newConn(req.Context(), cfg)
 		if err != nil {
 			req.Reject(nil)
 			return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.addr, Err: err}
@@ -94,7 +96,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 		var pd [connDataLen]byte
 		cd.encode(pd[:])
 		ctx, cancel := context.WithTimeout(l.ctx, acceptTimeout)
-		cmc, err := req.Accept(ctx, &cm.Options{PD: c.pd, QP: c.qp, PrivateData: pd[:], Context: l.l.Context()})
+		cmc, err := req.Accept(ctx, &cm.Options{PD: c.pd, QP: c.qp, PrivateData: pd[:], Context: req.Context()})
 		cancel()
 		if err != nil {
 			c.release()
