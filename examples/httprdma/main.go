@@ -19,7 +19,6 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/provider/soft"
 	"github.com/softrdma/softrdma/rdmanet"
 )
@@ -41,7 +40,6 @@ func run(clientIP, serverIP string, udpPort uint16, requests int) error {
 			return err
 		}
 		defer dev.Close()
-		defer cm.Detach(dev)
 	}
 
 	ln, err := rdmanet.Listen("rdma", serverIP+":0")
