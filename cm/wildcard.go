@@ -146,4 +146,3 @@ func (l *Listener) Devices() []verbs.Context {
 	}
 	return out
 }
-
