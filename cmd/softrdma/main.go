@@ -36,6 +36,7 @@ var commands = map[string]command{
 	"riostream":       {"stream tests by riowrite into riomap'd buffers, compatible with librdmacm's riostream", runRiostream},
 	"udaddy":          {"UD SENDs to a peer resolved with SIDR, compatible with librdmacm's udaddy", runUdaddy},
 	"flood":           {"flood a RoCEv2 endpoint with forged packets (an attacker, for measuring; docs/security.md)", runFlood},
+	"version":         {"the module version and VCS revision this binary was built from", runVersion},
 }
 
 func usage() {
