@@ -177,8 +177,11 @@ type agent struct {
 	remote    map[remoteKey]*cmID  // passive ids by the peer's comm ID
 	listeners map[uint64]*Listener // by service ID
 	conns     map[*Conn]struct{}   // established, not yet closed (adopt)
-	sidr      map[remoteKey]*cmID  // SIDR requests being answered
-	now       func() time.Time
+	// closeWhenIdle: close the device when the last of conns closes
+	// (closeIdle).
+	closeWhenIdle bool
+	sidr          map[remoteKey]*cmID // SIDR requests being answered
+	now           func() time.Time
 }
 
 type remoteKey struct {

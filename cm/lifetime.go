@@ -105,7 +105,14 @@ func (a *agent) adopt(c *Conn) error {
 	forget := func() error {
 		a.mu.Lock()
 		delete(a.conns, c)
+		last := a.closeWhenIdle && len(a.conns) == 0
+		if last {
+			a.closeWhenIdle = false
+		}
 		a.mu.Unlock()
+		if last {
+			a.ctx.Close()
+		}
 		return nil
 	}
 	c.owned = append([]func() error{forget}, c.owned...)
@@ -115,6 +122,26 @@ func (a *agent) adopt(c *Conn) error {
 	a.conns[c] = struct{}{}
 	a.mu.Unlock()
 	return nil
+}
+
+// closeIdle closes a device that a listener on every device opened for
+// itself, once the listener is closed: at once if no connection runs on
+// it, else when the last one closes (closing a listener leaves the
+// connections it accepted running, as net's listeners do).
+func closeIdle(ctx verbs.Context) {
+	agents.mu.Lock()
+	a := agents.m[ctx]
+	agents.mu.Unlock()
+	if a != nil {
+		a.mu.Lock()
+		busy := len(a.conns) > 0
+		a.closeWhenIdle = busy
+		a.mu.Unlock()
+		if busy {
+			return
+		}
+	}
+	ctx.Close()
 }
 
 // Detach ends cm's work on ctx at once, as closing ctx does: its

@@ -42,8 +42,8 @@ type Listener struct {
 // An unspecified IP (":port", "0.0.0.0:port", "[::]:port") without
 // opts.Context listens on every device, as rdma_cm does: each device this
 // process has opened, and the device of each network interface not yet
-// opened, which the listener opens and closes with itself (see
-// [Listener.Devices]). opts.QPType UD listens in the UDP port space
+// opened, which the listener opens for itself (see [Listener.Devices])
+// and closes once it and the connections accepted on them are closed. opts.QPType UD listens in the UDP port space
 // (SIDR), else TCP (RC).
 func Listen(network, address string, opts *Options) (*Listener, error) {
 	laddr, err := splitAddr(network, wildcardHost(address))
@@ -161,8 +161,9 @@ func (l *Listener) Accept(ctx context.Context) (*ConnRequest, error) {
 	}
 }
 
-// Close stops listening; requests not yet accepted are rejected. A
-// listener on every device also closes the devices it opened.
+// Close stops listening; requests not yet accepted are rejected, the
+// connections accepted stay. A listener on every device also closes the
+// devices it opened, each when its last connection closes.
 func (l *Listener) Close() error {
 	l.closeOnce.Do(func() {
 		close(l.closed)
@@ -180,7 +181,7 @@ func (l *Listener) Close() error {
 			p.Close()
 		}
 		for _, c := range l.opened {
-			c.Close()
+			closeIdle(c)
 		}
 		if l.part {
 			return // the whole listener owns reqs

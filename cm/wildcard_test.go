@@ -93,6 +93,7 @@ func TestListenEveryDevice(t *testing.T) {
 			if opened == nil || !slices.Contains(devs, verbs.Context(opened)) {
 				t.Fatalf("the listener did not open the interface's device: %v", names(devs))
 			}
+			accepted := make(chan error, 3)
 			go func() {
 				for {
 					req, err := ln.Accept(ctx)
@@ -103,8 +104,10 @@ func TestListenEveryDevice(t *testing.T) {
 					if err == nil {
 						go func() { <-c.Done(); c.Close() }()
 					}
+					accepted <- err
 				}
 			}()
+			var kept *cm.Conn // a connection to the listener's own device
 			for _, dev := range []verbs.Context{da, db, opened} {
 				to := netip.AddrPortFrom(dev.(*soft.Device).LocalAddr(), ln.Addr().Port())
 				from := db
@@ -118,11 +121,28 @@ func TestListenEveryDevice(t *testing.T) {
 				if got := string(bytes.TrimRight(c.PeerPrivateData, "\x00")); got != dev.Device().Name() {
 					t.Errorf("dial %v: accepted on %q, want %q", to, got, dev.Device().Name())
 				}
-				c.Close()
+				if err := <-accepted; err != nil {
+					t.Fatalf("accept on %s: %v", dev.Device().Name(), err)
+				}
+				if dev == verbs.Context(opened) {
+					kept = c
+				} else {
+					c.Close()
+				}
 			}
 			ln.Close()
+			// The connection accepted on the device the listener opened
+			// outlives the listener; the device closes after it.
+			time.Sleep(50 * time.Millisecond)
+			if opened.Closed() || kept.Err() != nil {
+				t.Fatalf("closing the listener ended its connection (%v)", kept.Err())
+			}
+			kept.Close()
+			for deadline := time.Now().Add(5 * time.Second); !opened.Closed() && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
 			if !opened.Closed() {
-				t.Error("the listener's own device stays open after Close")
+				t.Error("the listener's own device stays open after the listener and its connections closed")
 			}
 			if da.Closed() || db.Closed() {
 				t.Error("Close closed a device the program opened")
