@@ -82,6 +82,9 @@ func (a *agent) shutdown() {
 			l.Close()
 		}
 		a.gsi.HandleMADs(a.port, nil)
+		if u, ok := a.ctx.(verbs.GSIUnreachable); ok {
+			u.HandleUnreachable(a.port, nil)
+		}
 		close(a.stop)
 		if unhook != nil {
 			unhook()

@@ -10,9 +10,8 @@ import (
 	"github.com/softrdma/softrdma/provider/shm"
 )
 
-// TestCloseEndsCMShm: a shared-memory device refuses to close while PDs
-// remain; closing it with cm's connections open works all the same,
-// because cm releases what it created when the device closes.
+// TestCloseEndsCMShm: closing shared-memory devices with cm's
+// connections and listener open ends them, as over RoCEv2.
 func TestCloseEndsCMShm(t *testing.T) {
 	checkGoroutines(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -36,6 +36,8 @@ var commands = map[string]command{
 	"riostream":       {"stream tests by riowrite into riomap'd buffers, compatible with librdmacm's riostream", runRiostream},
 	"udaddy":          {"UD SENDs to a peer resolved with SIDR, compatible with librdmacm's udaddy", runUdaddy},
 	"flood":           {"flood a RoCEv2 endpoint with forged packets (an attacker, for measuring; docs/security.md)", runFlood},
+	"nvmet":           {"serve a file or memory as an NVMe-oF namespace over RDMA (Linux nvme-rdma connects to it)", runNvmet},
+	"nvme":            {"NVMe-oF host commands like nvme-cli's: discover, id-ctrl, id-ns, read, write, perf", runNvme},
 	"version":         {"the module version and VCS revision this binary was built from", runVersion},
 }
 
@@ -77,6 +79,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "%s: SOFTRDMA_TRACE: %v\n", name, err)
 		os.Exit(1)
 	}
+	exitOnSignal(name, func() { stopTrace(); closeToolFiles() })
 	err = cmd.run(args)
 	stopTrace()
 	closeToolFiles()

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/softrdma/softrdma/internal/verbsobj"
 	"github.com/softrdma/softrdma/verbs"
 )
 
@@ -48,9 +49,9 @@ type Device struct {
 	qpByNum  map[uint32]*QP
 	inboxes  map[inboxKey]*mapping // rings peers sent before our QP looked for them
 	pds, cqs int
-	bells    []doorbell                 // peers' doorbells, unmapped at Close
 	services map[*net.UnixListener]bool // BindService's sockets, closed at Close
 
+	events     verbsobj.Events // asynchronous events (AsyncEvents)
 	closeHooks verbs.CloseHooks
 
 	madHandler atomic.Pointer[func(verbs.MADSource, []byte)] // QP1's receiver (HandleMADs)
@@ -65,6 +66,7 @@ type Device struct {
 	nap, safety time.Duration // napTime and safetyWake when the device opened
 	rnrWake     atomic.Int64  // earliest RNR deadline a QP waits for (unix nanos, 0 none)
 	copies      atomic.Uint64 // COPY_WRITEs and COPY_ATOMICs applied (copy_linux.go)
+	ctr         counters      // refusals (counters_linux.go)
 	stop        chan struct{}
 	wg          sync.WaitGroup
 	connWG      sync.WaitGroup
@@ -76,8 +78,12 @@ type inboxKey struct {
 	local, remot uint32
 }
 
-// mapping is memory mapped from a peer's memfd.
-type mapping struct{ mem []byte }
+// mapping is a ring mapped from a peer's memfd, parked until a QP
+// claims it (peers_linux.go).
+type mapping struct {
+	mem  []byte
+	from *conn // the connection it came over, whose rings count it
+}
 
 func (m *mapping) unmap() {
 	if m != nil && m.mem != nil {
@@ -130,6 +136,7 @@ func Open(cfg Config) (*Device, error) {
 		napWake:  make(chan struct{}, 1), nap: napTime, safety: safetyWake,
 	}
 	d.gid = gidOf(d.uid, d.id)
+	d.events.Init()
 	d.qps.Store(&[]*QP{})
 	var err error
 	d.bellFD, d.bell, err = newMemfdBell()
@@ -155,9 +162,20 @@ func Open(cfg Config) (*Device, error) {
 	return d, nil
 }
 
+// newMemfdBell creates the device's doorbell, mapped read-write, and
+// returns a read-only fd of it to send peers: with the seal, and on a
+// kernel without F_SEAL_FUTURE_WRITE (before 5.1), no peer maps it
+// writable.
 func newMemfdBell() (int, doorbell, error) {
-	fd, mem, err := newMemfd("softrdma-shm-bell", bellBytes)
-	return fd, doorbell(mem), err
+	fd, mem, err := newMemfdSeals("softrdma-shm-bell", bellBytes, unix.F_SEAL_FUTURE_WRITE)
+	if err != nil {
+		return -1, nil, err
+	}
+	if ro, err := readOnlyFd(fd); err == nil {
+		unix.Close(fd)
+		fd = ro
+	}
+	return fd, doorbell(mem), nil
 }
 
 // --- verbs.Device ---
@@ -236,9 +254,12 @@ func (d *Device) OnClose(f func()) (remove func()) { return d.closeHooks.OnClose
 
 // Close stops the device: it first runs the OnClose functions (the
 // connection manager closes its listeners and connections and releases
-// what it created), then closes the socket and every connection and
-// stops its goroutines. Every PD and CQ must have been released by then
-// (verbs.ErrInUse otherwise).
+// what it created, sending their disconnects), then destroys the QPs and
+// deregisters the MRs the application left (as closing a kernel device's
+// file does: peers lose their mappings first), closes the socket and
+// every connection and stops its goroutines. Later calls on the device's
+// objects fail with verbs.ErrDestroyed or find the device closed.
+// Closing a closed device does nothing.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -255,18 +276,31 @@ func (d *Device) Close() error {
 		d.mu.Unlock()
 		return nil
 	}
-	if d.pds != 0 || d.cqs != 0 {
-		d.mu.Unlock()
-		return verbs.Errorf("Close", verbs.ErrInUse, "%d PDs and %d CQs remain; destroy them first", d.pds, d.cqs)
-	}
 	d.closed = true
+	qps := make([]*QP, 0, len(d.qpByNum))
+	for _, qp := range d.qpByNum {
+		qps = append(qps, qp)
+	}
+	d.mu.Unlock()
+	for _, qp := range qps {
+		qp.Destroy()
+	}
+	d.mrMu.RLock()
+	mrs := make([]*MR, 0, len(d.mrs))
+	for _, mr := range d.mrs {
+		mrs = append(mrs, mr)
+	}
+	d.mrMu.RUnlock()
+	for _, mr := range mrs {
+		mr.Dereg()
+	}
+	d.mu.Lock()
 	conns := make([]*conn, 0, len(d.all))
 	for c := range d.all {
 		conns = append(conns, c)
 	}
 	for k, m := range d.inboxes {
-		m.unmap()
-		delete(d.inboxes, k)
+		d.dropInboxLocked(k, m)
 	}
 	for ln := range d.services {
 		ln.Close()
@@ -282,12 +316,9 @@ func (d *Device) Close() error {
 	futexWake(d.bell.word(bellSeq))
 	d.wg.Wait()
 	d.connWG.Wait()
-	for _, b := range d.bells {
-		unix.Munmap(b)
-	}
-	d.bells = nil
 	unix.Munmap(d.bell)
 	unix.Close(d.bellFD)
+	d.events.Close()
 	return nil
 }
 
@@ -380,6 +411,13 @@ func (d *Device) progressLoop() {
 		}
 		seq := atomic.LoadUint32(seqw)
 		atomic.StoreUint32(sleeping, 1)
+		select {
+		case <-d.stop:
+			// Close bumped seq after closing stop: if seq was loaded
+			// after that, the futex would not see the change.
+			return
+		default:
+		}
 		if d.progress() {
 			atomic.StoreUint32(sleeping, 0)
 			idle = 0

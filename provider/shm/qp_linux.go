@@ -19,16 +19,19 @@ package shm
 //
 // A grant is the peer's answer to "may QP a map rkey k": the owner checks
 // QP, PD, access and the MR, then passes the memfd. Grants are cached per
-// (QP, rkey) until the owner revokes them (DeregMR, SEND_WITH_INV).
+// (QP, rkey) until the owner revokes them (DeregMR, the owner's QP
+// leaving RTS, the connection closing; see grants_linux.go).
 
 import (
 	"encoding/binary"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/softrdma/softrdma/internal/verbsobj"
 	"github.com/softrdma/softrdma/verbs"
 	"github.com/softrdma/softrdma/wire"
 )
@@ -78,6 +81,8 @@ type QP struct {
 	lastGrant            *grant // the grant of the last one-sided op, checked for revocation on use
 	lastRKey             uint32
 	copyBuf              []byte // COPY_WRITE chunks, allocated on first use
+
+	given qpGrants // what peers were granted through this QP (grants_linux.go)
 }
 
 type sendWQE struct {
@@ -121,6 +126,12 @@ func (pd *PD) CreateQP(attr *verbs.QPInitAttr) (verbs.QP, error) {
 	if !ok1 || !ok2 || scq.dev != pd.dev || rcq.dev != pd.dev {
 		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "SendCQ and RecvCQ must be CQs of this shm device")
 	}
+	if err := pd.objs.Check(op, "PD"); err != nil {
+		return nil, err
+	}
+	if scq.ring.Dead() || rcq.ring.Dead() {
+		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "SendCQ and RecvCQ must be live CQs of this device")
+	}
 	c := attr.Cap
 	if c.MaxSendWR == 0 || c.MaxSendWR > maxQPWR || c.MaxRecvWR > maxQPWR || c.MaxSendSGE > maxSGE || c.MaxRecvSGE > maxSGE || c.MaxInlineData > maxInline {
 		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "Cap %+v: work requests 1..%d, SGEs ≤ %d, inline ≤ %d", c, maxQPWR, maxSGE, maxInline)
@@ -128,8 +139,8 @@ func (pd *PD) CreateQP(attr *verbs.QPInitAttr) (verbs.QP, error) {
 	var srq *SRQ
 	if attr.SRQ != nil {
 		s, ok := attr.SRQ.(*SRQ)
-		if !ok || s.pd.dev != pd.dev {
-			return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "SRQ must belong to this shm device")
+		if !ok || s.pd.dev != pd.dev || s.qps.Dead() {
+			return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "SRQ must be a live SRQ of this shm device")
 		}
 		srq = s
 	} else if c.MaxRecvWR == 0 {
@@ -198,6 +209,17 @@ func (qp *QP) Query() (verbs.QPAttr, verbs.QPInitAttr, error) {
 // INIT → RTR on an RC QP connects to the device the AV's DGID names and
 // hands it this QP's request ring.
 func (qp *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	var old *conn
+	err := qp.modify(attr, mask, &old)
+	if old != nil {
+		qp.dropStaleRings(old)
+	}
+	return err
+}
+
+// modify is Modify under the QP's lock; a move to RESET from a connected
+// state leaves the old connection in *reset.
+func (qp *QP) modify(attr *verbs.QPAttr, mask verbs.QPAttrMask, reset **conn) error {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	if qp.dead {
@@ -214,6 +236,14 @@ func (qp *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	}
 	a := &qp.attr
 	if mask&verbs.QPAttrAccessFlags != 0 {
+		if attr.QPAccessFlags != a.QPAccessFlags {
+			// Grants given carry the old flags (and a writable fd
+			// perhaps): revoke them; the peer asks again.
+			if r, wasOpen := qp.closeGrantsLocked(); wasOpen {
+				qp.openGrantsLocked()
+				r.revokeLater(qp.dev)
+			}
+		}
 		a.QPAccessFlags = attr.QPAccessFlags
 		qp.access.Store(uint32(attr.QPAccessFlags))
 	}
@@ -264,6 +294,7 @@ func (qp *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	}
 	switch next {
 	case verbs.QPStateReset:
+		*reset = qp.conn
 		qp.resetLocked()
 	case verbs.QPStateErr:
 		qp.errorLocked()
@@ -286,11 +317,16 @@ func (qp *QP) connectLocked(attr *verbs.QPAttr) error {
 	if err != nil {
 		return err
 	}
+	if !c.acquire() {
+		return verbs.Errorf("ModifyQP", verbs.ErrUnreachable, "the connection to device %016x closed as the QP connected", peer)
+	}
 	fd, mem, err := newMemfd("softrdma-shm-ring", ringBytes)
 	if err != nil {
+		c.release()
 		return verbs.Errorf("ModifyQP", verbs.ErrInvalidArgument, "ring memfd: %v", err)
 	}
 	if err := c.send(&ctrl{typ: mRing, a: qp.qpn, b: attr.DestQPNum}, nil, fd, false); err != nil {
+		c.release()
 		unix.Munmap(mem)
 		unix.Close(fd)
 		return verbs.Errorf("ModifyQP", verbs.ErrNotFound, "peer device: %v", err)
@@ -299,6 +335,7 @@ func (qp *QP) connectLocked(attr *verbs.QPAttr) error {
 	qp.peer.Store(peer)
 	qp.destQPN.Store(attr.DestQPNum)
 	qp.busy.Store(1)
+	qp.openGrantsLocked()
 	return nil
 }
 
@@ -314,13 +351,40 @@ func (qp *QP) unmapLocked() {
 		unix.Munmap(qp.inMem)
 		qp.in, qp.inMem = nil, nil
 	}
+	if qp.conn != nil {
+		qp.conn.release()
+	}
 	qp.conn = nil
 	qp.lastGrant = nil
 	qp.peer.Store(0)
 	qp.destQPN.Store(0)
 }
 
+// dropStaleRings forgets the rings the peer sent over c for the QP's old
+// connection that the QP never took: taken for the next connection, such
+// a ring would stay empty for ever (the peer writes to its new one). A
+// ring may still be in c's control stream, so it first makes a round trip
+// on c, a revocation of key 0, which no MR has (randKey): the peer
+// answers after every message it sent before, so they have all been
+// handled when the answer arrives. It runs without the QP's lock, which
+// the peer's messages may need.
+func (qp *QP) dropStaleRings(c *conn) {
+	if !c.dead.Load() {
+		c.call(&ctrl{typ: mRevoke, c: 0}, nil, 2*time.Second)
+	}
+	d := qp.dev
+	d.mu.Lock()
+	for k, m := range d.inboxes {
+		if k.local == qp.qpn && k.peer == c.peerID {
+			m.unmap()
+			delete(d.inboxes, k)
+		}
+	}
+	d.mu.Unlock()
+}
+
 func (qp *QP) resetLocked() {
+	qp.revokeGrantsLater()
 	qp.unmapLocked()
 	qp.state = verbs.QPStateReset
 	qp.sqHead, qp.sqNext, qp.sqTl = 0, 0, 0
@@ -341,6 +405,7 @@ func (qp *QP) errorLocked() {
 		return
 	}
 	qp.state = verbs.QPStateErr
+	qp.revokeGrantsLater()
 	if qp.in != nil && !qp.inDone {
 		qp.in.setNak(verbs.WCRetryExcErr)
 		qp.inDone = true
@@ -364,8 +429,24 @@ func (qp *QP) errorLocked() {
 		qp.completeRecvLocked(w, verbs.WCWRFlushErr, 0, 0, 0, 0, false)
 	}
 	if qp.conn != nil && qp.conn.bell != nil && !qp.conn.dead.Load() {
-		qp.conn.bell.ring()
+		qp.conn.ring()
 	}
+	if qp.srq != nil {
+		// IBTA 11.6.3.1: a QP on an SRQ that went to ERR takes no more
+		// of its WQEs; the application may now destroy it.
+		qp.dev.event(verbs.AsyncEvent{Type: verbs.EventQPLastWQEReached, QP: qp})
+	}
+}
+
+// flushAfterFailureLocked moves the QP to ERR after its oldest WQE
+// completed with an error: every later WQE is flushed, even one that
+// executed and failed too (a responder that went to ERR on the first
+// refuses the next; on a wire the NAK of the first flushes it).
+func (qp *QP) flushAfterFailureLocked() {
+	for i := qp.sqHead; i != qp.sqTl; i++ {
+		qp.sq[i%uint64(len(qp.sq))].status = verbs.WCWRFlushErr
+	}
+	qp.errorLocked()
 }
 
 // peerGone is called when the peer's device disconnected. What the
@@ -499,8 +580,10 @@ func (qp *QP) postOneLocked(wr *verbs.SendWR) error {
 	if w.length > 1<<31 {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "message of %d bytes exceeds the 2 GiB maximum", w.length)
 	}
-	if (wr.Opcode == verbs.WRAtomicCmpAndSwp || wr.Opcode == verbs.WRAtomicFetchAndAdd) && w.length != 8 {
-		return verbs.Errorf(op, verbs.ErrInvalidArgument, "atomic operations move 8 bytes; the SGEs add up to %d", w.length)
+	if wr.Opcode == verbs.WRAtomicCmpAndSwp || wr.Opcode == verbs.WRAtomicFetchAndAdd {
+		if err := verbsobj.CheckAtomic(op, w.length, wr.RemoteAddr); err != nil {
+			return err
+		}
 	}
 	if qp.typ == verbs.QPTypeUD {
 		ah, ok := wr.AH.(*AH)
@@ -703,7 +786,7 @@ func (qp *QP) executeLocked() bool {
 		}
 	}
 	if rang {
-		qp.conn.bell.ring()
+		qp.conn.ring()
 	}
 	return moved
 }
@@ -955,7 +1038,7 @@ func (qp *QP) retireLocked() bool {
 		w := &qp.sq[qp.sqHead%uint64(len(qp.sq))]
 		if nak && w.ringOp && nakSeq >= w.startSeq && nakSeq < w.endSeq {
 			qp.completeSendLocked(w, nakSt)
-			qp.errorLocked()
+			qp.flushAfterFailureLocked()
 			return true
 		}
 		if w.status != verbs.WCSuccess {
@@ -963,7 +1046,7 @@ func (qp *QP) retireLocked() bool {
 				break // failed after earlier SENDs that are not acknowledged yet
 			}
 			qp.completeSendLocked(w, w.status)
-			qp.errorLocked()
+			qp.flushAfterFailureLocked()
 			return true
 		}
 		if cons < w.endSeq {
@@ -988,13 +1071,12 @@ func (qp *QP) consumeLocked() bool {
 		d := qp.dev
 		k := inboxKey{peer: qp.peer.Load(), local: qp.qpn, remot: qp.destQPN.Load()}
 		d.mu.Lock()
-		m := d.inboxes[k]
-		delete(d.inboxes, k)
+		mem := d.claimInboxLocked(k)
 		d.mu.Unlock()
-		if m == nil {
+		if mem == nil {
 			return false
 		}
-		qp.inMem, qp.in = m.mem, newRing(m.mem)
+		qp.inMem, qp.in = mem, newRing(mem)
 		qp.in.cons = atomic.LoadUint64(qp.in.word64(offCons))
 	}
 	if qp.inDone || (qp.state != verbs.QPStateRTR && qp.state != verbs.QPStateRTS && qp.state != verbs.QPStateSQD) {
@@ -1035,6 +1117,15 @@ func (qp *QP) consumeLocked() bool {
 			qp.haveCur = false
 			qp.completeRecvLocked(&qp.cur, verbs.WCSuccess, verbs.WCRecvRDMAWithImm, h.msgLen, h.imm, verbs.WCWithImm, h.flags&flagSolic != 0)
 		} else {
+			if h.flags&flagInv != 0 {
+				// As the RoCEv2 responder: a SEND_WITH_INV may invalidate
+				// memory windows and fast-registered regions only (IBTA
+				// 10.6.7, o10-37), and shm devices have neither. Revoking
+				// an MR would let any peer of the PD cut off every other.
+				qp.dev.ctr.badInvalidate.Add(1)
+				qp.failRecvLocked(verbs.WCRemInvReqErr, verbs.WCRemInvReqErr)
+				return true
+			}
 			if uint64(len(payload)) > qp.cur.length-qp.recvOff {
 				qp.failRecvLocked(verbs.WCLocLenErr, verbs.WCRemInvReqErr)
 				return true
@@ -1048,9 +1139,6 @@ func (qp *QP) consumeLocked() bool {
 				var flags verbs.WCFlags
 				if h.flags&flagImm != 0 {
 					flags = verbs.WCWithImm
-				} else if h.flags&flagInv != 0 {
-					flags = verbs.WCWithInv
-					qp.dev.invalidate(qp.pd, h.imm)
 				}
 				imm := h.imm
 				if flags == 0 {
@@ -1064,7 +1152,7 @@ func (qp *QP) consumeLocked() bool {
 		moved = true
 	}
 	if moved && qp.conn != nil && !qp.conn.dead.Load() {
-		qp.conn.bell.ring()
+		qp.conn.ring()
 	}
 	return moved
 }
@@ -1072,6 +1160,16 @@ func (qp *QP) consumeLocked() bool {
 // failRecvLocked fails the SEND in progress: the receive WQE completes
 // with recvSt, the requester sees nak, and the QP moves to ERR.
 func (qp *QP) failRecvLocked(recvSt, nak verbs.WCStatus) {
+	// The responder's error, as an asynchronous event (rxe: the NAK's
+	// syndrome picks it).
+	ev := verbs.EventQPFatal
+	switch nak {
+	case verbs.WCRemInvReqErr:
+		ev = verbs.EventQPReqErr
+	case verbs.WCRemAccessErr:
+		ev = verbs.EventQPAccessErr
+	}
+	qp.dev.event(verbs.AsyncEvent{Type: ev, QP: qp})
 	qp.haveCur = false
 	qp.completeRecvLocked(&qp.cur, recvSt, 0, 0, 0, 0, false)
 	qp.in.setNak(nak)
@@ -1096,7 +1194,7 @@ func (qp *QP) rnrLocked() {
 		qp.in.setNak(verbs.WCRNRRetryExcErr)
 		qp.inDone = true
 		qp.rnrFrom = 0
-		qp.conn.bell.ring()
+		qp.conn.ring()
 		return
 	}
 	for {
@@ -1120,10 +1218,14 @@ func (qp *QP) Destroy() error {
 		qp.in.setNak(verbs.WCRetryExcErr)
 	}
 	c := qp.conn
+	if c != nil {
+		c.ring() // while the QP still holds c
+	}
+	granted, _ := qp.closeGrantsLocked()
 	qp.unmapLocked()
 	qp.mu.Unlock()
+	granted.revoke() // what the peer mapped through this QP
 	if c != nil && !c.dead.Load() {
-		c.bell.ring()
 		// Our grants from the peer go with the QP.
 		c.gmu.Lock()
 		for k, g := range c.grants {
@@ -1139,8 +1241,7 @@ func (qp *QP) Destroy() error {
 	delete(d.qpByNum, qp.qpn)
 	for k, m := range d.inboxes {
 		if k.local == qp.qpn {
-			m.unmap()
-			delete(d.inboxes, k)
+			d.dropInboxLocked(k, m)
 		}
 	}
 	d.setQPsLocked()
