@@ -14,6 +14,7 @@ package cm
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/softrdma/softrdma/verbs"
 )
@@ -34,7 +35,7 @@ func (a *agent) watchClose() error {
 	a.unhook = remove
 	a.mu.Unlock()
 	if a.stopped.Load() {
-		return verbs.Errorf("cm", verbs.ErrInvalidState, "device %s is closed: open a device and use that", a.ctx.Device().Name())
+		return fmt.Errorf("%w (%s): open a device and use that (%w)", ErrDeviceClosed, a.ctx.Device().Name(), verbs.ErrInvalidState)
 	}
 	return nil
 }

@@ -151,7 +151,7 @@ func TestClosedDevice(t *testing.T) {
 	da.Close()
 	if _, err := cm.Listen("rdma", "127.0.63.3:7471", &cm.Options{Context: da}); err == nil {
 		t.Error("Listen on a closed device succeeded")
-	} else if !errors.Is(err, verbs.ErrInvalidState) {
+	} else if !errors.Is(err, verbs.ErrInvalidState) || !errors.Is(err, cm.ErrDeviceClosed) {
 		t.Errorf("Listen on a closed device: %v", err)
 	}
 }
