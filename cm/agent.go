@@ -179,6 +179,10 @@ type agent struct {
 	unreach chan unreachIn // refused.go
 	kick    chan struct{}
 	stop    chan struct{}
+	// stopped and unhook: see lifetime.go.
+	stopOnce sync.Once
+	stopped  atomic.Bool
+	unhook   func()
 
 	mu        sync.Mutex
 	ids       map[uint32]*cmID     // by local comm ID
@@ -189,6 +193,10 @@ type agent struct {
 	deadlines deadlines    // every cmID's retransmission or TIMEWAIT deadline
 	answers   answerBucket // unsolicited answers (guard.go)
 	stats     agentStats
+	conns     map[*Conn]struct{} // established, not yet closed (adopt)
+	// closeWhenIdle: close the device when the last of conns closes
+	// (closeIdle).
+	closeWhenIdle bool
 }
 
 type remoteKey struct {
@@ -212,18 +220,21 @@ var agents struct {
 }
 
 // agentFor returns the agent of ctx's port, installing it on first use.
+// The agent lives until the device closes (lifetime.go).
 func agentFor(ctx verbs.Context, port uint8) (*agent, error) {
 	agents.mu.Lock()
-	defer agents.mu.Unlock()
 	if a := agents.m[ctx]; a != nil {
+		agents.mu.Unlock()
 		return a, nil
 	}
 	gsi, ok := ctx.(verbs.GSI)
 	if !ok {
+		agents.mu.Unlock()
 		return nil, verbs.Errorf("cm", verbs.ErrNotSupported, "device %s has no QP1 (verbs.GSI): it cannot carry CM MADs", ctx.Device().Name())
 	}
 	a := newAgent(ctx, gsi, port, time.Now)
 	if err := gsi.HandleMADs(port, a.receive); err != nil {
+		agents.mu.Unlock()
 		return nil, err
 	}
 	a.watchUnreachable(ctx)
@@ -232,7 +243,8 @@ func agentFor(ctx verbs.Context, port uint8) (*agent, error) {
 		agents.m = map[verbs.Context]*agent{}
 	}
 	agents.m[ctx] = a
-	return a, nil
+	agents.mu.Unlock()
+	return a, a.watchClose()
 }
 
 // sharedDevice is a device that may share its address with devices in
@@ -768,23 +780,4 @@ func (a *agent) handleSIDRRepLocked(src verbs.MADSource, s *wire.CMSIDRRep) {
 	}
 	a.removeLocked(id)
 	id.ev <- event{kind: wire.CMSIDRRepAttr, sidr: s}
-}
-
-// Detach stops the CM agent of ctx, if one runs, and removes its MAD
-// handler: listeners stop receiving requests and connections no longer
-// see the peer's disconnect. Call it before closing a device that cm used
-// (cm starts an agent on a device the first time Dial or Listen uses it).
-func Detach(ctx verbs.Context) {
-	agents.mu.Lock()
-	a := agents.m[ctx]
-	delete(agents.m, ctx)
-	agents.mu.Unlock()
-	if a == nil {
-		return
-	}
-	a.gsi.HandleMADs(a.port, nil)
-	if u, ok := ctx.(verbs.GSIUnreachable); ok {
-		u.HandleUnreachable(a.port, nil)
-	}
-	close(a.stop)
 }

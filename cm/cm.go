@@ -7,10 +7,17 @@
 // service IDs and private-data header, so librdmacm programs (rping,
 // ucmatose, udaddy, perftest -R) are peers. A CM agent per device port
 // keeps each connection in the kernel cm.c's states and resends at its
-// timeouts; [Detach] stops it before the device closes. Over the
+// timeouts; it lives as long as the device: closing the device closes
+// its connections and listeners ([ErrDeviceClosed]). Listening on the
+// unspecified address listens on every device of the host. Over the
 // shared-memory provider (a device with a [verbs.ServiceDirectory]) the
 // same calls connect processes of one host: Listen binds its port on the
 // host and Dial to a host address finds the process by the port.
+//
+// A [Conn] carries one-sided operations for Go programs: [Conn.Write],
+// [Conn.Read], [Conn.CompareAndSwap], [Conn.FetchAndAdd] and [Conn.Send]
+// post a work request and wait for its completion, the Post forms with
+// an [Op] wait later; a [RemoteBuffer] is what a peer offers to them.
 //
 // [Connect] and the single steps [Init], [ReadyToReceive] and
 // [ReadyToSend] remain for programs that exchange each side's [Endpoint]

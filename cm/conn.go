@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/softrdma/softrdma/verbs"
@@ -98,7 +99,9 @@ type Options struct {
 	// RetryCount and RNRRetryCount for the QP (default 7 and 7: rping's).
 	RetryCount, RNRRetryCount uint8
 	// Access is what the peer may do to this QP's memory (default local
-	// write, remote read and write).
+	// write, remote read, write and atomics, as the kernel's cm.c grants
+	// a QP with responder resources; each MR's own access flags still
+	// decide what a peer may do to it).
 	Access verbs.Access
 	// Backlog is how many connection requests a listener queues (16).
 	Backlog int
@@ -160,7 +163,7 @@ func (o *Options) withDefaults() Options {
 		d.RNRRetryCount = 7
 	}
 	if d.Access == 0 {
-		d.Access = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+		d.Access = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
 	}
 	if d.Backlog == 0 {
 		d.Backlog = 16
@@ -207,6 +210,8 @@ type Conn struct {
 	err      error
 	closed   bool
 	watchEnd chan struct{}
+
+	ops atomic.Pointer[opEngine] // the one-sided calls' state (onesided.go)
 }
 
 // LocalAddr and RemoteAddr are the IP addresses and rdma_cm ports.

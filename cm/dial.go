@@ -70,6 +70,9 @@ func Dial(ctx context.Context, network, address string, opts *Options) (*Conn, e
 		c.release()
 		return nil, err
 	}
+	if err := a.adopt(c); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 

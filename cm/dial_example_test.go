@@ -27,7 +27,6 @@ func ExampleDial() {
 			log.Fatal(err)
 		}
 		defer dev.Close()
-		defer cm.Detach(dev)
 	}
 
 	// The server: its QP and memory share a PD so the REP can offer the MR.

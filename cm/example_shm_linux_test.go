@@ -28,9 +28,7 @@ func ExampleDial_sharedMemory() {
 	}
 	server, client := open(), open()
 	defer server.Close()
-	defer cm.Detach(server)
 	defer client.Close()
-	defer cm.Detach(client)
 
 	ln, err := cm.Listen("rdma", "127.0.0.1:0", &cm.Options{Context: server}) // port 0: any free one
 	if err != nil {

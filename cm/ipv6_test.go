@@ -27,7 +27,7 @@ func openLoopbackInterface(t *testing.T) *soft.Device {
 		c.Close()
 		dev, err := soft.Open(soft.Config{Interface: "lo", Port: port})
 		if err == nil {
-			t.Cleanup(func() { cm.Detach(dev); dev.Close() })
+			t.Cleanup(func() { dev.Close() })
 			return dev
 		}
 		if !strings.Contains(err.Error(), "in use") {

@@ -13,10 +13,11 @@ import (
 )
 
 // Listener accepts rdma_cm connection requests for one port of one port
-// space (TCP for RC, UDP for UD) on one device. It is safe for concurrent
-// use.
+// space (TCP for RC, UDP for UD) on one device, or, listening on the
+// unspecified address, on every device of the host. It is safe for
+// concurrent use.
 type Listener struct {
-	a         *agent
+	a         *agent // nil for a listener on every device (parts)
 	addr      netip.AddrPort
 	serviceID uint64
 	qpType    verbs.QPType
@@ -26,15 +27,26 @@ type Listener struct {
 	closeOnce sync.Once
 	closed    chan struct{}
 	unbind    func() // releases the service ID (verbs.ServiceDirectory), or nil
+
+	// A listener on every device (wildcard.go) is one listener per
+	// device, parts, all queueing requests on its reqs; it closes the
+	// devices it opened itself.
+	parts  []*Listener
+	opened []verbs.Context
+	part   bool // one of parts: the whole drains reqs when it closes
 }
 
 // Listen starts accepting connection requests at address ("IP:port" with
 // network "rdma"; port 0 picks a random one) like rdma_bind_addr and
-// rdma_listen. The device is opts.Context or the one that has the IP (an
-// unspecified IP takes the first opened device). opts.QPType UD listens
-// in the UDP port space (SIDR), else TCP (RC).
+// rdma_listen. The device is opts.Context or the one that has the IP.
+// An unspecified IP (":port", "0.0.0.0:port", "[::]:port") without
+// opts.Context listens on every device, as rdma_cm does: each device this
+// process has opened, and the device of each network interface not yet
+// opened, which the listener opens for itself (see [Listener.Devices])
+// and closes once it and the connections accepted on them are closed. opts.QPType UD listens in the UDP port space
+// (SIDR), else TCP (RC).
 func Listen(network, address string, opts *Options) (*Listener, error) {
-	laddr, err := splitAddr(network, address)
+	laddr, err := splitAddr(network, wildcardHost(address))
 	if err != nil {
 		return nil, err
 	}
@@ -42,16 +54,28 @@ func Listen(network, address string, opts *Options) (*Listener, error) {
 	if err := o.checkSecurity(); err != nil {
 		return nil, err
 	}
+	if laddr.Addr().IsUnspecified() && o.Context == nil {
+		return listenAll(laddr, &o, address)
+	}
 	vctx, local, err := resolveLocal(laddr.Addr(), &o)
 	if err != nil {
 		return nil, err
 	}
+	return listenOn(vctx, local, laddr.Port(), o, address, nil)
+}
+
+// listenOn listens on one device. reqs, if not nil, is the channel of the
+// listener on every device that this one is part of.
+func listenOn(vctx verbs.Context, local netip.Addr, port uint16, o Options, address string, reqs chan *ConnRequest) (*Listener, error) {
 	a, err := agentFor(vctx, o.Port)
 	if err != nil {
 		return nil, err
 	}
 	ps := portSpace(o.QPType)
-	l := &Listener{a: a, qpType: o.QPType, opts: o, reqs: make(chan *ConnRequest, o.Backlog), closed: make(chan struct{})}
+	l := &Listener{a: a, qpType: o.QPType, opts: o, reqs: reqs, part: reqs != nil, closed: make(chan struct{})}
+	if reqs == nil {
+		l.reqs = make(chan *ConnRequest, o.Backlog)
+	}
 	l.opts.Context = vctx
 	sd, byService := vctx.(verbs.ServiceDirectory)
 	if byService {
@@ -63,7 +87,10 @@ func Listen(network, address string, opts *Options) (*Listener, error) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	port := laddr.Port()
+	if a.stopped.Load() {
+		return nil, fmt.Errorf("cm.Listen: %v: %w", address, ErrDeviceClosed)
+	}
+	wanted := port
 	for tries := 0; ; tries++ {
 		if port == 0 {
 			port = uint16(1024 + randUint32()%64000)
@@ -86,7 +113,7 @@ func Listen(network, address string, opts *Options) (*Listener, error) {
 		if err == nil {
 			break
 		}
-		if laddr.Port() != 0 || tries > 100 {
+		if wanted != 0 || tries > 100 {
 			return nil, fmt.Errorf("cm.Listen: %v: %w", address, err)
 		}
 		port = 0
@@ -112,11 +139,13 @@ func claimService(ctx verbs.Context, id uint64) (release func(), err error) {
 	return func() { sd.ReleaseService(id) }, nil
 }
 
-// Context returns the device the listener is on.
+// Context returns the device the listener is on; nil for a listener on
+// every device (each request's Context says which device it came to).
 func (l *Listener) Context() verbs.Context { return l.opts.Context }
 
 // Addr returns the address the listener is bound to; on a shared-memory
-// device, its GID and port (dialing it reaches this listener directly).
+// device, its GID and port (dialing it reaches this listener directly);
+// for a listener on every device, the unspecified address and the port.
 func (l *Listener) Addr() netip.AddrPort { return l.addr }
 
 // Accept waits for the next connection request. The caller answers it
@@ -132,17 +161,30 @@ func (l *Listener) Accept(ctx context.Context) (*ConnRequest, error) {
 	}
 }
 
-// Close stops listening; requests not yet accepted are rejected.
+// Close stops listening; requests not yet accepted are rejected, the
+// connections accepted stay. A listener on every device also closes the
+// devices it opened, each when its last connection closes.
 func (l *Listener) Close() error {
 	l.closeOnce.Do(func() {
 		close(l.closed)
-		l.a.mu.Lock()
-		if l.a.listeners[l.serviceID] == l {
-			delete(l.a.listeners, l.serviceID)
+		if l.a != nil {
+			l.a.mu.Lock()
+			if l.a.listeners[l.serviceID] == l {
+				delete(l.a.listeners, l.serviceID)
+			}
+			l.a.mu.Unlock()
 		}
-		l.a.mu.Unlock()
 		if l.unbind != nil {
 			l.unbind()
+		}
+		for _, p := range l.parts {
+			p.Close()
+		}
+		for _, c := range l.opened {
+			closeIdle(c)
+		}
+		if l.part {
+			return // the whole listener owns reqs
 		}
 		for {
 			select {
@@ -178,6 +220,11 @@ type ConnRequest struct {
 	id  *cmID
 	src verbs.MADSource
 }
+
+// Context returns the device the request came to: the one Accept creates
+// the connection's QP on (by default), and the one a QP or PD given in
+// Accept's options must belong to.
+func (r *ConnRequest) Context() verbs.Context { return r.l.opts.Context }
 
 func newConnRequest(l *Listener, id *cmID, src verbs.MADSource, r *wire.CMReq) *ConnRequest {
 	cr := &ConnRequest{Req: *r, QPType: verbs.QPTypeRC, l: l, id: id, src: src}
@@ -273,12 +320,16 @@ func (r *ConnRequest) Accept(ctx context.Context, opts *Options) (*Conn, error) 
 			return fail(err)
 		}
 		a.mu.Lock()
-		defer a.mu.Unlock()
 		if id.state != stateSIDRReqRcvd {
+			a.mu.Unlock()
 			c.release()
 			return nil, fmt.Errorf("cm: the request was already answered (%v)", id.state)
 		}
 		a.sendSIDRRepLocked(id, wire.SIDRSuccess, c.QP.QPNum(), RDMAUDPQKey, o.PrivateData)
+		a.mu.Unlock()
+		if err := a.adopt(c); err != nil {
+			return nil, err
+		}
 		return c, nil
 	}
 	if err != nil {
@@ -382,6 +433,9 @@ func (r *ConnRequest) Accept(ctx context.Context, opts *Options) (*Conn, error) 
 	a.mu.Unlock()
 	if gone {
 		c.closeWith(ErrDisconnected)
+	}
+	if err := a.adopt(c); err != nil {
+		return nil, err
 	}
 	go c.watch()
 	return c, nil

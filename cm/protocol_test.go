@@ -301,7 +301,7 @@ func TestPeerDeath(t *testing.T) {
 			t.Fatal(err)
 		}
 		srv := <-srvC
-		Detach(p.srv) // the server host is gone: no more CM
+		p.srv.HandleMADs(1, nil) // the server host is gone: no more CM
 		srv.QP.(*fakeRCQP).setState(verbs.QPStateErr)
 		select {
 		case <-srv.Done():

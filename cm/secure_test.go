@@ -26,7 +26,6 @@ func TestDialSecure(t *testing.T) {
 			t.Skipf("cannot open a device on %s: %v", a, err)
 		}
 		defer dev.Close()
-		defer cm.Detach(dev)
 	}
 	ln, err := cm.Listen("rdma", "127.0.65.2:7500", &cm.Options{Security: verbs.SecurityAuth})
 	if err != nil {
@@ -119,7 +118,6 @@ func TestDialSecurePSK(t *testing.T) {
 			t.Skipf("cannot open a device on %s: %v", a, err)
 		}
 		defer dev.Close()
-		defer cm.Detach(dev)
 	}
 	psk := bytes.Repeat([]byte("0123456789abcdef"), 2)
 	ln, err := cm.Listen("rdma", "127.0.65.4:7501", &cm.Options{Security: verbs.SecurityEncrypt, SecurityPSK: psk})

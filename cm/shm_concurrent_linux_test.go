@@ -109,7 +109,6 @@ func openShmB(b *testing.B) *shm.Device {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
-		cm.Detach(dev)
 		dev.Close()
 	})
 	return dev

@@ -51,7 +51,6 @@ func shmPeer(scenario string) error {
 		return err
 	}
 	defer dev.Close()
-	defer cm.Detach(dev)
 	opts := &cm.Options{Context: dev}
 	if scenario == "ud" {
 		opts.QPType = verbs.QPTypeUD
@@ -279,7 +278,6 @@ func openShm(t *testing.T) *shm.Device {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		cm.Detach(dev)
 		if err := dev.Close(); err != nil {
 			t.Error(err)
 		}

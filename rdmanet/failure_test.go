@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/provider/soft"
 	"github.com/softrdma/softrdma/verbs"
 )
@@ -242,7 +241,6 @@ func TestNoLeaks(t *testing.T) {
 	}
 	l.Close()
 	for _, d := range devs {
-		cm.Detach(d)
 		if err := d.Close(); err != nil {
 			t.Errorf("closing %s after every connection closed: %v", d.Name(), err)
 		}

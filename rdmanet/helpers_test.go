@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/provider/soft"
 )
 
@@ -53,8 +52,6 @@ func devices(t testing.TB) (*soft.Device, *soft.Device) {
 }
 
 var warmOnce sync.Once
-
-var _ = cm.Detach
 
 // pair returns a connected (client, server) pair; the listener is closed.
 func pair(t testing.TB, cfg *Config) (*Conn, *Conn) {

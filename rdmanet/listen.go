@@ -78,7 +78,9 @@ func (l *Listener) Stats() ListenerStats {
 }
 
 // Listen listens at address ("IP:port"; port 0 picks one) on network
-// "rdma" or "tcp" with rsocket's defaults.
+// "rdma" or "tcp" with rsocket's defaults. Without an IP (":port",
+// "0.0.0.0:port", "[::]:port") it listens on every device of the host,
+// as cm.Listen does.
 func Listen(network, address string) (net.Listener, error) {
 	return ListenConfig(network, address, nil)
 }
@@ -142,7 +144,7 @@ func (l *Listener) handshake(req *cm.ConnRequest, cfg Config) {
 		req.Reject(nil)
 		return
 	}
-	c, cd, err := newConn(l.l.Context(), cfg)
+	c, cd, err := newConn(req.Context(), cfg)
 	if err != nil {
 		req.Reject(nil)
 		keep = true
@@ -152,7 +154,7 @@ func (l *Listener) handshake(req *cm.ConnRequest, cfg Config) {
 	var pd [connDataLen]byte
 	cd.encode(pd[:])
 	ctx, cancel := context.WithTimeout(l.ctx, cfg.HandshakeTimeout)
-	cmc, err := req.Accept(ctx, &cm.Options{PD: c.pd, QP: c.qp, PrivateData: pd[:], Context: l.l.Context()})
+	cmc, err := req.Accept(ctx, &cm.Options{PD: c.pd, QP: c.qp, PrivateData: pd[:], Context: req.Context()})
 	cancel()
 	if err != nil {
 		c.release()

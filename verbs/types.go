@@ -283,6 +283,13 @@ func (s WCStatus) String() string {
 	return fmt.Sprintf("WCStatus(%d)", uint8(s))
 }
 
+// Error returns the status's name, as String: a status is an error value
+// so that layers which turn a failed completion into a Go error (package
+// cm's one-sided calls) can wrap it, and errors.Is(err, WCRemAccessErr)
+// tells which status it was. Completions themselves carry the status as
+// a value, never as an error.
+func (s WCStatus) Error() string { return s.String() }
+
 // WCOpcode is the operation a work completion reports (enum ibv_wc_opcode).
 type WCOpcode uint8
 

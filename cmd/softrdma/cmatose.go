@@ -201,7 +201,6 @@ func cmaClient(o *cmaOpts) error {
 		return err
 	}
 	defer dev.Close()
-	defer cm.Detach(dev)
 	ip, err := resolveIP(o.server)
 	if err != nil {
 		return err
@@ -281,17 +280,16 @@ func cmaClient(o *cmaOpts) error {
 
 func cmaServer(o *cmaOpts) error {
 	fmt.Printf("%s: starting server\n", o.name)
-	dev, err := openCMDevice(o.bind, "")
+	dev, err := openCMServerDevice(o.bind)
 	if err != nil {
 		return err
 	}
-	defer dev.Close()
-	defer cm.Detach(dev)
+	defer closeDevice(dev)
 	opts := &cm.Options{Context: dev}
 	if o.ud {
 		opts.QPType = verbs.QPTypeUD
 	}
-	ln, err := cm.Listen("rdma", netip.AddrPortFrom(cmLocalAddr(dev), uint16(o.port)).String(), opts)
+	ln, err := cm.Listen("rdma", cmListenAddr(dev, o.port), opts)
 	if err != nil {
 		return err
 	}
@@ -310,7 +308,7 @@ func cmaServer(o *cmaOpts) error {
 		if err != nil {
 			return err
 		}
-		n, err := o.newNode(dev)
+		n, err := o.newNode(req.Context())
 		if err != nil {
 			fmt.Printf("%s: failing connection request\n", o.name)
 			req.Reject(nil)

@@ -38,6 +38,7 @@ var commands = map[string]command{
 	"flood":           {"flood a RoCEv2 endpoint with forged packets (an attacker, for measuring; docs/security.md)", runFlood},
 	"nvmet":           {"serve a file or memory as an NVMe-oF namespace over RDMA (Linux nvme-rdma connects to it)", runNvmet},
 	"nvme":            {"NVMe-oF host commands like nvme-cli's: discover, id-ctrl, id-ns, read, write, perf", runNvme},
+	"version":         {"the module version and VCS revision this binary was built from", runVersion},
 }
 
 func usage() {

@@ -133,9 +133,6 @@ func runPT(env ptEnv, o *ptOptions) error {
 		return err
 	}
 	if o.rdmaCM {
-		if env.dev == nil {
-			defer cm.Detach(r.dev) // before the device closes
-		}
 		ch, err := r.establishCM()
 		if err != nil {
 			return err

@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/internal/perftest"
 	"github.com/softrdma/softrdma/provider/soft"
 	"github.com/softrdma/softrdma/verbs"
@@ -81,8 +80,6 @@ func ptPairTestDevicesAt(t *testing.T) (da, db *soft.Device, a, b netip.Addr, po
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
-			cm.Detach(db)
-			cm.Detach(da)
 			db.Close()
 			da.Close()
 		})

@@ -255,7 +255,6 @@ func rpingClient(o *rpingOpts) error {
 		return err
 	}
 	defer dev.Close()
-	defer cm.Detach(dev)
 	t, err := newCMTool(dev, verbs.QPTypeRC, 16, 2)
 	if err != nil {
 		return err
@@ -359,21 +358,19 @@ func cstr(b []byte) string {
 }
 
 func rpingServer(o *rpingOpts) error {
-	dev, err := openCMDevice(o.addr, "")
+	dev, err := openCMServerDevice(o.addr)
 	if err != nil {
 		return err
 	}
-	defer dev.Close()
-	defer cm.Detach(dev)
-	local := cmLocalAddr(dev)
-	ln, err := cm.Listen("rdma", netip.AddrPortFrom(local, uint16(o.port)).String(), &cm.Options{Context: dev})
+	defer closeDevice(dev)
+	ln, err := cm.Listen("rdma", cmListenAddr(dev, o.port), &cm.Options{Context: dev})
 	if err != nil {
 		return err
 	}
 	defer ln.Close()
 	o.logf("rdma_listen\n")
 	for {
-		if err := rpingServeOne(o, dev, ln); err != nil {
+		if err := rpingServeOne(o, ln); err != nil {
 			return fmt.Errorf("rping server failed: %w", err)
 		}
 		if !o.persistent {
@@ -382,12 +379,12 @@ func rpingServer(o *rpingOpts) error {
 	}
 }
 
-func rpingServeOne(o *rpingOpts, dev verbs.Context, ln *cm.Listener) error {
+func rpingServeOne(o *rpingOpts, ln *cm.Listener) error {
 	req, err := ln.Accept(context.Background())
 	if err != nil {
 		return err
 	}
-	t, err := newCMTool(dev, verbs.QPTypeRC, 16, 2)
+	t, err := newCMTool(req.Context(), verbs.QPTypeRC, 16, 2)
 	if err != nil {
 		req.Reject(nil)
 		return err

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/rdmanet"
 	"github.com/softrdma/softrdma/verbs"
 )
@@ -213,12 +212,17 @@ func (o *rstreamOpts) run() error {
 	}
 	o.buf = make([]byte, maxSize)
 	if !o.tcp {
-		dev, err := openCMDevice(o.src, o.dst)
+		var dev verbs.Context
+		var err error
+		if o.dst == "" {
+			dev, err = openCMServerDevice(o.src)
+		} else {
+			dev, err = openCMDevice(o.src, o.dst)
+		}
 		if err != nil {
 			return err
 		}
-		defer dev.Close()
-		defer cm.Detach(dev)
+		defer closeDevice(dev)
 		o.dev = dev
 	}
 	if o.dst == "" {

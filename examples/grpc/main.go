@@ -46,7 +46,6 @@ func run(clientIP, serverIP string, udpPort uint16, calls int) error {
 			return err
 		}
 		defer dev.Close()
-		defer cm.Detach(dev)
 	}
 	ln, err := rdmanet.Listen("rdma", serverIP+":0")
 	if err != nil {

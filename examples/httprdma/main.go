@@ -2,7 +2,9 @@
 // rdmanet listener and an http.Client whose Transport dials with
 // rdmanet, each on its own softrdma device in this process. The bytes
 // between them are rsocket's protocol over RoCEv2, so the server could
-// as well be reached by a C client under librspreload.
+// as well be reached by a C client under librspreload. The lines between
+// "README begin" and "README end" are the README's rdmanet example
+// (main_test.go checks it).
 //
 //	go run ./examples/httprdma
 package main
@@ -19,7 +21,6 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/provider/soft"
 	"github.com/softrdma/softrdma/rdmanet"
 )
@@ -41,45 +42,53 @@ func run(clientIP, serverIP string, udpPort uint16, requests int) error {
 			return err
 		}
 		defer dev.Close()
-		defer cm.Detach(dev)
 	}
 
+	mux := http.NewServeMux()
+	mux.HandleFunc("/upper", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Write(bytes.ToUpper(b))
+	})
+	// README begin
+	// The server: an rdmanet.Listener is a net.Listener (":7471" would
+	// listen on every device of the host).
 	ln, err := rdmanet.Listen("rdma", serverIP+":0")
 	if err != nil {
 		return err
 	}
-	mux := http.NewServeMux()
 	mux.HandleFunc("/hello", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "hello over RDMA, %s\n", r.RemoteAddr)
-	})
-	mux.HandleFunc("/upper", func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		w.Write(bytes.ToUpper(b))
 	})
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(ln)
 	defer srv.Close()
 
+	// The client: an http.Transport that dials with rdmanet.
 	var d rdmanet.Dialer
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return d.DialContext(ctx, "rdma", ln.Addr().String())
 	}}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr}
-	for i := 0; i < requests; i++ {
-		resp, err := hc.Get("http://rdma/hello")
+	resp, err := hc.Get("http://rdma/hello")
+	// README end
+	for i := 1; ; i++ {
 		if err != nil {
 			return err
 		}
-		b, err := io.ReadAll(resp.Body)
+		b, rerr := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if err != nil {
-			return err
+		if rerr != nil {
+			return rerr
 		}
 		fmt.Printf("GET /hello: %s %s", resp.Status, strings.Split(string(b), ",")[0]+"\n")
+		if i >= requests {
+			break
+		}
+		resp, err = hc.Get("http://rdma/hello")
 	}
 	body := strings.Repeat("rdma ", 100000) // 500 kB, many ring turns
-	resp, err := hc.Post("http://rdma/upper", "text/plain", strings.NewReader(body))
+	resp, err = hc.Post("http://rdma/upper", "text/plain", strings.NewReader(body))
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,8 @@
 // Command quickstart is the README's API example as a program that runs:
 // a server listens for RDMA connections and offers a buffer; a client
 // dials it (rdma_cm's protocol, so rping or ucmatose could be either
-// side), RDMA WRITEs into the buffer and waits for the completion. Both
+// side), RDMA WRITEs into the buffer and waits for the completion
+// (cm.Conn's one-sided calls). Both
 // run in this process, each with its own softrdma device, so one command
 // runs it all:
 //
@@ -17,7 +18,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"flag"
 	"fmt"
 	"log"
@@ -54,8 +54,7 @@ func serve(ctx context.Context, ip string, listening chan<- struct{}, got chan<-
 	req, _ := ln.Accept(ctx)
 	pd, _ := dev.AllocPD()
 	buf, _ := pd.AllocMR(4096, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-	offer := binary.BigEndian.AppendUint64(nil, buf.Addr())  // where to WRITE,
-	offer = binary.BigEndian.AppendUint32(offer, buf.RKey()) // with which key
+	offer, _ := cm.RemoteBufferOf(buf).AppendBinary(nil) // where to WRITE, with which key
 	conn, _ := req.Accept(ctx, &cm.Options{PD: pd, PrivateData: offer})
 	<-conn.Done() // the client disconnects when it is done
 	// README end
@@ -81,17 +80,13 @@ func run(addr, peerIP string) error {
 	conn, _ := cm.Dial(ctx, "rdma", peerIP+":7471", nil) // finds the device that reaches it
 	mr, _ := conn.PD.AllocMR(4096, verbs.AccessLocalWrite)
 	copy(mr.Bytes(), "hello, RDMA")
-	raddr, rkey := binary.BigEndian.Uint64(conn.PeerPrivateData), binary.BigEndian.Uint32(conn.PeerPrivateData[8:])
-	conn.QP.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
-		SGList: []verbs.SGE{mr.SGE(0, 4096)}, RemoteAddr: raddr, RKey: rkey})
-	wc := make([]verbs.WC, 1)
-	conn.SendCQ.Wait(ctx)
-	conn.SendCQ.Poll(wc) // wc[0].Status == verbs.WCSuccess
-	conn.Close()         // DREQ/DREP: the server sees conn.Done()
+	remote, _, _ := cm.ParseRemoteBuffer(conn.PeerPrivateData)
+	err := conn.Write(ctx, mr.SGE(0, 4096), remote) // RDMA WRITE, wait for its completion
+	conn.Close()                                    // DREQ/DREP: the server sees conn.Done()
 	// README end
 
-	if wc[0].Status != verbs.WCSuccess {
-		return fmt.Errorf("RDMA WRITE completed with %v", wc[0].Status)
+	if err != nil {
+		return err // a *cm.CompletionError: errors.Is(err, verbs.WCRemAccessErr), ...
 	}
 	select {
 	case b := <-got:

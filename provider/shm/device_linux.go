@@ -51,7 +51,8 @@ type Device struct {
 	pds, cqs int
 	services map[*net.UnixListener]bool // BindService's sockets, closed at Close
 
-	events verbsobj.Events // asynchronous events (AsyncEvents)
+	events     verbsobj.Events // asynchronous events (AsyncEvents)
+	closeHooks verbs.CloseHooks
 
 	madHandler atomic.Pointer[func(verbs.MADSource, []byte)] // QP1's receiver (HandleMADs)
 
@@ -247,13 +248,29 @@ func (d *Device) Closed() bool {
 	return d.closed
 }
 
-// Close stops the device: it destroys the QPs and deregisters the MRs the
-// application left (as closing a kernel device's file does: peers lose
-// their mappings first), then closes the socket and every connection and
-// stops its goroutines. Later calls on the device's objects fail with
-// verbs.ErrDestroyed or find the device closed. Closing a closed device
-// does nothing.
+// OnClose registers f to run when Close begins (verbs.CloseNotifier):
+// the connection manager ends its work on the device there.
+func (d *Device) OnClose(f func()) (remove func()) { return d.closeHooks.OnClose(f) }
+
+// Close stops the device: it first runs the OnClose functions (the
+// connection manager closes its listeners and connections and releases
+// what it created, sending their disconnects), then destroys the QPs and
+// deregisters the MRs the application left (as closing a kernel device's
+// file does: peers lose their mappings first), closes the socket and
+// every connection and stops its goroutines. Later calls on the device's
+// objects fail with verbs.ErrDestroyed or find the device closed.
+// Closing a closed device does nothing.
 func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.mu.Unlock()
+	// What runs on the device (cm's agent, its connections and the
+	// objects they created) ends first, while it can still send their
+	// disconnects.
+	d.closeHooks.RunCloseHooks()
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()

@@ -79,6 +79,7 @@ type Device struct {
 	serveKick   chan struct{} // wakes the loop from stepping aside
 	log         *logger       // nil: no Config.Logger
 	filled      int           // pkts[:filled] need resetBufs (under rxMu)
+	closeHooks  verbs.CloseHooks
 }
 
 // --- verbs.Device ---
@@ -137,7 +138,9 @@ func (d *Device) CreateCQ(cqe int, ch *verbs.CompChannel) (verbs.CQ, error) {
 	return d.eng.CreateCQ(cqe, ch)
 }
 
-// Close stops the device and releases everything: the receive goroutine
+// Close stops the device and releases everything: first what runs on it
+// (the OnClose functions: the connection manager disconnects and closes
+// its connections and listeners), then the receive goroutine
 // and the timers stop, the QPs the application left are destroyed (their
 // outstanding work requests discarded, as ibv_destroy_qp does), its MRs
 // deregistered, its SRQs, AHs, CQs and PDs released, the UDP socket
@@ -148,6 +151,9 @@ func (d *Device) Close() error {
 	if d.eng.Closed() {
 		return nil
 	}
+	// What runs on the device (cm's agent, its connections) ends first,
+	// while the device can still send their disconnects.
+	d.closeHooks.RunCloseHooks()
 	err := d.eng.Stop()
 	d.ackTimer.Stop()
 	d.timerMu.Lock()
@@ -173,6 +179,10 @@ func (d *Device) Close() error {
 	}
 	return err
 }
+
+// OnClose registers f to run when Close begins (verbs.CloseNotifier):
+// the connection manager ends its work on the device there.
+func (d *Device) OnClose(f func()) (remove func()) { return d.closeHooks.OnClose(f) }
 
 // AsyncEvents returns the device's asynchronous events (verbs.AsyncEventer):
 // a QP's fatal, request and access errors, communication established,
