@@ -1,8 +1,11 @@
-package main
+// Package bench is softrdma bench: WRITE, READ and SEND bandwidth and
+// latency with both ends in one process (internal/bench's engine), over
+// UDP loopback or shared memory, printed as tables, plotted, and written
+// as JSON or CSV; with -scale, what QP counts cost.
+package bench
 
 import (
-	"encoding/csv"
-	"encoding/json"
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -14,6 +17,8 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/internal/bench"
+	"github.com/softrdma/softrdma/internal/tools/device"
+	"github.com/softrdma/softrdma/internal/tools/report"
 	"github.com/softrdma/softrdma/provider/shm"
 	"github.com/softrdma/softrdma/provider/soft"
 	"github.com/softrdma/softrdma/transport/udp"
@@ -32,8 +37,16 @@ type benchReport struct {
 	Counter  map[string]uint64 `json:"counters,omitempty"`
 }
 
-func runBench(args []string) error {
+// Run runs softrdma bench with the command line args[1:] (args[0] is the
+// command's name). -h prints the usage and returns flag.ErrHelp.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	env, err := device.LoadEnv()
+	if err != nil {
+		return err
+	}
+	args = args[min(1, len(args)):]
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	ops := fs.String("ops", "write,read,send", "operations to measure: write, read, send")
 	sizesFlag := fs.String("sizes", "2,64,1024,4096,65536,1048576", "message sizes in bytes, comma separated")
 	iters := fs.Int("n", 2000, "iterations per bandwidth test (without -n, sizes of 1 MiB and more run a twentieth of the default, at least 64; an explicit -n is run as given)")
@@ -97,7 +110,7 @@ func runBench(args []string) error {
 	var over string // what connects the devices, for the headers
 	switch *provider {
 	case "soft":
-		sa, sb, err := openPair(*addrA, *addrB, uint16(*port), *noGSO)
+		sa, sb, err := openPair(&env, *addrA, *addrB, uint16(*port), *noGSO)
 		if err != nil {
 			return err
 		}
@@ -125,19 +138,19 @@ func runBench(args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("softrdma bench -scale: %s ⇄ %s %s, IB MTU %d, busy-polled completions\n",
+		fmt.Fprintf(stdout, "softrdma bench -scale: %s ⇄ %s %s, IB MTU %d, busy-polled completions\n",
 			devAddr(a), devAddr(b), over, pmtu.Bytes())
-		res, err := runScale(os.Stdout, a, b, counts, scaleOpts{size: *scaleSize, msgs: *scaleMsgs, rateMsgs: *scaleRate,
+		res, err := runScale(stdout, a, b, counts, scaleOpts{size: *scaleSize, msgs: *scaleMsgs, rateMsgs: *scaleRate,
 			outstanding: *scaleOut, mtu: pmtu, counters: *scaleCounters})
 		if err != nil {
 			return err
 		}
 		if *jsonFile != "" {
 			rep := scaleReport{Time: time.Now(), AddrA: devAddr(a), AddrB: devAddr(b), MTU: pmtu.Bytes(), Results: res}
-			if err := writeJSON(*jsonFile, rep); err != nil {
+			if err := report.WriteJSON(*jsonFile, rep); err != nil {
 				return err
 			}
-			fmt.Printf("results written to %s\n", *jsonFile)
+			fmt.Fprintf(stdout, "results written to %s\n", *jsonFile)
 		}
 		return nil
 	}
@@ -169,11 +182,11 @@ func runBench(args []string) error {
 		return err
 	}
 	rep := benchReport{Time: time.Now(), Provider: *provider, AddrA: devAddr(a), AddrB: devAddr(b), MTU: pmtu.Bytes()}
-	w := os.Stdout
+	w := stdout
 	fmt.Fprintf(w, "softrdma bench: %s ⇄ %s %s, IB MTU %d, %s completions\n",
 		rep.AddrA, rep.AddrB, over, pmtu.Bytes(), map[bool]string{false: "busy-polled", true: "spin-then-block"}[*block])
-	bar := newProgressBar()
-	defer bar.stop()
+	bar := report.NewProgressBar(stderr, env.NoProgress)
+	defer bar.Stop()
 	runs, run := 0, 0
 	if !*noBW {
 		runs += len(opList) * len(sizes)
@@ -189,7 +202,7 @@ func runBench(args []string) error {
 		for _, op := range opList {
 			printBWHeader(w, op)
 			for _, size := range sizes {
-				bar.start(fmt.Sprintf("%v bandwidth, %d B", op, size), run, runs, nil)
+				bar.Start(fmt.Sprintf("%v bandwidth, %d B", op, size), run, runs, nil)
 				run++
 				n := *iters
 				if size >= 1<<20 && !nSet {
@@ -201,7 +214,7 @@ func runBench(args []string) error {
 					return fmt.Errorf("%v bandwidth, %d bytes: %w", op, size, err)
 				}
 				r.Stalls = bench.Delta(before, counters(a, b))
-				bar.pause()
+				bar.Pause()
 				printBWRow(w, r)
 				rep.BW = append(rep.BW, r)
 			}
@@ -214,7 +227,7 @@ func runBench(args []string) error {
 				if size > 65536 {
 					continue
 				}
-				bar.start(fmt.Sprintf("%v latency, %d B", op, size), run, runs, nil)
+				bar.Start(fmt.Sprintf("%v latency, %d B", op, size), run, runs, nil)
 				run++
 				before := counters(a, b)
 				r, err := bench.Lat(sa, sb, bench.Config{Op: op, Size: size, Iters: *latIters, Block: *block})
@@ -222,13 +235,13 @@ func runBench(args []string) error {
 					return fmt.Errorf("%v latency, %d bytes: %w", op, size, err)
 				}
 				r.Stalls = bench.Delta(before, counters(a, b))
-				bar.pause()
+				bar.Pause()
 				printLatRow(w, r)
 				rep.Lat = append(rep.Lat, r)
 			}
 		}
 	}
-	bar.stop()
+	bar.Stop()
 	fmt.Fprintln(w, dashes)
 	rep.Counter = map[string]uint64{}
 	for _, d := range []struct {
@@ -242,7 +255,7 @@ func runBench(args []string) error {
 		}
 	}
 	if *jsonFile != "" {
-		if err := writeJSON(*jsonFile, rep); err != nil {
+		if err := report.WriteJSON(*jsonFile, rep); err != nil {
 			return err
 		}
 		fmt.Fprintf(w, "results written to %s\n", *jsonFile)
@@ -297,7 +310,7 @@ func devAddr(d verbs.Context) string {
 
 // openPair opens the two devices. If an address is taken (another softrdma
 // or rxe bound port 4791 there), it says so and suggests -a/-b.
-func openPair(addrA, addrB string, port uint16, noGSO bool) (*soft.Device, *soft.Device, error) {
+func openPair(env *device.Env, addrA, addrB string, port uint16, noGSO bool) (*soft.Device, *soft.Device, error) {
 	pa, err := netip.ParseAddr(addrA)
 	if err != nil {
 		return nil, nil, fmt.Errorf("-a %q: %v", addrA, err)
@@ -307,30 +320,20 @@ func openPair(addrA, addrB string, port uint16, noGSO bool) (*soft.Device, *soft
 		return nil, nil, fmt.Errorf("-b %q: %v", addrB, err)
 	}
 	ucfg := udp.Config{DisableGSO: noGSO}
-	a, err := soft.Open(soft.Config{Name: "softrdma_a", Addr: pa, Port: port, UDP: ucfg})
+	cfgA := soft.Config{Name: "softrdma_a", Addr: pa, Port: port, UDP: ucfg}
+	cfgB := soft.Config{Name: "softrdma_b", Addr: pb, Port: port, UDP: ucfg}
+	env.Tune(&cfgA)
+	env.Tune(&cfgB)
+	a, err := soft.Open(cfgA)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w (choose other loopback addresses with -a and -b)", err)
 	}
-	b, err := soft.Open(soft.Config{Name: "softrdma_b", Addr: pb, Port: port, UDP: ucfg})
+	b, err := soft.Open(cfgB)
 	if err != nil {
 		a.Close()
 		return nil, nil, fmt.Errorf("%w (choose other loopback addresses with -a and -b)", err)
 	}
 	return a, b, nil
-}
-
-func writeJSON(path string, v any) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	enc := json.NewEncoder(f)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 const dashes = "---------------------------------------------------------------------------------------"
@@ -359,11 +362,9 @@ func printLatHeader(w io.Writer, op bench.Op) {
 	fmt.Fprintf(w, " %-7s %-12s %-12s %-12s %-16s %-12s %-14s %-22s %-22s %s\n", "#bytes", "#iterations", "t_min[usec]", "t_max[usec]", "t_typical[usec]", "t_avg[usec]", "t_stdev[usec]", "99% percentile[usec]", "99.9% percentile[usec]", stallsHeader)
 }
 
-func us(d time.Duration) float64 { return float64(d) / 1e3 }
-
 func printLatRow(w io.Writer, r bench.LatResult) {
 	fmt.Fprintf(w, " %-7d %-12d %-12.2f %-12.2f %-16.2f %-12.2f %-14.2f %-22.2f %-22.2f %s\n", r.Size, r.Iters,
-		us(r.Min), us(r.Max), us(r.Typical), us(r.Avg), us(r.Stdev), us(r.P99), us(r.P999), stallsCols(r.Stalls))
+		report.Micros(r.Min), report.Micros(r.Max), report.Micros(r.Typical), report.Micros(r.Avg), report.Micros(r.Stdev), report.Micros(r.P99), report.Micros(r.P999), stallsCols(r.Stalls))
 }
 
 // stallsHeader and stallsCols end each table row with what stalled the run:
@@ -392,27 +393,12 @@ func writeBenchCSV(path string, rep benchReport) error {
 	}
 	for _, r := range rep.Lat {
 		rows = append(rows, append([]string{"lat", strings.ToLower(r.Op.String()), strconv.Itoa(r.Size), strconv.Itoa(r.Iters), "", "", "", "",
-			f(us(r.Min), 2), f(us(r.Typical), 2), f(us(r.Avg), 2), f(us(r.Max), 2), f(us(r.P99), 2), f(us(r.P999), 2)}, stallsCSV(r.Stalls)...))
+			f(report.Micros(r.Min), 2), f(report.Micros(r.Typical), 2), f(report.Micros(r.Avg), 2), f(report.Micros(r.Max), 2), f(report.Micros(r.P99), 2), f(report.Micros(r.P999), 2)}, stallsCSV(r.Stalls)...))
 	}
-	return writeCSVFile(path, rows)
+	return report.WriteCSV(path, rows)
 }
 
 func stallsCSV(s bench.Stalls) []string {
 	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
 	return []string{u(s.RNRNAKsSent), u(s.RNRNAKsRcvd), u(s.SeqNAKsRcvd), u(s.Timeouts), u(s.Retransmits)}
-}
-
-// writeCSVFile writes rows to a new file at path.
-func writeCSVFile(path string, rows [][]string) error {
-	file, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	w := csv.NewWriter(file)
-	w.WriteAll(rows)
-	if err := w.Error(); err != nil {
-		file.Close()
-		return err
-	}
-	return file.Close()
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"regexp"
@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/softrdma/softrdma/internal/tools/devicetest"
 	"github.com/softrdma/softrdma/verbs"
 )
 
@@ -13,7 +14,7 @@ import (
 // counted during that count alone: the second count's figures are not
 // the sum of both.
 func TestScaleCounters(t *testing.T) {
-	da, db, _, _, _ := ptPairTestDevicesAt(t)
+	da, db, _, _, _ := devicetest.Pair(t)
 	var out strings.Builder
 	if _, err := runScale(&out, da, db, []int{2, 2}, scaleOpts{size: 4096, msgs: 8, mtu: verbs.MTU1024, counters: true}); err != nil {
 		t.Fatal(err)

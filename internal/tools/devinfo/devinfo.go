@@ -1,20 +1,19 @@
-package main
-
-// ibv_devices and ibv_devinfo, as rdma-core 44's libibverbs/examples
-// device_list.c and devinfo.c print them: the same options (getopt_long's
-// -d/--ib-dev, -i/--ib-port, -l/--list, -v/--verbose), the same lines, the
-// same tabs, the same exit statuses, so scripts that read rdma-core's
-// output read softrdma's.
+// Package devinfo is ibv_devices and ibv_devinfo, as rdma-core 44's
+// libibverbs/examples device_list.c and devinfo.c print them: the same
+// options (getopt_long's -d/--ib-dev, -i/--ib-port, -l/--list,
+// -v/--verbose), the same lines, the same tabs, the same exit statuses, so
+// scripts that read rdma-core's output read softrdma's.
+package devinfo
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"strconv"
-	"strings"
 
+	"github.com/softrdma/softrdma/internal/getopt"
 	"github.com/softrdma/softrdma/provider/soft"
 	"github.com/softrdma/softrdma/verbs"
 )
@@ -22,14 +21,26 @@ import (
 // errDevinfoUsage is a bad command line: the usage was printed.
 var errDevinfoUsage = errors.New("invalid command line")
 
+// Run runs ibv_devices or ibv_devinfo, as args[0] names, with the
+// command line args[1:]. A failure that rdma-core's ibv_devinfo reports
+// with an exit status other than 1 is an error with an ExitStatus method
+// (255 for a bad command line, whose complaint and usage are already
+// printed, and an empty message).
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "ibv_devices" {
+		return runDevices(stdout)
+	}
+	return runDevinfo(args[min(1, len(args)):], stdout, stderr)
+}
+
 // runDevices is ibv_devices, which takes no options and ignores its
 // arguments, as rdma-core's does.
-func runDevices(args []string) error {
+func runDevices(stdout io.Writer) error {
 	devs, err := verbs.Devices()
 	if err != nil {
 		return fmt.Errorf("Failed to get IB devices list: %w", err)
 	}
-	writeDevices(os.Stdout, devs)
+	writeDevices(stdout, devs)
 	return nil
 }
 
@@ -50,113 +61,38 @@ type devinfoOptions struct {
 	addr    string // --addr, softrdma's (not in the usage, which is rdma-core's): a device on this IP address
 }
 
-// parseDevinfoArgs parses as getopt_long("d:i:lv") does: clustered short
-// options, attached or separate values, --name=value and unambiguous
-// prefixes of the long names. Like rdma-core, -l acts where it appears
-// (what follows it is not looked at) and operands are ignored.
-// getopt's complaints go to errw.
+// parseDevinfoArgs parses as getopt_long("d:i:lv") does (internal/getopt).
+// Like rdma-core, -l acts where it appears (what follows it is not looked
+// at) and operands are ignored. getopt's complaints go to errw.
 func parseDevinfoArgs(args []string, usage, errw io.Writer) (*devinfoOptions, error) {
 	o := &devinfoOptions{}
-	longs := []struct {
-		name   string
-		short  byte
-		hasArg bool
-	}{{"ib-dev", 'd', true}, {"ib-port", 'i', true}, {"list", 'l', false}, {"verbose", 'v', false}, {"addr", 0, true}}
-	bad := func(complaint string, args ...any) error {
-		if complaint != "" {
-			fmt.Fprintf(errw, "ibv_devinfo: "+complaint+"\n", args...)
+	port := func(val string) error {
+		v, err := strconv.ParseInt(val, 0, 64)
+		if err != nil || v <= 0 || v > 255 {
+			// strtol stops at the first non-digit: "1x" is 1.
+			n := leadingInt(val)
+			if n <= 0 || n > 255 {
+				return errDevinfoUsage
+			}
+			v = int64(n)
+		}
+		o.port = int(v)
+		return nil
+	}
+	table := []getopt.Option{
+		{Short: 'd', Long: "ib-dev", HasArg: true, Set: getopt.String(&o.dev)},
+		{Short: 'i', Long: "ib-port", HasArg: true, Set: port},
+		{Short: 'l', Long: "list", Set: func(string) error { o.list = true; return getopt.ErrStop }},
+		{Short: 'v', Long: "verbose", Set: getopt.Flag(&o.verbose)},
+		{Long: "addr", HasArg: true, Set: getopt.String(&o.addr)},
+	}
+	if _, err := getopt.Parse(table, args); err != nil {
+		var ge *getopt.Error
+		if errors.As(err, &ge) {
+			fmt.Fprintf(errw, "ibv_devinfo: %s\n", ge.Msg)
 		}
 		devinfoUsage(usage)
-		return errDevinfoUsage
-	}
-	set := func(c byte, long, val string) (stop bool, err error) {
-		switch c {
-		case 'd':
-			o.dev = val
-		case 'i':
-			v, err := strconv.ParseInt(val, 0, 64)
-			if err != nil || v <= 0 || v > 255 {
-				// strtol stops at the first non-digit: "1x" is 1.
-				n := leadingInt(val)
-				if n <= 0 || n > 255 {
-					return false, bad("")
-				}
-				v = int64(n)
-			}
-			o.port = int(v)
-		case 'l':
-			o.list = true
-			return true, nil
-		case 'v':
-			o.verbose = true
-		case 0:
-			if long == "addr" {
-				o.addr = val
-			}
-		}
-		return false, nil
-	}
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "--":
-			return o, nil
-		case strings.HasPrefix(a, "--"):
-			name, val, hasVal := strings.Cut(a[2:], "=")
-			match, exact := -1, false
-			var possible []string
-			for j, l := range longs {
-				if l.name == name {
-					match, exact = j, true
-					break
-				}
-				if name != "" && strings.HasPrefix(l.name, name) {
-					possible = append(possible, "'--"+l.name+"'")
-					match = j
-				}
-			}
-			if !exact && len(possible) > 1 {
-				return nil, bad("option '--%s' is ambiguous; possibilities: %s", name, strings.Join(possible, " "))
-			}
-			if match < 0 {
-				return nil, bad("unrecognized option '--%s'", name)
-			}
-			l := longs[match]
-			if l.hasArg && !hasVal {
-				if i+1 >= len(args) {
-					return nil, bad("option '--%s' requires an argument", l.name)
-				}
-				i++
-				val = args[i]
-			} else if !l.hasArg && hasVal {
-				return nil, bad("option '--%s' doesn't allow an argument", l.name)
-			}
-			if stop, err := set(l.short, l.name, val); stop || err != nil {
-				return o, err
-			}
-		case len(a) > 1 && a[0] == '-':
-			for j := 1; j < len(a); j++ {
-				c := a[j]
-				if !strings.ContainsRune("dilv", rune(c)) {
-					return nil, bad("invalid option -- '%c'", c)
-				}
-				val := ""
-				if c == 'd' || c == 'i' {
-					val = a[j+1:]
-					if val == "" {
-						if i+1 >= len(args) {
-							return nil, bad("option requires an argument -- '%c'", c)
-						}
-						i++
-						val = args[i]
-					}
-					j = len(a)
-				}
-				if stop, err := set(c, "", val); stop || err != nil {
-					return o, err
-				}
-			}
-		}
+		return nil, errDevinfoUsage
 	}
 	return o, nil
 }
@@ -195,27 +131,20 @@ type devinfoError struct {
 
 func (e *devinfoError) Error() string { return e.msg }
 
+// ExitStatus is the status ibv_devinfo exits with.
+func (e *devinfoError) ExitStatus() int { return e.status }
+
 // runDevinfo is ibv_devinfo. Its errors are printed as rdma-core prints
-// them, without the command's name, and it exits with rdma-core's status.
-func runDevinfo(args []string) error {
-	o, err := parseDevinfoArgs(args, os.Stdout, os.Stderr)
+// them, without the command's name, and carry rdma-core's exit status.
+func runDevinfo(args []string, stdout, stderr io.Writer) error {
+	o, err := parseDevinfoArgs(args, stdout, stderr)
 	if err != nil {
-		os.Exit(255)
+		return &devinfoError{status: 255}
 	}
-	if err := devinfo(os.Stdout, o); err != nil {
-		var de *devinfoError
-		if errors.As(err, &de) {
-			if de.msg != "" {
-				fmt.Fprintln(os.Stderr, de.msg)
-			}
-			os.Exit(de.status)
-		}
-		return err
-	}
-	return nil
+	return devinfo(stdout, stderr, o)
 }
 
-func devinfo(w io.Writer, o *devinfoOptions) error {
+func devinfo(w, errw io.Writer, o *devinfoOptions) error {
 	if o.addr != "" {
 		a, err := netip.ParseAddr(o.addr)
 		if err != nil {
@@ -263,7 +192,7 @@ func devinfo(w io.Writer, o *devinfoOptions) error {
 			if !errors.As(err, &de) {
 				return err
 			}
-			fmt.Fprintln(os.Stderr, de.msg)
+			fmt.Fprintln(errw, de.msg)
 			status |= de.status
 		}
 	}

@@ -1,6 +1,4 @@
-package main
-
-// softrdma flood: an attacker process for measuring what a flood of forged
+// Package flood is softrdma flood: an attacker process for measuring what a flood of forged
 // RoCEv2 packets costs a victim (docs/security.md, "Flood"). It sends, as
 // fast as one goroutine can, a mix of
 //
@@ -16,11 +14,14 @@ package main
 // header, with the source ports the peer's own sockets have on -from
 // (/proc/net/udp): packets that pass the peer-port check, as an attacker
 // on the path or root on the peer's host could send them.
+package flood
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -47,8 +48,9 @@ type floodOpts struct {
 	variants int // distinct packets built up front
 }
 
-func parseFloodArgs(args []string) (*floodOpts, error) {
+func parseFloodArgs(args []string, usage io.Writer) (*floodOpts, error) {
 	fs := flag.NewFlagSet("flood", flag.ContinueOnError)
+	fs.SetOutput(usage)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: softrdma flood -to ADDR -from ADDR -qpn QPN [flags]\n\n"+
 			"Floods the RoCEv2 endpoint at ADDR (UDP 4791) with forged packets for -d,\n"+
@@ -152,12 +154,15 @@ type floodResult struct {
 	ports        []uint16 // source ports used
 }
 
-func runFlood(args []string) error {
-	o, err := parseFloodArgs(args)
+// Run runs softrdma flood with the command line args[1:] (args[0] is the
+// command's name). It stops early when ctx ends. -h prints the usage and
+// returns flag.ErrHelp.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFloodArgs(args[min(1, len(args)):], stderr)
 	if err != nil {
 		return err
 	}
-	r, err := flood(o)
+	r, err := flood(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -173,7 +178,7 @@ func runFlood(args []string) error {
 	if o.spoof {
 		from = fmt.Sprintf("spoofed source ports %v", r.ports)
 	}
-	fmt.Printf("flood: %d packets in %.2f s: %.0f packets/s to %v QPN %#x from %v, %s (%s); %d send errors\n",
+	fmt.Fprintf(stdout, "flood: %d packets in %.2f s: %.0f packets/s to %v QPN %#x from %v, %s (%s); %d send errors\n",
 		r.sent, r.elapsed.Seconds(), rate, o.to, o.qpn, o.from, from, strings.Join(parts, ", "), r.errors)
 	return nil
 }

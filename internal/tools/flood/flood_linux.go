@@ -1,6 +1,7 @@
-package main
+package flood
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -16,9 +17,9 @@ import (
 	"github.com/softrdma/softrdma/wire"
 )
 
-// flood sends o's mix until o.duration has passed, in batches of one
+// flood sends o's mix until o.duration has passed or ctx ends, in batches of one
 // sendmmsg each.
-func flood(o *floodOpts) (*floodResult, error) {
+func flood(ctx context.Context, o *floodOpts) (*floodResult, error) {
 	var (
 		conn  net.PacketConn
 		err   error
@@ -76,7 +77,7 @@ func flood(o *floodOpts) (*floodResult, error) {
 	end := start.Add(o.duration)
 	next := 0
 	for n := 0; ; n++ {
-		if n%16 == 0 && time.Now().After(end) {
+		if n%16 == 0 && (time.Now().After(end) || ctx.Err() != nil) {
 			break
 		}
 		for i := range msgs {

@@ -1,8 +1,9 @@
-package main
+package flood
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/netip"
 	"runtime"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/cm"
+	"github.com/softrdma/softrdma/internal/tools/devicetest"
 	"github.com/softrdma/softrdma/verbs"
 	"github.com/softrdma/softrdma/wire"
 )
@@ -17,7 +19,7 @@ import (
 // TestFloodPackets: every forged packet parses as the RoCEv2 packet of its
 // kind, aimed where its kind says.
 func TestFloodPackets(t *testing.T) {
-	o, err := parseFloodArgs([]string{"-to", "127.0.0.1", "-from", "127.0.0.2", "-qpn", "0x1234"})
+	o, err := parseFloodArgs([]string{"-to", "127.0.0.1", "-from", "127.0.0.2", "-qpn", "0x1234"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +45,7 @@ func TestFloodPackets(t *testing.T) {
 		{"-to", "::1", "-from", "127.0.0.2", "-qpn", "5"},
 		{"-to", "127.0.0.1", "-from", "127.0.0.2", "-qpn", "5", "-kinds", "psn,nope"},
 	} {
-		if _, err := parseFloodArgs(bad); err == nil {
+		if _, err := parseFloodArgs(bad, io.Discard); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
@@ -57,7 +59,7 @@ func TestFlood(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("softrdma flood is Linux only")
 	}
-	dev, peerDev, victim, peer, port := ptPairTestDevicesAt(t)
+	dev, peerDev, victim, peer, port := devicetest.Pair(t)
 	type side struct {
 		qp verbs.QP
 		cq verbs.CQ
@@ -107,11 +109,11 @@ func TestFlood(t *testing.T) {
 	count := func(name string) uint64 { v, _ := dev.Counter(name); return v }
 	sentBefore := count("sent_pkts")
 	o, err := parseFloodArgs([]string{"-to", netip.AddrPortFrom(victim, port).String(), "-from", peer.String(),
-		"-qpn", fmt.Sprint(v.qp.QPNum()), "-d", "200ms"})
+		"-qpn", fmt.Sprint(v.qp.QPNum()), "-d", "200ms"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := flood(o)
+	r, err := flood(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}

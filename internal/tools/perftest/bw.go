@@ -1,4 +1,4 @@
-package main
+package perftest
 
 // Bandwidth tests: the measurement loops are internal/bench's (BWRun:
 // perftest 4.5's run_iter_bw, run_iter_bw_server and run_iter_bi); what

@@ -1,4 +1,4 @@
-package main
+package perftest
 
 // -R: a perftest benchmark whose QPs are connected through rdma_cm, as
 // perftest 4.5 runs it (perftest_communication.c: establish_connection,
@@ -36,6 +36,7 @@ import (
 
 	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/internal/perftest"
+	"github.com/softrdma/softrdma/internal/tools/device"
 	"github.com/softrdma/softrdma/verbs"
 )
 
@@ -255,7 +256,7 @@ func (r *ptRun) establishCM() (*ptCMChannel, error) {
 
 // cmServerAddr is the server's rdma_cm address: its host and -p.
 func (r *ptRun) cmServerAddr() (netip.AddrPort, error) {
-	ip, err := resolveIP(r.o.server)
+	ip, err := device.ResolveIP(r.o.server)
 	if err != nil {
 		return netip.AddrPort{}, err
 	}

@@ -1,37 +1,56 @@
-package main
-
-// ib_write_bw, ib_write_lat, ib_read_bw, ib_read_lat, ib_send_bw,
-// ib_send_lat, ib_atomic_bw and ib_atomic_lat: perftest 4.5's benchmarks
-// over softrdma, with perftest's options, out-of-band TCP exchange
-// (internal/perftest), measurement loops, statistics and output, so either
-// end can be the real perftest on rxe or a RoCE NIC.
+// Package perftest is ib_write_bw, ib_write_lat, ib_read_bw, ib_read_lat,
+// ib_send_bw, ib_send_lat, ib_atomic_bw and ib_atomic_lat: perftest 4.5's
+// benchmarks over softrdma, with perftest's options, out-of-band TCP
+// exchange (internal/perftest, imported under the same name), measurement
+// loops (internal/bench), statistics and output, so either end can be the
+// real perftest on rxe or a RoCE NIC.
+package perftest
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"runtime"
 
 	"github.com/softrdma/softrdma/internal/perftest"
+	"github.com/softrdma/softrdma/internal/tools/device"
 	"github.com/softrdma/softrdma/verbs"
 )
 
-// ptTests are the eight benchmarks, named as perftest names its binaries.
-var ptTests = []ptTest{
-	{"ib_write_bw", perftest.Write, perftest.BW},
-	{"ib_write_lat", perftest.Write, perftest.Lat},
-	{"ib_read_bw", perftest.Read, perftest.BW},
-	{"ib_read_lat", perftest.Read, perftest.Lat},
-	{"ib_send_bw", perftest.Send, perftest.BW},
-	{"ib_send_lat", perftest.Send, perftest.Lat},
-	{"ib_atomic_bw", perftest.Atomic, perftest.BW},
-	{"ib_atomic_lat", perftest.Atomic, perftest.Lat},
+// ptTests returns the eight benchmarks, named as perftest names its
+// binaries.
+func ptTests() []ptTest {
+	return []ptTest{
+		{"ib_write_bw", perftest.Write, perftest.BW},
+		{"ib_write_lat", perftest.Write, perftest.Lat},
+		{"ib_read_bw", perftest.Read, perftest.BW},
+		{"ib_read_lat", perftest.Read, perftest.Lat},
+		{"ib_send_bw", perftest.Send, perftest.BW},
+		{"ib_send_lat", perftest.Send, perftest.Lat},
+		{"ib_atomic_bw", perftest.Atomic, perftest.BW},
+		{"ib_atomic_lat", perftest.Atomic, perftest.Lat},
+	}
 }
 
-func init() {
-	for _, t := range ptTests {
+// Commands are the benchmarks Run runs, by the name Run takes as args[0].
+func Commands() []string {
+	var names []string
+	for _, t := range ptTests() {
+		names = append(names, t.name)
+	}
+	return names
+}
+
+// Summary is a one-line description of the benchmark name, for a list of
+// commands.
+func Summary(name string) string {
+	for _, t := range ptTests() {
+		if t.name != name {
+			continue
+		}
 		what := "RDMA WRITE"
 		switch t.verb {
 		case perftest.Read:
@@ -45,11 +64,9 @@ func init() {
 		if t.kind == perftest.Lat {
 			kind = "latency"
 		}
-		commands[t.name] = command{
-			summary: what + " " + kind + ", compatible with perftest's " + t.name,
-			run:     func(args []string) error { return runPTCommand(t, args) },
-		}
+		return what + " " + kind + ", compatible with perftest's " + t.name
 	}
+	return ""
 }
 
 // ptEnv is what a benchmark runs with besides its options: the tests give
@@ -62,15 +79,36 @@ type ptEnv struct {
 	errOut io.Writer
 	// ln, if set, is the server's listener; nil listens on -p.
 	ln net.Listener
+	// noProgress turns the progress bar off (SOFTRDMA_NO_PROGRESS); it
+	// draws only when errOut is a terminal.
+	noProgress bool
 }
 
-// runPTCommand is the CLI entry point of one benchmark.
-func runPTCommand(t ptTest, args []string) error {
-	o, err := parsePTArgs(t, args, os.Stdout)
+// Run runs the benchmark args[0] names (one of Commands) with the command
+// line args[1:], its report on stdout and perftest's warnings on stderr.
+// -h and -V print what they print and return nil, as perftest exits 0.
+//
+// A latency benchmark sets GOMAXPROCS to 1 unless the environment sets
+// GOMAXPROCS (see below): Run is for a process that runs one benchmark.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var t ptTest
+	for _, c := range ptTests() {
+		if len(args) > 0 && c.name == args[0] {
+			t = c
+		}
+	}
+	if t.name == "" {
+		return fmt.Errorf("perftest.Run: args[0] must name a benchmark (one of %v)", Commands())
+	}
+	o, err := parsePTArgs(t, args[1:], stdout)
 	if err != nil {
 		if errors.Is(err, errPTExit) {
 			return nil
 		}
+		return err
+	}
+	env, err := device.LoadEnv()
+	if err != nil {
 		return err
 	}
 	if o.test.kind == perftest.Lat && os.Getenv("GOMAXPROCS") == "" {
@@ -84,5 +122,5 @@ func runPTCommand(t ptTest, args []string) error {
 		// perftest binds a core; GOMAXPROCS=N in the environment keeps N.
 		runtime.GOMAXPROCS(1)
 	}
-	return runPT(ptEnv{ctx: context.Background(), out: os.Stdout, errOut: os.Stderr}, o)
+	return runPT(ptEnv{ctx: ctx, out: stdout, errOut: stderr, noProgress: env.NoProgress}, o)
 }

@@ -1,4 +1,4 @@
-package main
+package perftest
 
 // Latency tests: the measurement loops are internal/bench's (LatRun:
 // perftest 4.5's run_iter_lat_write, run_iter_lat and run_iter_lat_send);
@@ -27,7 +27,7 @@ func (r *ptRun) reportLat(l *bench.LatRun) error {
 	}
 	if r.o.duration > 0 {
 		r.outs.latDur = append(r.outs.latDur, s)
-		r.outs.bar.pause()
+		r.outs.bar.Pause()
 		if err := perftest.WriteLatDurationRow(r.out, s, r.o.cpuUtilOn()); err != nil {
 			return err
 		}
@@ -39,7 +39,7 @@ func (r *ptRun) reportLat(l *bench.LatRun) error {
 		return nil
 	}
 	r.outs.lat = append(r.outs.lat, ls)
-	r.outs.bar.pause()
+	r.outs.bar.Pause()
 	if r.o.unsorted || r.o.histogram {
 		// -U lists the samples as measured, -H sorted without the
 		// tail; with both, both lists, then the heading once, as

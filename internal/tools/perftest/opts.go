@@ -1,4 +1,4 @@
-package main
+package perftest
 
 // Command-line parsing for the perftest-compatible benchmarks: perftest 4.5's
 // getopt_long options (the subset softrdma implements), its defaults and its
@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/softrdma/softrdma/internal/getopt"
 	"github.com/softrdma/softrdma/internal/perftest"
 	"github.com/softrdma/softrdma/verbs"
 )
@@ -106,6 +107,9 @@ type ptOptions struct {
 	cpuUtil  bool   // --cpu_util (reported in duration mode only, as perftest)
 
 	// softrdma's additions.
+	pcap     string // --pcap: a pcapng capture of the device's packets
+	metrics  string // --metrics: serve the device's counters for Prometheus
+	log      bool   // --log: the device's QP errors and drops on stderr
 	csvFile  string // --out_csv: the table as CSV
 	plotFile string // --plot: a PNG of the table against message size
 	// secure is --secure: the QPs protect their packets (softrdma on
@@ -251,9 +255,9 @@ func ptOptionTable() []ptOption {
 		{0, "out_json_file", true, func(o *ptOptions, a string) error { o.jsonFile = a; return nil }},
 		{0, "perform_warm_up", false, func(o *ptOptions, _ string) error { o.warmUp = true; return nil }},
 		{0, "cpu_util", false, func(o *ptOptions, _ string) error { o.cpuUtil = true; return nil }},
-		{0, "pcap", true, func(o *ptOptions, a string) error { toolObs.pcap = a; return nil }},
-		{0, "metrics", true, func(o *ptOptions, a string) error { toolObs.metrics = a; return nil }},
-		{0, "log", false, func(o *ptOptions, a string) error { toolObs.log = true; return nil }},
+		{0, "pcap", true, func(o *ptOptions, a string) error { o.pcap = a; return nil }},
+		{0, "metrics", true, func(o *ptOptions, a string) error { o.metrics = a; return nil }},
+		{0, "log", false, func(o *ptOptions, a string) error { o.log = true; return nil }},
 		{0, "out_csv", true, func(o *ptOptions, a string) error { o.csvFile = a; return nil }},
 		{0, "plot", true, func(o *ptOptions, a string) error { o.plotFile = a; return nil }},
 		{0, "secure", true, (*ptOptions).setSecure},
@@ -343,9 +347,9 @@ func (o *ptOptions) setSize(a string) error {
 }
 
 // parsePTArgs parses a command line the way perftest's parser() does:
-// getopt_long with GNU argument permutation (so the host may come first),
-// clustered short options ("-aF"), attached values ("-s4096", "--size=4096")
-// and unambiguous prefixes of long options. usage receives the help text for
+// getopt_long (internal/getopt) with GNU argument permutation (so the host
+// may come first), clustered short options ("-aF"), attached values
+// ("-s4096", "--size=4096") and unambiguous prefixes of long options. usage receives the help text for
 // -h and for an invalid flag.
 func parsePTArgs(test ptTest, args []string, usage io.Writer) (*ptOptions, error) {
 	o := &ptOptions{
@@ -381,76 +385,34 @@ func parsePTArgs(test ptTest, args []string, usage io.Writer) (*ptOptions, error
 		o.size = ptDefSizeAtomic
 	}
 	table := ptOptionTable()
-	var positional []string
 	invalid := func(what string) error {
 		fmt.Fprintf(usage, " Invalid Command or flag.\n Please check command line and run again.\n\n")
 		ptUsage(usage, test)
 		return fmt.Errorf("%s", what)
 	}
-	apply := func(opt *ptOption, arg string) error {
-		err := opt.set(o, arg)
-		switch {
-		case err == errPTHelp:
-			ptUsage(usage, test)
-			return errPTExit
-		case err == errPTVersion:
-			fmt.Fprintf(usage, "Version: %s\n", perftest.Version)
-			return errPTExit
-		}
-		return err
+	opts := make([]getopt.Option, len(table))
+	for i := range table {
+		opt := &table[i]
+		opts[i] = getopt.Option{Short: opt.short, Long: opt.long, HasArg: opt.hasArg, Set: func(arg string) error {
+			err := opt.set(o, arg)
+			switch {
+			case err == errPTHelp:
+				ptUsage(usage, test)
+				return errPTExit
+			case err == errPTVersion:
+				fmt.Fprintf(usage, "Version: %s\n", perftest.Version)
+				return errPTExit
+			}
+			return err
+		}}
 	}
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "--":
-			positional = append(positional, args[i+1:]...)
-			i = len(args)
-		case strings.HasPrefix(a, "--"):
-			name, val, hasVal := strings.Cut(a[2:], "=")
-			opt := ptLookupLong(table, name)
-			if opt == nil {
-				return nil, invalid(fmt.Sprintf("unrecognized option '--%s'", name))
-			}
-			if opt.hasArg && !hasVal {
-				if i+1 >= len(args) {
-					return nil, invalid(fmt.Sprintf("option '--%s' requires an argument", opt.long))
-				}
-				i++
-				val = args[i]
-			} else if !opt.hasArg && hasVal {
-				return nil, invalid(fmt.Sprintf("option '--%s' doesn't allow an argument", opt.long))
-			}
-			if err := apply(opt, val); err != nil {
-				return nil, err
-			}
-		case len(a) > 1 && a[0] == '-':
-			for j := 1; j < len(a); j++ {
-				opt := ptLookupShort(table, a[j])
-				if opt == nil {
-					return nil, invalid(fmt.Sprintf("invalid option -- '%c'", a[j]))
-				}
-				if !opt.hasArg {
-					if err := apply(opt, ""); err != nil {
-						return nil, err
-					}
-					continue
-				}
-				val := a[j+1:]
-				if val == "" {
-					if i+1 >= len(args) {
-						return nil, invalid(fmt.Sprintf("option requires an argument -- '%c'", a[j]))
-					}
-					i++
-					val = args[i]
-				}
-				if err := apply(opt, val); err != nil {
-					return nil, err
-				}
-				break
-			}
-		default:
-			positional = append(positional, a)
+	positional, err := getopt.Parse(opts, args)
+	if err != nil {
+		var ge *getopt.Error
+		if errors.As(err, &ge) {
+			return nil, invalid(ge.Msg)
 		}
+		return nil, err
 	}
 	switch len(positional) {
 	case 0:
@@ -463,34 +425,6 @@ func parsePTArgs(test ptTest, args []string, usage io.Writer) (*ptOptions, error
 		return nil, err
 	}
 	return o, nil
-}
-
-func ptLookupShort(table []ptOption, c byte) *ptOption {
-	for i := range table {
-		if table[i].short == c && c != 0 {
-			return &table[i]
-		}
-	}
-	return nil
-}
-
-// ptLookupLong finds a long option by its name or, as getopt_long does, by
-// a prefix that only one option has.
-func ptLookupLong(table []ptOption, name string) *ptOption {
-	var found *ptOption
-	for i := range table {
-		switch {
-		case table[i].long == "":
-		case table[i].long == name:
-			return &table[i]
-		case name != "" && strings.HasPrefix(table[i].long, name):
-			if found != nil {
-				return nil // ambiguous
-			}
-			found = &table[i]
-		}
-	}
-	return found
 }
 
 // role returns this side's role: the client names a host.

@@ -1,4 +1,4 @@
-package main
+package perftest
 
 // Output beyond perftest's table: CPU utilisation (--cpu_util, as perftest),
 // and softrdma's additions, which leave the table untouched: CSV
@@ -16,6 +16,7 @@ import (
 
 	"github.com/softrdma/softrdma/internal/bench"
 	"github.com/softrdma/softrdma/internal/perftest"
+	"github.com/softrdma/softrdma/internal/tools/report"
 )
 
 // cpuUtilOn reports whether the table has perftest's CPU_Util[%] column:
@@ -68,22 +69,21 @@ func readProcStat() (perftest.CPUStat, error) {
 	return perftest.ReadCPUStat(f)
 }
 
-// ptCompleted counts completions seen by the polling loops, for the
-// progress bar; the engine adds to it (bench.Test.Completed).
-var ptCompleted atomic.Uint64
-
 // ptOutputs collects the rows printed, for --out_csv and --plot.
 type ptOutputs struct {
 	bw     []perftest.BWReport
 	lat    []perftest.LatStats
 	latDur []perftest.LatDurationStats
-	bar    *progressBar
+	bar    *report.ProgressBar
+	// completed counts completions seen by the polling loops, for the
+	// progress bar; the engine adds to it (bench.Test.Completed).
+	completed atomic.Uint64
 }
 
 // startRun tells the progress bar that size, run i of n, begins.
 func (r *ptRun) startRun(size uint64, i, n int) {
 	o := r.o
-	ptCompleted.Store(0)
+	r.outs.completed.Store(0)
 	var frac func() float64
 	switch {
 	case o.infinite:
@@ -93,9 +93,9 @@ func (r *ptRun) startRun(size uint64, i, n int) {
 		frac = func() float64 { return float64(time.Since(t0)) / float64(d) }
 	case o.iters > 0:
 		total := float64(o.iters * o.numQPs)
-		frac = func() float64 { return float64(ptCompleted.Load()) / total }
+		frac = func() float64 { return float64(r.outs.completed.Load()) / total }
 	}
-	r.outs.bar.start(fmt.Sprintf("%s %d B", o.test.name, size), i, n, frac)
+	r.outs.bar.Start(fmt.Sprintf("%s %d B", o.test.name, size), i, n, frac)
 }
 
 // writeOutputs writes the CSV and the plot, if asked for.
@@ -156,47 +156,47 @@ func (r *ptRun) writeCSV(path string) error {
 			rows = append(rows, []string{u(s.Size), u(s.Iters), f(s.TMin, 2), f(s.TMax, 2), f(s.TTypical, 2), f(s.TAvg, 2), f(s.TStdev, 2), f(s.P99, 2), f(s.P999, 2)})
 		}
 	}
-	return writeCSVFile(path, rows)
+	return report.WriteCSV(path, rows)
 }
 
 func (r *ptRun) writePTPlot(path string) error {
 	o, outs := r.o, &r.outs
 	name := o.test.name
-	var pn plotPanel
+	var pn report.Panel
 	switch {
 	case o.test.kind == perftest.BW:
 		unit := "MB/s"
 		if o.gbits {
 			unit = "Gb/s"
 		}
-		pn = plotPanel{title: name + " bandwidth", yLabel: "bandwidth [" + unit + "]"}
-		avg, peak := plotSeries{name: "BW average"}, plotSeries{name: "BW peak"}
+		pn = report.Panel{Title: name + " bandwidth", YLabel: "bandwidth [" + unit + "]"}
+		avg, peak := report.Series{Name: "BW average"}, report.Series{Name: "BW peak"}
 		for _, b := range outs.bw {
-			avg.pts = append(avg.pts, plotter.XY{X: float64(b.Size), Y: b.BWAvg})
+			avg.Points = append(avg.Points, plotter.XY{X: float64(b.Size), Y: b.BWAvg})
 			if b.BWPeak > 0 {
-				peak.pts = append(peak.pts, plotter.XY{X: float64(b.Size), Y: b.BWPeak})
+				peak.Points = append(peak.Points, plotter.XY{X: float64(b.Size), Y: b.BWPeak})
 			}
 		}
-		pn.series = []plotSeries{avg, peak}
+		pn.Series = []report.Series{avg, peak}
 	case o.duration > 0:
-		pn = plotPanel{title: name + " latency", yLabel: "average latency [µs]"}
-		s := plotSeries{name: "t_avg"}
+		pn = report.Panel{Title: name + " latency", YLabel: "average latency [µs]"}
+		s := report.Series{Name: "t_avg"}
 		for _, d := range outs.latDur {
-			s.pts = append(s.pts, plotter.XY{X: float64(d.Size), Y: d.TAvg})
+			s.Points = append(s.Points, plotter.XY{X: float64(d.Size), Y: d.TAvg})
 		}
-		pn.series = []plotSeries{s}
+		pn.Series = []report.Series{s}
 	default:
-		pn = plotPanel{title: name + " latency", yLabel: "latency [µs]"}
-		typ, p99, p999 := plotSeries{name: "typical (median)"}, plotSeries{name: "99%"}, plotSeries{name: "99.9%"}
+		pn = report.Panel{Title: name + " latency", YLabel: "latency [µs]"}
+		typ, p99, p999 := report.Series{Name: "typical (median)"}, report.Series{Name: "99%"}, report.Series{Name: "99.9%"}
 		for _, s := range outs.lat {
-			typ.pts = append(typ.pts, plotter.XY{X: float64(s.Size), Y: s.TTypical})
-			p99.pts = append(p99.pts, plotter.XY{X: float64(s.Size), Y: s.P99})
-			p999.pts = append(p999.pts, plotter.XY{X: float64(s.Size), Y: s.P999})
+			typ.Points = append(typ.Points, plotter.XY{X: float64(s.Size), Y: s.TTypical})
+			p99.Points = append(p99.Points, plotter.XY{X: float64(s.Size), Y: s.P99})
+			p999.Points = append(p999.Points, plotter.XY{X: float64(s.Size), Y: s.P999})
 		}
-		pn.series = []plotSeries{typ, p99, p999}
+		pn.Series = []report.Series{typ, p99, p999}
 	}
-	if len(pn.series[0].pts) == 0 {
+	if len(pn.Series[0].Points) == 0 {
 		return fmt.Errorf("no results to plot")
 	}
-	return writePlot(path, []plotPanel{pn})
+	return report.WritePlot(path, []report.Panel{pn})
 }

@@ -1,4 +1,4 @@
-package main
+package perftest
 
 import (
 	"bytes"
@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/internal/perftest"
+	"github.com/softrdma/softrdma/internal/tools/devicetest"
 	"github.com/softrdma/softrdma/provider/soft"
 	"github.com/softrdma/softrdma/verbs"
 )
@@ -28,7 +28,7 @@ import (
 // ptTestByName returns the benchmark called name.
 func ptTestByName(t *testing.T, name string) ptTest {
 	t.Helper()
-	for _, pt := range ptTests {
+	for _, pt := range ptTests() {
 		if pt.name == name {
 			return pt
 		}
@@ -47,47 +47,8 @@ type ptSides struct {
 // that share a UDP port no other test uses.
 func ptPairTestDevices(t *testing.T) (*soft.Device, *soft.Device) {
 	t.Helper()
-	da, db, _, _, _ := ptPairTestDevicesAt(t)
+	da, db, _, _, _ := devicetest.Pair(t)
 	return da, db
-}
-
-// ptPairTestDevicesAt is ptPairTestDevices that also says where the
-// devices are: their addresses and their shared UDP port.
-func ptPairTestDevicesAt(t *testing.T) (da, db *soft.Device, a, b netip.Addr, port uint16) {
-	t.Helper()
-	for attempt := 0; ; attempt++ {
-		net3 := 100 + rand.IntN(150)
-		a = netip.AddrFrom4([4]byte{127, 0, byte(net3), 1})
-		b = netip.AddrFrom4([4]byte{127, 0, byte(net3), 2})
-		probe, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, 0)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		port = uint16(probe.LocalAddr().(*net.UDPAddr).Port)
-		probe.Close()
-		da, err = soft.Open(soft.Config{Name: "softrdma_srv", Addr: a, Port: port})
-		if err != nil {
-			if attempt < 5 {
-				continue
-			}
-			t.Fatal(err)
-		}
-		db, err = soft.Open(soft.Config{Name: "softrdma_cli", Addr: b, Port: port})
-		if err != nil {
-			da.Close()
-			if attempt < 5 {
-				continue
-			}
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			cm.Detach(db)
-			cm.Detach(da)
-			db.Close()
-			da.Close()
-		})
-		return da, db, a, b, port
-	}
 }
 
 // runPTPair runs a benchmark's server and client against each other, as two

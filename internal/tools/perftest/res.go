@@ -1,4 +1,4 @@
-package main
+package perftest
 
 // The verbs resources of a perftest-compatible benchmark, laid out as
 // perftest 4.5 lays them out (alloc_ctx, create_single_mr, ctx_init,

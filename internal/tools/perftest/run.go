@@ -1,4 +1,4 @@
-package main
+package perftest
 
 // The flow of a perftest-compatible benchmark, step by step as perftest 4.5's
 // main() of write_bw.c, read_lat.c, send_bw.c, ... runs it:
@@ -35,6 +35,8 @@ import (
 	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/internal/bench"
 	"github.com/softrdma/softrdma/internal/perftest"
+	"github.com/softrdma/softrdma/internal/tools/device"
+	"github.com/softrdma/softrdma/internal/tools/report"
 	"github.com/softrdma/softrdma/verbs"
 )
 
@@ -122,7 +124,13 @@ func runPT(env ptEnv, o *ptOptions) error {
 	}
 	r := &ptRun{o: o, env: env, out: env.out, dev: env.dev}
 	if r.dev == nil {
-		d, err := openToolDevice(o.devName)
+		opener, err := device.NewOpener(env.ctx, env.errOut)
+		if err != nil {
+			return err
+		}
+		defer opener.Close() // after the device: closing it flushes the capture
+		opener.Pcap, opener.Metrics, opener.Log = o.pcap, o.metrics, o.log
+		d, err := opener.Open(o.devName)
 		if err != nil {
 			return fmt.Errorf("Unable to find the Infiniband/RoCE device: %w", err)
 		}
@@ -369,14 +377,14 @@ func (r *ptRun) run(sess *perftest.Session) error {
 	for _, d := range r.remote {
 		io.WriteString(r.out, perftest.AddressLines(perftest.Remote, d, o.test.verb, true))
 	}
-	r.outs.bar = newProgressBar()
-	defer r.outs.bar.stop()
+	r.outs.bar = report.NewProgressBar(r.env.errOut, r.env.noProgress)
+	defer r.outs.bar.Stop()
 	if o.test.kind == perftest.BW {
 		err = r.runBW()
 	} else {
 		err = r.runLat()
 	}
-	r.outs.bar.stop()
+	r.outs.bar.Stop()
 	if err != nil {
 		return err
 	}
@@ -580,7 +588,7 @@ func (r *ptRun) finish(my perftest.BWReport) (perftest.BWReport, bool, error) {
 // as print_full_bw_report does.
 func (r *ptRun) printBW(rep perftest.BWReport, f perftest.BWFormat) error {
 	r.outs.bw = append(r.outs.bw, rep)
-	r.outs.bar.pause()
+	r.outs.bar.Pause()
 	if err := perftest.WriteBWRow(r.out, rep, f); err != nil {
 		return err
 	}
@@ -671,7 +679,7 @@ func (r *ptRun) benchTest(size uint64) *bench.Test {
 	t := &bench.Test{Verb: o.test.verb, AtomicOp: o.atomicOp, Role: o.role(), Duplex: o.duplex,
 		Size: size, Iters: uint64(o.iters), TxDepth: o.txDepth, RxDepth: o.rxDepth, CQMod: o.cqMod,
 		NoPeak: o.noPeak, Gbits: o.gbits, Inline: r.inline, PostList: o.postList, Duration: o.duration, Margin: o.margin,
-		Ctx: r.runCtx, StallTimeout: ptStallTimeout, Completed: &ptCompleted}
+		Ctx: r.runCtx, StallTimeout: ptStallTimeout, Completed: &r.outs.completed}
 	if o.cpuUtilOn() {
 		t.StartCPU = startPTCPUSampler
 	}

@@ -1,22 +1,23 @@
-package main
-
-// ibv_rc_pingpong, ibv_uc_pingpong and ibv_ud_pingpong, with rdma-core's
-// flags, TCP exchange (port 18515) and output, so either end can be the
+// Package pingpong is ibv_rc_pingpong, ibv_uc_pingpong, ibv_ud_pingpong
+// and ibv_srq_pingpong over softrdma, with rdma-core's flags, TCP exchange
+// (port 18515, internal/pingpong) and output, so either end can be the
 // rdma-core tool.
+package pingpong
 
 import (
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
-	"os"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/softrdma/softrdma/internal/getopt"
 	"github.com/softrdma/softrdma/internal/pingpong"
+	"github.com/softrdma/softrdma/internal/tools/device"
 	"github.com/softrdma/softrdma/verbs"
 )
 
@@ -38,43 +39,146 @@ type ppFlags struct {
 	gidx    int
 	check   bool
 	server  string
+	numQP   int // -q, ibv_srq_pingpong's only
+	pcap    string
+	metrics string
+	log     bool
+
+	// The run's, besides the flags: its output, and the opener of its
+	// device.
+	stdout, stderr io.Writer
+	opener         *device.Opener
 }
 
-func parsePPFlags(name string, args []string, defSize int) (*ppFlags, error) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	f := &ppFlags{}
-	fs.IntVar(&f.port, "p", pingpong.DefaultPort, "listen on/connect to port")
-	fs.StringVar(&f.dev, "d", "", "use IB device (default first device found)")
-	fs.IntVar(&f.ibPort, "i", 1, "use port of IB device")
-	fs.IntVar(&f.size, "s", defSize, "size of message to exchange")
-	fs.IntVar(&f.mtu, "m", 1024, "path MTU")
-	fs.IntVar(&f.rxDepth, "r", 500, "number of receives to post at a time")
-	fs.IntVar(&f.iters, "n", 1000, "number of exchanges")
-	fs.IntVar(&f.sl, "l", 0, "service level value")
-	fs.BoolVar(&f.events, "e", false, "sleep on CQ events (default poll)")
-	fs.IntVar(&f.gidx, "g", -1, "local port gid index")
-	fs.BoolVar(&f.check, "c", false, "validate received buffer")
-	fs.StringVar(&toolObs.pcap, "pcap", "", "write the device's RoCEv2 packets to this pcapng file")
-	fs.StringVar(&toolObs.metrics, "metrics", "", "serve the device's counters for Prometheus on host:port/metrics")
-	fs.BoolVar(&toolObs.log, "log", false, "log the device's QP errors, retransmissions, RNR waits and drops on stderr (rate-limited)")
-	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage:\n  %s            start a server and wait for connection\n  %s <host>     connect to server at <host>\n\nOptions:\n", name, name)
-		fs.PrintDefaults()
-		fmt.Fprintf(os.Stderr, "\nThe device is a softrdma device: softrdma_<netdev>, or set SOFTRDMA_ADDR to the IP address to use.\n")
+// Commands are the tools Run runs, by the name Run takes as args[0].
+func Commands() []string {
+	return []string{"ibv_rc_pingpong", "ibv_uc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong"}
+}
+
+// Run runs the pingpong tool args[0] names (one of Commands) with the
+// command line args[1:]. -h prints the usage and returns flag.ErrHelp.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("pingpong.Run: args[0] must name the tool (ibv_rc_pingpong, ...)")
 	}
-	args, err := ppLongOptions(name, args)
+	opener, err := device.NewOpener(ctx, stderr)
 	if err != nil {
-		fs.Usage()
+		return err
+	}
+	defer opener.Close()
+	name, defSize := args[0], 4096
+	if name == "ibv_ud_pingpong" {
+		defSize = 2048
+	}
+	f, err := parsePPFlags(name, args[1:], defSize, stderr)
+	if err != nil {
+		return err
+	}
+	f.stdout, f.stderr, f.opener = stdout, stderr, opener
+	opener.Pcap, opener.Metrics, opener.Log = f.pcap, f.metrics, f.log
+	switch name {
+	case "ibv_rc_pingpong":
+		return runPingpong(ctx, verbs.QPTypeRC, f)
+	case "ibv_uc_pingpong":
+		return runPingpong(ctx, verbs.QPTypeUC, f)
+	case "ibv_ud_pingpong":
+		return runUDPingpong(ctx, f)
+	case "ibv_srq_pingpong":
+		return runSRQPingpong(ctx, f)
+	}
+	return fmt.Errorf("pingpong.Run: unknown tool %q (want one of %v)", name, Commands())
+}
+
+// ppOption is a getopt option with its line in the usage.
+type ppOption struct {
+	getopt.Option
+	arg, help string
+}
+
+// parsePPFlags parses as pingpong.c's getopt_long does. Options of
+// rdma-core's that softrdma does not implement are refused by name.
+func parsePPFlags(name string, args []string, defSize int, usage io.Writer) (*ppFlags, error) {
+	f := &ppFlags{port: pingpong.DefaultPort, ibPort: 1, size: defSize, mtu: 1024, rxDepth: 500, iters: 1000, gidx: -1, numQP: 16}
+	help := false
+	refuse := func(opt string) func(string) error {
+		return func(string) error {
+			return fmt.Errorf("option %s is not supported by softrdma's %s", opt, name)
+		}
+	}
+	opts := []ppOption{
+		{getopt.Option{Short: 'p', Long: "port", HasArg: true, Set: getopt.Int(&f.port, "-p")}, "port", fmt.Sprintf("listen on/connect to port <port> (default %d)", pingpong.DefaultPort)},
+		{getopt.Option{Short: 'd', Long: "ib-dev", HasArg: true, Set: getopt.String(&f.dev)}, "dev", "use IB device <dev> (default first device found)"},
+		{getopt.Option{Short: 'i', Long: "ib-port", HasArg: true, Set: getopt.Int(&f.ibPort, "-i")}, "port", "use port <port> of IB device (default 1)"},
+		{getopt.Option{Short: 's', Long: "size", HasArg: true, Set: getopt.Int(&f.size, "-s")}, "size", fmt.Sprintf("size of message to exchange (default %d)", defSize)},
+		{getopt.Option{Short: 'm', Long: "mtu", HasArg: true, Set: getopt.Int(&f.mtu, "-m")}, "size", "path MTU (default 1024)"},
+		{getopt.Option{Short: 'r', Long: "rx-depth", HasArg: true, Set: getopt.Int(&f.rxDepth, "-r")}, "dep", "number of receives to post at a time (default 500)"},
+		{getopt.Option{Short: 'n', Long: "iters", HasArg: true, Set: getopt.Int(&f.iters, "-n")}, "iters", "number of exchanges (default 1000)"},
+		{getopt.Option{Short: 'l', Long: "sl", HasArg: true, Set: getopt.Int(&f.sl, "-l")}, "sl", "service level value"},
+		{getopt.Option{Short: 'e', Long: "events", Set: getopt.Flag(&f.events)}, "", "sleep on CQ events (default poll)"},
+		{getopt.Option{Short: 'g', Long: "gid-idx", HasArg: true, Set: getopt.Int(&f.gidx, "-g")}, "gid index", "local port gid index"},
+		{getopt.Option{Short: 'c', Long: "chk", Set: getopt.Flag(&f.check)}, "", "validate received buffer"},
+		{getopt.Option{Long: "pcap", HasArg: true, Set: getopt.String(&f.pcap)}, "file", "write the device's RoCEv2 packets to this pcapng file"},
+		{getopt.Option{Long: "metrics", HasArg: true, Set: getopt.String(&f.metrics)}, "addr", "serve the device's counters for Prometheus on host:port/metrics"},
+		{getopt.Option{Long: "log", Set: getopt.Flag(&f.log)}, "", "log the device's QP errors, retransmissions, RNR waits and drops on stderr (rate-limited)"},
+		{getopt.Option{Short: 'h', Long: "help", Set: getopt.Flag(&help)}, "", "print this help"},
+	}
+	if name == "ibv_srq_pingpong" {
+		opts = append(opts, ppOption{getopt.Option{Short: 'q', Long: "num-qp", HasArg: true, Set: getopt.Int(&f.numQP, "-q")}, "num", "number of QPs (default 16)"})
+	}
+	table := make([]getopt.Option, 0, len(opts)+10)
+	for _, opt := range opts {
+		if name == "ibv_ud_pingpong" && opt.Long == "mtu" {
+			continue // UD's path MTU is the port's
+		}
+		table = append(table, opt.Option)
+	}
+	for _, r := range []struct {
+		short byte
+		long  string
+	}{{'o', "odp"}, {'O', "iodp"}, {'P', "prefetch"}, {'t', "ts"}, {'j', "dm"}, {'N', "new_send"}, {0, "contiguous-mr"}} {
+		opt := "--" + r.long
+		if r.short != 0 {
+			opt = fmt.Sprintf("-%c (--%s)", r.short, r.long)
+		}
+		table = append(table, getopt.Option{Short: r.short, Long: r.long, Set: refuse(opt)})
+	}
+	printUsage := func() {
+		fmt.Fprintf(usage, "Usage:\n  %s            start a server and wait for connection\n  %s <host>     connect to server at <host>\n\nOptions:\n", name, name)
+		for _, opt := range opts {
+			if name == "ibv_ud_pingpong" && opt.Long == "mtu" {
+				continue
+			}
+			names := "    "
+			if opt.Short != 0 {
+				names = fmt.Sprintf("-%c, ", opt.Short)
+			}
+			names += "--" + opt.Long
+			if opt.arg != "" {
+				names += "=<" + opt.arg + ">"
+			}
+			fmt.Fprintf(usage, "  %-26s %s\n", names, opt.help)
+		}
+		fmt.Fprintf(usage, "\nThe device is a softrdma device: softrdma_<netdev>, or set SOFTRDMA_ADDR to the IP address to use.\n")
+	}
+	operands, err := getopt.Parse(table, args)
+	if err != nil {
+		var ge *getopt.Error
+		if errors.As(err, &ge) {
+			printUsage()
+		}
 		return nil, err
 	}
-	if err := fs.Parse(reorderArgs(fs, args)); err != nil {
-		return nil, err
+	if help {
+		printUsage()
+		return nil, flag.ErrHelp
 	}
-	if fs.NArg() > 1 {
-		fs.Usage()
+	if len(operands) > 1 {
+		printUsage()
 		return nil, errors.New("too many arguments")
 	}
-	f.server = fs.Arg(0)
+	if len(operands) == 1 {
+		f.server = operands[0]
+	}
 	if verbs.MTUFromBytes(f.mtu).Bytes() != f.mtu {
 		return nil, fmt.Errorf("invalid MTU %d", f.mtu)
 	}
@@ -83,102 +187,6 @@ func parsePPFlags(name string, args []string, defSize int) (*ppFlags, error) {
 	}
 	return f, nil
 }
-
-// ppLong maps rdma-core's long options (pingpong.c's getopt_long table) to
-// the short flags above. Options rdma-core has but softrdma does not
-// implement map to "" and are refused by name.
-var ppLong = map[string]string{
-	"port": "p", "ib-dev": "d", "ib-port": "i", "size": "s", "mtu": "m",
-	"rx-depth": "r", "iters": "n", "sl": "l", "events": "e", "gid-idx": "g",
-	"chk": "c", "pcap": "pcap", "metrics": "metrics", "log": "log", "odp": "", "iodp": "", "prefetch": "", "ts": "", "dm": "",
-	"new_send": "", "contiguous-mr": "",
-}
-
-// ppShortRefused are rdma-core's short options softrdma refuses.
-var ppShortRefused = map[string]string{"o": "odp", "O": "iodp", "P": "prefetch", "t": "ts", "j": "dm", "N": "new_send"}
-
-// ppLongOptions rewrites "--size 64", "--size=64" and unambiguous prefixes
-// ("--it 5") as the short flags, as getopt_long accepts them, and refuses
-// the options of rdma-core's that softrdma does not implement.
-func ppLongOptions(name string, args []string) ([]string, error) {
-	out := make([]string, 0, len(args))
-	for i, a := range args {
-		if a == "--" {
-			return append(out, args[i:]...), nil
-		}
-		if len(a) == 2 && a[0] == '-' {
-			if long, ok := ppShortRefused[a[1:]]; ok {
-				return nil, fmt.Errorf("option -%s (--%s) is not supported by softrdma's %s", a[1:], long, name)
-			}
-		}
-		if !strings.HasPrefix(a, "--") || len(a) == 2 {
-			out = append(out, a)
-			continue
-		}
-		key, val, hasVal := strings.Cut(a[2:], "=")
-		short, ok := ppLong[key]
-		if !ok {
-			var match []string
-			for l := range ppLong {
-				if strings.HasPrefix(l, key) {
-					match = append(match, l)
-				}
-			}
-			if len(match) != 1 {
-				return nil, fmt.Errorf("unrecognized or ambiguous option '--%s'", key)
-			}
-			key, short = match[0], ppLong[match[0]]
-		}
-		if short == "" || (name == "ibv_ud_pingpong" && key == "mtu") {
-			return nil, fmt.Errorf("option --%s is not supported by softrdma's %s", key, name)
-		}
-		if hasVal {
-			out = append(out, "-"+short+"="+val)
-		} else {
-			out = append(out, "-"+short)
-		}
-	}
-	return out, nil
-}
-
-// reorderArgs lets flags follow the positional server name, as getopt does.
-func reorderArgs(fs *flag.FlagSet, args []string) []string {
-	var flags, pos []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if len(a) > 1 && a[0] == '-' {
-			flags = append(flags, a)
-			name := a[1:]
-			if len(name) > 0 && name[0] == '-' {
-				name = name[1:]
-			}
-			if f := fs.Lookup(name); f != nil && !isBool(f) && i+1 < len(args) && !containsEq(a) {
-				i++
-				flags = append(flags, args[i])
-			}
-			continue
-		}
-		pos = append(pos, a)
-	}
-	return append(flags, pos...)
-}
-
-func isBool(f *flag.Flag) bool {
-	b, ok := f.Value.(interface{ IsBoolFlag() bool })
-	return ok && b.IsBoolFlag()
-}
-
-func containsEq(s string) bool {
-	for _, c := range s {
-		if c == '=' {
-			return true
-		}
-	}
-	return false
-}
-
-func runRCPingpong(args []string) error { return runPingpong("ibv_rc_pingpong", verbs.QPTypeRC, args) }
-func runUCPingpong(args []string) error { return runPingpong("ibv_uc_pingpong", verbs.QPTypeUC, args) }
 
 // ppConn is the TCP connection of the exchange: the client dials, the
 // server listens for one connection.
@@ -203,12 +211,8 @@ func ppConn(f *ppFlags) (net.Conn, error) {
 	return ln.Accept()
 }
 
-func runPingpong(name string, typ verbs.QPType, args []string) error {
-	f, err := parsePPFlags(name, args, 4096)
-	if err != nil {
-		return err
-	}
-	dev, err := openToolDevice(f.dev)
+func runPingpong(ctx context.Context, typ verbs.QPType, f *ppFlags) error {
+	dev, err := f.opener.Open(f.dev)
 	if err != nil {
 		return err
 	}
@@ -228,7 +232,7 @@ func runPingpong(name string, typ verbs.QPType, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Print(pingpong.LocalAddressLine(local))
+	fmt.Fprint(f.stdout, pingpong.LocalAddressLine(local))
 	conn, err := ppConn(f)
 	if err != nil {
 		return err
@@ -239,7 +243,7 @@ func runPingpong(name string, typ verbs.QPType, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	connectQP := func(rem pingpong.Dest) error {
 		return r.connectRC(local.PSN, rem.QPN, rem.PSN, verbs.GID(rem.GID), f)
@@ -248,8 +252,8 @@ func runPingpong(name string, typ verbs.QPType, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Print(pingpong.RemoteAddressLine(remote))
-	return r.loop(f, routs, nil, 0, 0)
+	fmt.Fprint(f.stdout, pingpong.RemoteAddressLine(remote))
+	return r.loop(ctx, f, routs, nil, 0, 0)
 }
 
 // localDest is this side's address for QP qpn: a random PSN and, with -g,
@@ -258,7 +262,7 @@ func runPingpong(name string, typ verbs.QPType, args []string) error {
 // would only fail the connection.
 func localDest(dev verbs.Context, f *ppFlags, qpn uint32) (pingpong.Dest, error) {
 	d := pingpong.Dest{QPN: qpn, PSN: rand.Uint32() & 0xFFFFFF}
-	if f.gidx < 0 && isShm(dev) {
+	if f.gidx < 0 && device.IsShm(dev) {
 		f.gidx = 0
 	}
 	if f.gidx >= 0 {
@@ -290,7 +294,7 @@ func exchange(ctx context.Context, f *ppFlags, conn net.Conn, local pingpong.Des
 
 // loop runs the ping-pong: whoever has both its last send completed and a
 // receive in hand sends the next message (pingpong.c's pending logic).
-func (r *resources) loop(f *ppFlags, routs int, ah verbs.AH, remoteQPN, qkey uint32) error {
+func (r *resources) loop(ctx context.Context, f *ppFlags, routs int, ah verbs.AH, remoteQPN, qkey uint32) error {
 	pending := recvWRID
 	send := func() error {
 		wr := verbs.SendWR{WRID: sendWRID, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{r.mr.SGE(r.sendOff, f.size)},
@@ -306,7 +310,6 @@ func (r *resources) loop(f *ppFlags, routs int, ah verbs.AH, remoteQPN, qkey uin
 	start := time.Now()
 	rcnt, scnt := 0, 0
 	wcs := make([]verbs.WC, 2)
-	ctx := context.Background()
 	for rcnt < f.iters || scnt < f.iters {
 		if f.events {
 			if err := r.cq.Wait(ctx); err != nil {
@@ -346,6 +349,6 @@ func (r *resources) loop(f *ppFlags, routs int, ah verbs.AH, remoteQPN, qkey uin
 			}
 		}
 	}
-	fmt.Print(pingpong.ResultLines(f.size, f.iters, time.Since(start)))
+	fmt.Fprint(f.stdout, pingpong.ResultLines(f.size, f.iters, time.Since(start)))
 	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package pingpong
 
 // ibv_srq_pingpong: several RC QPs share one SRQ and one CQ; each QP
 // ping-pongs SENDs with its peer QP. The exchange always carries 256
@@ -6,8 +6,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"time"
 
@@ -15,38 +13,15 @@ import (
 	"github.com/softrdma/softrdma/verbs"
 )
 
-func init() {
-	commands["ibv_srq_pingpong"] = command{"RC ping-pong over a shared receive queue, compatible with rdma-core's ibv_srq_pingpong", runSRQPingpong}
-}
-
-func runSRQPingpong(args []string) error {
-	// -q is the number of QPs; the other flags are rc_pingpong's.
-	numQP := 16
-	rest := args[:0:0]
-	for i := 0; i < len(args); i++ {
-		if args[i] == "-q" && i+1 < len(args) {
-			if _, err := fmt.Sscan(args[i+1], &numQP); err != nil {
-				return fmt.Errorf("-q %q: %v", args[i+1], err)
-			}
-			i++
-			continue
-		}
-		rest = append(rest, args[i])
-	}
-	f, err := parsePPFlags("ibv_srq_pingpong", rest, 4096)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
+func runSRQPingpong(ctx context.Context, f *ppFlags) error {
+	numQP := f.numQP
 	if numQP < 1 || numQP > pingpong.SRQMaxQP {
 		return fmt.Errorf("num_qp %d must be 1..%d", numQP, pingpong.SRQMaxQP)
 	}
 	if numQP > f.rxDepth {
 		return fmt.Errorf("rx_depth %d is too small for %d QPs. Must have at least one receive per QP", f.rxDepth, numQP)
 	}
-	dev, err := openToolDevice(f.dev)
+	dev, err := f.opener.Open(f.dev)
 	if err != nil {
 		return err
 	}
@@ -110,7 +85,7 @@ func runSRQPingpong(args []string) error {
 		if local[i], err = localDest(dev, f, qp.QPNum()); err != nil {
 			return err
 		}
-		fmt.Print(pingpong.LocalAddressLine(local[i]))
+		fmt.Fprint(f.stdout, pingpong.LocalAddressLine(local[i]))
 	}
 	conn, err := ppConn(f)
 	if err != nil {
@@ -126,7 +101,7 @@ func runSRQPingpong(args []string) error {
 		}
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	var remote []pingpong.Dest
 	if f.server != "" {
@@ -140,7 +115,7 @@ func runSRQPingpong(args []string) error {
 		return err
 	}
 	for i := range qps {
-		fmt.Print(pingpong.RemoteAddressLine(remote[i]))
+		fmt.Fprint(f.stdout, pingpong.RemoteAddressLine(remote[i]))
 	}
 
 	send := verbs.SendWR{WRID: sendWRID, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{mr.SGE(0, f.size)}}
@@ -161,7 +136,7 @@ func runSRQPingpong(args []string) error {
 	wcs := make([]verbs.WC, 2*numQP)
 	for rcnt < f.iters || scnt < f.iters {
 		if f.events {
-			if err := cq.Wait(context.Background()); err != nil {
+			if err := cq.Wait(ctx); err != nil {
 				return err
 			}
 		}
@@ -197,7 +172,7 @@ func runSRQPingpong(args []string) error {
 			}
 		}
 	}
-	fmt.Print(pingpong.ResultLines(f.size, f.iters, time.Since(start)))
+	fmt.Fprint(f.stdout, pingpong.ResultLines(f.size, f.iters, time.Since(start)))
 	lingerShm(dev, lingerQuiet)
 	return nil
 }

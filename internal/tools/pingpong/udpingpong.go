@@ -1,4 +1,4 @@
-package main
+package pingpong
 
 import (
 	"context"
@@ -13,12 +13,8 @@ import (
 // udQKey is the Q_Key ibv_ud_pingpong uses.
 const udQKey = 0x11111111
 
-func runUDPingpong(args []string) error {
-	f, err := parsePPFlags("ibv_ud_pingpong", args, 2048)
-	if err != nil {
-		return err
-	}
-	dev, err := openToolDevice(f.dev)
+func runUDPingpong(ctx context.Context, f *ppFlags) error {
+	dev, err := f.opener.Open(f.dev)
 	if err != nil {
 		return err
 	}
@@ -48,7 +44,7 @@ func runUDPingpong(args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Print(pingpong.UDLocalAddressLine(local))
+	fmt.Fprint(f.stdout, pingpong.UDLocalAddressLine(local))
 	conn, err := ppConn(f)
 	if err != nil {
 		return err
@@ -70,13 +66,13 @@ func runUDPingpong(args []string) error {
 		}
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	remote, err := exchange(ctx, f, conn, local, connect)
 	if err != nil {
 		return err
 	}
 	defer ah.Destroy()
-	fmt.Print(pingpong.RemoteAddressLine(remote))
-	return r.loop(f, routs, ah, remote.QPN, udQKey)
+	fmt.Fprint(f.stdout, pingpong.RemoteAddressLine(remote))
+	return r.loop(ctx, f, routs, ah, remote.QPN, udQKey)
 }

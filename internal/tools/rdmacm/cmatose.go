@@ -1,4 +1,4 @@
-package main
+package rdmacm
 
 // softrdma ucmatose and softrdma udaddy: librdmacm's cmatose.c (RC
 // connections, SENDs both ways, the server disconnects) and udaddy.c (UD
@@ -15,10 +15,12 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/cm"
+	"github.com/softrdma/softrdma/internal/tools/device"
 	"github.com/softrdma/softrdma/verbs"
 )
 
 type cmaOpts struct {
+	*runEnv
 	server, bind       string
 	conns, count, size int
 	port               int
@@ -26,9 +28,10 @@ type cmaOpts struct {
 	name               string
 }
 
-func parseCmaOpts(name string, args []string, ud bool) (*cmaOpts, error) {
-	o := &cmaOpts{ud: ud, name: name}
+func parseCmaOpts(e *runEnv, name string, args []string, ud bool) (*cmaOpts, error) {
+	o := &cmaOpts{runEnv: e, ud: ud, name: name}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
 	fs.StringVar(&o.server, "s", "", "server address (client mode)")
 	fs.StringVar(&o.bind, "b", "", "bind address")
 	fs.IntVar(&o.conns, "c", 1, "connections")
@@ -59,16 +62,16 @@ func parseCmaOpts(name string, args []string, ud bool) (*cmaOpts, error) {
 	return o, nil
 }
 
-func runUcmatose(args []string) error {
-	o, err := parseCmaOpts("cmatose", args, false)
+func runUcmatose(e *runEnv, args []string) error {
+	o, err := parseCmaOpts(e, "cmatose", args, false)
 	if err != nil {
 		return err
 	}
 	return cmaMain(o)
 }
 
-func runUdaddy(args []string) error {
-	o, err := parseCmaOpts("udaddy", args, true)
+func runUdaddy(e *runEnv, args []string) error {
+	o, err := parseCmaOpts(e, "udaddy", args, true)
 	if err != nil {
 		return err
 	}
@@ -82,13 +85,13 @@ func cmaMain(o *cmaOpts) error {
 	} else {
 		err = cmaServer(o)
 	}
-	fmt.Printf("test complete\n")
+	fmt.Fprintf(o.stdout, "test complete\n")
 	status := 0
 	if err != nil {
-		fmt.Printf("%s: %v\n", o.name, err)
+		fmt.Fprintf(o.stdout, "%s: %v\n", o.name, err)
 		status = -1
 	}
-	fmt.Printf("return status %d\n", status)
+	fmt.Fprintf(o.stdout, "return status %d\n", status)
 	if err != nil {
 		return errors.New("failed")
 	}
@@ -195,25 +198,25 @@ func (o *cmaOpts) completions(n *cmaNode, recv bool, first func(verbs.WC) error)
 }
 
 func cmaClient(o *cmaOpts) error {
-	fmt.Printf("%s: starting client\n", o.name)
-	dev, err := openCMDevice(o.bind, o.server)
+	fmt.Fprintf(o.stdout, "%s: starting client\n", o.name)
+	dev, err := o.opener.OpenCM(o.bind, o.server)
 	if err != nil {
 		return err
 	}
 	defer dev.Close()
 	defer cm.Detach(dev)
-	ip, err := resolveIP(o.server)
+	ip, err := device.ResolveIP(o.server)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%s: connecting\n", o.name)
+	fmt.Fprintf(o.stdout, "%s: connecting\n", o.name)
 	var nodes []*cmaNode
 	defer func() {
 		for _, n := range nodes {
 			n.close()
 		}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(o.ctx, 2*time.Minute)
 	defer cancel()
 	for range o.conns {
 		n, err := o.newNode(dev)
@@ -229,9 +232,9 @@ func cmaClient(o *cmaOpts) error {
 		if err != nil {
 			var rej *cm.RejectError
 			if errors.As(err, &rej) {
-				fmt.Printf("%s: event: RDMA_CM_EVENT_REJECTED, error: %d\n", o.name, rej.Reason)
+				fmt.Fprintf(o.stdout, "%s: event: RDMA_CM_EVENT_REJECTED, error: %d\n", o.name, rej.Reason)
 			} else {
-				fmt.Printf("%s: event: RDMA_CM_EVENT_UNREACHABLE, error: -1\n", o.name)
+				fmt.Fprintf(o.stdout, "%s: event: RDMA_CM_EVENT_UNREACHABLE, error: -1\n", o.name)
 			}
 			return err
 		}
@@ -240,34 +243,34 @@ func cmaClient(o *cmaOpts) error {
 		return nil
 	}
 	if o.ud {
-		fmt.Printf("initiating data transfers\n")
+		fmt.Fprintf(o.stdout, "initiating data transfers\n")
 		for _, n := range nodes {
 			if err := o.sends(n, n.conn.AH, n.conn.RemoteQPN, n.conn.RemoteQKey); err != nil {
 				return err
 			}
 		}
-		fmt.Printf("receiving data transfers\n")
+		fmt.Fprintf(o.stdout, "receiving data transfers\n")
 		for _, n := range nodes {
 			if err := o.completions(n, true, nil); err != nil {
 				return err
 			}
 		}
-		fmt.Printf("data transfers complete\n")
+		fmt.Fprintf(o.stdout, "data transfers complete\n")
 		return nil
 	}
-	fmt.Printf("receiving data transfers\n")
+	fmt.Fprintf(o.stdout, "receiving data transfers\n")
 	for _, n := range nodes {
 		if err := o.completions(n, true, nil); err != nil {
 			return err
 		}
 	}
-	fmt.Printf("sending replies\n")
+	fmt.Fprintf(o.stdout, "sending replies\n")
 	for _, n := range nodes {
 		if err := o.sends(n, nil, 0, 0); err != nil {
 			return err
 		}
 	}
-	fmt.Printf("data transfers complete\n")
+	fmt.Fprintf(o.stdout, "data transfers complete\n")
 	// The server disconnects.
 	for _, n := range nodes {
 		select {
@@ -280,8 +283,8 @@ func cmaClient(o *cmaOpts) error {
 }
 
 func cmaServer(o *cmaOpts) error {
-	fmt.Printf("%s: starting server\n", o.name)
-	dev, err := openCMDevice(o.bind, "")
+	fmt.Fprintf(o.stdout, "%s: starting server\n", o.name)
+	dev, err := o.opener.OpenCM(o.bind, "")
 	if err != nil {
 		return err
 	}
@@ -291,12 +294,12 @@ func cmaServer(o *cmaOpts) error {
 	if o.ud {
 		opts.QPType = verbs.QPTypeUD
 	}
-	ln, err := cm.Listen("rdma", netip.AddrPortFrom(cmLocalAddr(dev), uint16(o.port)).String(), opts)
+	ln, err := cm.Listen("rdma", netip.AddrPortFrom(device.LocalAddr(dev), uint16(o.port)).String(), opts)
 	if err != nil {
 		return err
 	}
 	defer ln.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(o.ctx, 5*time.Minute)
 	defer cancel()
 	var nodes []*cmaNode
 	defer func() {
@@ -312,13 +315,13 @@ func cmaServer(o *cmaOpts) error {
 		}
 		n, err := o.newNode(dev)
 		if err != nil {
-			fmt.Printf("%s: failing connection request\n", o.name)
+			fmt.Fprintf(o.stdout, "%s: failing connection request\n", o.name)
 			req.Reject(nil)
 			return err
 		}
 		nodes = append(nodes, n)
 		if n.conn, err = req.Accept(ctx, &cm.Options{PD: n.t.pd, QP: n.t.qp}); err != nil {
-			fmt.Printf("%s: failing connection request\n", o.name)
+			fmt.Fprintf(o.stdout, "%s: failing connection request\n", o.name)
 			return err
 		}
 		peers[n] = req.Remote.Addr()
@@ -327,7 +330,7 @@ func cmaServer(o *cmaOpts) error {
 		if o.count == 0 {
 			return nil
 		}
-		fmt.Printf("receiving data transfers\n")
+		fmt.Fprintf(o.stdout, "receiving data transfers\n")
 		type reply struct {
 			ah  verbs.AH
 			qpn uint32
@@ -349,7 +352,7 @@ func cmaServer(o *cmaOpts) error {
 				return err
 			}
 		}
-		fmt.Printf("sending replies\n")
+		fmt.Fprintf(o.stdout, "sending replies\n")
 		for _, n := range nodes {
 			r := replies[n]
 			if err := o.sends(n, r.ah, r.qpn, cm.RDMAUDPQKey); err != nil {
@@ -357,11 +360,11 @@ func cmaServer(o *cmaOpts) error {
 			}
 			r.ah.Destroy()
 		}
-		fmt.Printf("data transfers complete\n")
+		fmt.Fprintf(o.stdout, "data transfers complete\n")
 		return nil
 	}
 	if o.count > 0 {
-		fmt.Printf("initiating data transfers\n")
+		fmt.Fprintf(o.stdout, "initiating data transfers\n")
 		for _, n := range nodes {
 			for range o.count {
 				if err := n.t.qp.PostSend(&verbs.SendWR{Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
@@ -370,24 +373,24 @@ func cmaServer(o *cmaOpts) error {
 				}
 			}
 		}
-		fmt.Printf("completing sends\n")
+		fmt.Fprintf(o.stdout, "completing sends\n")
 		for _, n := range nodes {
 			if err := o.completions(n, false, nil); err != nil {
 				return err
 			}
 		}
-		fmt.Printf("receiving data transfers\n")
+		fmt.Fprintf(o.stdout, "receiving data transfers\n")
 		for _, n := range nodes {
 			if err := o.completions(n, true, nil); err != nil {
 				return err
 			}
 		}
-		fmt.Printf("data transfers complete\n")
+		fmt.Fprintf(o.stdout, "data transfers complete\n")
 	}
-	fmt.Printf("cmatose: disconnecting\n")
+	fmt.Fprintf(o.stdout, "cmatose: disconnecting\n")
 	for _, n := range nodes {
 		n.conn.Close()
 	}
-	fmt.Printf("disconnected\n")
+	fmt.Fprintf(o.stdout, "disconnected\n")
 	return nil
 }

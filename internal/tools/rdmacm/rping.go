@@ -1,4 +1,4 @@
-package main
+package rdmacm
 
 // softrdma rping: librdmacm's rping (examples/rping.c) over package cm,
 // with its flags, its exchange and its output, so either side can be the
@@ -15,13 +15,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"net/netip"
-	"os"
 	"time"
 
 	"github.com/softrdma/softrdma/cm"
-	"github.com/softrdma/softrdma/provider/soft"
+	"github.com/softrdma/softrdma/internal/tools/device"
 	"github.com/softrdma/softrdma/verbs"
 )
 
@@ -37,67 +35,6 @@ type cmTool struct {
 	pd  verbs.PD
 	cq  verbs.CQ
 	qp  verbs.QP
-}
-
-// openCMDevice opens the device of a librdmacm-style tool: the
-// shared-memory device SOFTRDMA_DEVICE names (shm0, shm1, ...; these
-// tools' flags have no -d), else the softrdma device for a local address:
-// the SOFTRDMA_ADDR environment variable, else local, else the address
-// the routing table uses towards remote.
-func openCMDevice(local, remote string) (verbs.Context, error) {
-	if name := os.Getenv("SOFTRDMA_DEVICE"); name != "" {
-		if !isShmName(name) {
-			return nil, fmt.Errorf("SOFTRDMA_DEVICE=%q: only shared-memory devices (shm0, ...) are chosen by name here; RoCEv2 devices by address (SOFTRDMA_ADDR, -a, -I, -b)", name)
-		}
-		return ctxOf(openShm(name))
-	}
-	a := os.Getenv("SOFTRDMA_ADDR")
-	if a == "" {
-		a = local
-	}
-	if a == "" && remote != "" {
-		ip, err := resolveIP(remote)
-		if err != nil {
-			return nil, err
-		}
-		c, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: ip.AsSlice(), Port: 9})
-		if err != nil {
-			return nil, err
-		}
-		a = c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap().String()
-		c.Close()
-	}
-	if a == "" {
-		return nil, fmt.Errorf("no local address: give -a (server), -I (client) or set SOFTRDMA_ADDR")
-	}
-	addr, err := resolveIP(a)
-	if err != nil {
-		return nil, err
-	}
-	return ctxOf(soft.Open(deviceConfig(soft.Config{AcceptUnverifiedICRC: true}, addr)))
-}
-
-// cmLocalAddr is the address a tool's listener binds on dev: a softrdma
-// device's IP; on a shared-memory device, whose listeners are found by
-// port on the host, the unspecified address (the listener reports its
-// GID).
-func cmLocalAddr(dev verbs.Context) netip.Addr {
-	if d, ok := dev.(*soft.Device); ok {
-		return d.LocalAddr()
-	}
-	return netip.IPv4Unspecified()
-}
-
-func resolveIP(host string) (netip.Addr, error) {
-	if a, err := netip.ParseAddr(host); err == nil {
-		return a.Unmap(), nil
-	}
-	ips, err := net.LookupIP(host)
-	if err != nil || len(ips) == 0 {
-		return netip.Addr{}, fmt.Errorf("getaddrinfo failed - invalid hostname or IP address %q", host)
-	}
-	a, _ := netip.AddrFromSlice(ips[0])
-	return a.Unmap(), nil
 }
 
 // newCMTool creates a PD, one CQ and an RC QP in INIT, as rping's
@@ -167,14 +104,16 @@ func waitWC(cq verbs.CQ, done <-chan struct{}) (verbs.WC, error) {
 }
 
 type rpingOpts struct {
+	*runEnv
 	server, client, verbose, validate, debug, persistent bool
 	addr, src                                            string
 	port, size, count                                    int
 }
 
-func runRping(args []string) error {
-	var o rpingOpts
+func runRping(e *runEnv, args []string) error {
+	o := rpingOpts{runEnv: e}
 	fs := flag.NewFlagSet("rping", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
 	fs.BoolVar(&o.server, "s", false, "server side")
 	fs.BoolVar(&o.client, "c", false, "client side")
 	fs.StringVar(&o.addr, "a", "", "address")
@@ -208,7 +147,7 @@ func runRping(args []string) error {
 
 func (o *rpingOpts) logf(format string, args ...any) {
 	if o.debug {
-		fmt.Printf(format, args...)
+		fmt.Fprintf(o.stdout, format, args...)
 	}
 }
 
@@ -250,7 +189,7 @@ func postRecv(qp verbs.QP, mr verbs.MR) error {
 }
 
 func rpingClient(o *rpingOpts) error {
-	dev, err := openCMDevice(o.src, o.addr)
+	dev, err := o.opener.OpenCM(o.src, o.addr)
 	if err != nil {
 		return err
 	}
@@ -269,22 +208,22 @@ func rpingClient(o *rpingOpts) error {
 	if err := postRecv(t.qp, b.recv); err != nil {
 		return err
 	}
-	ip, err := resolveIP(o.addr)
+	ip, err := device.ResolveIP(o.addr)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(o.ctx, 2*time.Minute)
 	defer cancel()
 	conn, err := cm.Dial(ctx, "rdma", netip.AddrPortFrom(ip, uint16(o.port)).String(),
 		&cm.Options{Context: dev, PD: t.pd, QP: t.qp, ResponderResources: 1, InitiatorDepth: 1})
 	if err != nil {
 		var rej *cm.RejectError
 		if errors.As(err, &rej) {
-			fmt.Fprintf(os.Stderr, "cma event RDMA_CM_EVENT_REJECTED, error %d\n", rej.Reason)
+			fmt.Fprintf(o.stderr, "cma event RDMA_CM_EVENT_REJECTED, error %d\n", rej.Reason)
 		} else {
-			fmt.Fprintf(os.Stderr, "cma event RDMA_CM_EVENT_UNREACHABLE, error %v\n", err)
+			fmt.Fprintf(o.stderr, "cma event RDMA_CM_EVENT_UNREACHABLE, error %v\n", err)
 		}
-		fmt.Fprintf(os.Stderr, "wait for CONNECTED state 4\nconnect error -1\n")
+		fmt.Fprintf(o.stderr, "wait for CONNECTED state 4\nconnect error -1\n")
 		return fmt.Errorf("rping client failed: %w", err)
 	}
 	o.logf("rdma_connect successful\n")
@@ -337,15 +276,15 @@ func rpingClient(o *rpingOpts) error {
 		}
 		rb := b.rdma.Bytes()[:o.size]
 		if o.validate && string(sb) != string(rb) {
-			fmt.Fprintf(os.Stderr, "data mismatch!\n")
+			fmt.Fprintf(o.stderr, "data mismatch!\n")
 			return errors.New("data mismatch")
 		}
 		if o.verbose {
-			fmt.Printf("ping data: %s\n", cstr(rb))
+			fmt.Fprintf(o.stdout, "ping data: %s\n", cstr(rb))
 		}
 	}
 	conn.Close() // DREQ; the QP goes to ERR, the tool destroys it
-	fmt.Fprintf(os.Stderr, "client DISCONNECT EVENT...\n")
+	fmt.Fprintf(o.stderr, "client DISCONNECT EVENT...\n")
 	return nil
 }
 
@@ -359,13 +298,13 @@ func cstr(b []byte) string {
 }
 
 func rpingServer(o *rpingOpts) error {
-	dev, err := openCMDevice(o.addr, "")
+	dev, err := o.opener.OpenCM(o.addr, "")
 	if err != nil {
 		return err
 	}
 	defer dev.Close()
 	defer cm.Detach(dev)
-	local := cmLocalAddr(dev)
+	local := device.LocalAddr(dev)
 	ln, err := cm.Listen("rdma", netip.AddrPortFrom(local, uint16(o.port)).String(), &cm.Options{Context: dev})
 	if err != nil {
 		return err
@@ -383,7 +322,7 @@ func rpingServer(o *rpingOpts) error {
 }
 
 func rpingServeOne(o *rpingOpts, dev verbs.Context, ln *cm.Listener) error {
-	req, err := ln.Accept(context.Background())
+	req, err := ln.Accept(o.ctx)
 	if err != nil {
 		return err
 	}
@@ -403,7 +342,7 @@ func rpingServeOne(o *rpingOpts, dev verbs.Context, ln *cm.Listener) error {
 		req.Reject(nil)
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(o.ctx, time.Minute)
 	defer cancel()
 	conn, err := req.Accept(ctx, &cm.Options{PD: t.pd, QP: t.qp, ResponderResources: 1, InitiatorDepth: 1})
 	if err != nil {
@@ -448,7 +387,7 @@ func rpingServeOne(o *rpingOpts, dev verbs.Context, ln *cm.Listener) error {
 				continue
 			}
 			if wc.ByteLen != rpingInfoLen {
-				fmt.Fprintf(os.Stderr, "Received bogus data, size %d\n", wc.ByteLen)
+				fmt.Fprintf(o.stderr, "Received bogus data, size %d\n", wc.ByteLen)
 				return 0, 0, 0, errors.New("bogus data")
 			}
 			r := b.recv.Bytes()
@@ -460,7 +399,7 @@ func rpingServeOne(o *rpingOpts, dev verbs.Context, ln *cm.Listener) error {
 	for ping := 0; ; ping++ {
 		addr, rkey, size, err := adv()
 		if err == errPeerGone {
-			fmt.Fprintf(os.Stderr, "server DISCONNECT EVENT...\n")
+			fmt.Fprintf(o.stderr, "server DISCONNECT EVENT...\n")
 			return nil
 		}
 		if err != nil {
@@ -472,7 +411,7 @@ func rpingServeOne(o *rpingOpts, dev verbs.Context, ln *cm.Listener) error {
 			return err
 		}
 		if o.verbose {
-			fmt.Printf("server ping data: %s\n", cstr(b.rdma.Bytes()[:size]))
+			fmt.Fprintf(o.stdout, "server ping data: %s\n", cstr(b.rdma.Bytes()[:size]))
 		}
 		if err := post(goAhead); err != nil {
 			return err

@@ -1,7 +1,6 @@
-package main
+package rdmacm
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/cm"
+	"github.com/softrdma/softrdma/internal/tools/device"
 	"github.com/softrdma/softrdma/rdmanet"
 	"github.com/softrdma/softrdma/verbs"
 )
@@ -42,6 +42,7 @@ import (
 // anything else prints rstream's warning and resolves names.
 
 type rstreamOpts struct {
+	*runEnv
 	dst, src, port          string
 	bufSize, inline         int
 	iterations, count, size int
@@ -71,16 +72,17 @@ var rstreamSizes = []struct{ size, option int }{
 	{1 << 21, 1}, {1<<21 + 1<<20, 1}, {1 << 22, 1}, {1<<22 + 1<<21, 1},
 }
 
-func runRstream(args []string) error { return rstreamMain("rstream", args) }
+func runRstream(e *runEnv, args []string) error { return rstreamMain(e, "rstream", args) }
 
 // runRiostream is librdmacm's riostream: rstream's tests with the data
 // moved by riowrite into a buffer the peer mapped with riomap, the
 // receiver watching the buffer's last byte.
-func runRiostream(args []string) error { return rstreamMain("riostream", args) }
+func runRiostream(e *runEnv, args []string) error { return rstreamMain(e, "riostream", args) }
 
-func rstreamMain(name string, args []string) error {
-	o := &rstreamOpts{port: "7471", iterations: 1, count: 1000, size: 1000, inline: 64, name: "custom", riostream: name == "riostream", nonblock: true}
+func rstreamMain(e *runEnv, name string, args []string) error {
+	o := &rstreamOpts{runEnv: e, port: "7471", iterations: 1, count: 1000, size: 1000, inline: 64, name: "custom", riostream: name == "riostream", nonblock: true}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
 	fs.StringVar(&o.dst, "s", "", "server_address (client mode)")
 	fs.StringVar(&o.src, "b", "", "bind_address")
 	format := fs.String("f", "", "address_format: name, ip, ipv6, or gid")
@@ -114,7 +116,7 @@ func rstreamMain(name string, args []string) error {
 	case strings.HasPrefix(f, "gid"):
 		o.format = "gid"
 	default:
-		fmt.Fprintf(os.Stderr, "Warning: unknown address format\n")
+		fmt.Fprintf(o.stderr, "Warning: unknown address format\n")
 	}
 	var err error
 	if o.src, err = o.numericHost(o.src); err != nil {
@@ -175,7 +177,7 @@ func (o *rstreamOpts) numericHost(host string) (string, error) {
 		}
 		return a.Unmap().String(), nil
 	}
-	a, err := resolveIP(host)
+	a, err := device.ResolveIP(host)
 	if err != nil {
 		return "", err
 	}
@@ -213,7 +215,7 @@ func (o *rstreamOpts) run() error {
 	}
 	o.buf = make([]byte, maxSize)
 	if !o.tcp {
-		dev, err := openCMDevice(o.src, o.dst)
+		dev, err := o.opener.OpenCM(o.src, o.dst)
 		if err != nil {
 			return err
 		}
@@ -227,7 +229,7 @@ func (o *rstreamOpts) run() error {
 		}
 		defer o.ln.Close()
 	}
-	fmt.Printf("%-10s%-8s%-8s%-8s%-8s%8s %10s%13s\n", "name", "bytes", "xfers", "iters", "total", "time", "Gb/sec", "usec/xfer")
+	fmt.Fprintf(o.stdout, "%-10s%-8s%-8s%-8s%-8s%8s %10s%13s\n", "name", "bytes", "xfers", "iters", "total", "time", "Gb/sec", "usec/xfer")
 	if o.custom {
 		c, err := o.connect(true)
 		if err != nil {
@@ -264,7 +266,7 @@ func (o *rstreamOpts) run() error {
 func (o *rstreamOpts) listen() error {
 	host := o.src
 	if host == "" && o.dev != nil {
-		host = cmLocalAddr(o.dev).String()
+		host = device.LocalAddr(o.dev).String()
 	}
 	addr := net.JoinHostPort(host, o.port)
 	var err error
@@ -291,7 +293,7 @@ func (o *rstreamOpts) connect(latency bool) (net.Conn, error) {
 		return c, nil
 	}
 	host := o.dst
-	if a, err := resolveIP(host); err == nil {
+	if a, err := device.ResolveIP(host); err == nil {
 		host = a.String()
 	}
 	addr := net.JoinHostPort(host, o.port)
@@ -299,7 +301,7 @@ func (o *rstreamOpts) connect(latency bool) (net.Conn, error) {
 		return net.Dial("tcp", addr)
 	}
 	d := rdmanet.Dialer{Config: o.config(latency), Timeout: 30 * time.Second}
-	c, err := d.DialContext(context.Background(), "rdma", addr)
+	c, err := d.DialContext(o.ctx, "rdma", addr)
 	if err != nil {
 		return nil, fmt.Errorf("rconnect: %w", err)
 	}
@@ -377,7 +379,7 @@ func (o *rstreamOpts) runTest(c net.Conn) error {
 func (o *rstreamOpts) showPerf() {
 	usec := float64(o.end.Sub(o.start).Microseconds())
 	bytes := int64(o.iterations) * int64(o.count) * int64(o.size) * 2
-	fmt.Printf("%-10s%-8s%-8s%-8s%-8s%8.2fs%10.2f%11.2f\n", o.name, sizeStr(int64(o.size)), cntStr(int64(o.count)),
+	fmt.Fprintf(o.stdout, "%-10s%-8s%-8s%-8s%-8s%8.2fs%10.2f%11.2f\n", o.name, sizeStr(int64(o.size)), cntStr(int64(o.count)),
 		cntStr(int64(o.iterations)), sizeStr(bytes), usec/1e6, float64(bytes*8)/(1000*usec),
 		(usec/float64(o.iterations))/float64(o.count*2))
 }

@@ -1,6 +1,8 @@
-package main
+package rdmacm
 
 import (
+	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -10,16 +12,16 @@ import (
 // own device), data verified; -T s runs rstream over TCP.
 func TestRstream(t *testing.T) {
 	for i, tc := range []struct {
-		cmd      func([]string) error
+		cmd      string
 		args     []string
 		srv, cli string
 	}{
-		{runRstream, []string{"-S", "3000", "-C", "50", "-T", "v", "-B", "4096"}, "", ""},
-		{runRstream, []string{"-S", "64", "-C", "1", "-I", "100", "-T", "v"}, "", ""},
-		{runRstream, []string{"-S", "64", "-C", "1", "-I", "100", "-T", "blocking", "-T", "v"}, "", ""},
-		{runRstream, []string{"-S", "3000", "-C", "20", "-T", "a", "-T", "b", "-T", "v", "-f", "gid"}, "::ffff:127.0.76.2", "::ffff:127.0.76.1"},
-		{runRstream, []string{"-S", "1000", "-C", "10", "-T", "s", "-T", "v"}, "", ""},
-		{runRiostream, []string{"-S", "5000", "-C", "10", "-T", "v"}, "", ""},
+		{"rstream", []string{"-S", "3000", "-C", "50", "-T", "v", "-B", "4096"}, "", ""},
+		{"rstream", []string{"-S", "64", "-C", "1", "-I", "100", "-T", "v"}, "", ""},
+		{"rstream", []string{"-S", "64", "-C", "1", "-I", "100", "-T", "blocking", "-T", "v"}, "", ""},
+		{"rstream", []string{"-S", "3000", "-C", "20", "-T", "a", "-T", "b", "-T", "v", "-f", "gid"}, "::ffff:127.0.76.2", "::ffff:127.0.76.1"},
+		{"rstream", []string{"-S", "1000", "-C", "10", "-T", "s", "-T", "v"}, "", ""},
+		{"riostream", []string{"-S", "5000", "-C", "10", "-T", "v"}, "", ""},
 	} {
 		srv, cli := "127.0.76.2", "127.0.76.1"
 		if tc.srv != "" {
@@ -27,9 +29,9 @@ func TestRstream(t *testing.T) {
 		}
 		port := []string{"-p", "17471"}
 		errc := make(chan error, 1)
-		go func() { errc <- tc.cmd(append(append([]string{"-b", srv}, port...), tc.args...)) }()
+		go func() { errc <- runTool(tc.cmd, append(append([]string{"-b", srv}, port...), tc.args...)) }()
 		time.Sleep(300 * time.Millisecond)
-		if err := tc.cmd(append(append([]string{"-b", cli, "-s", srv}, port...), tc.args...)); err != nil {
+		if err := runTool(tc.cmd, append(append([]string{"-b", cli, "-s", srv}, port...), tc.args...)); err != nil {
 			t.Errorf("case %d client: %v", i, err)
 		}
 		if err := <-errc; err != nil {
@@ -68,7 +70,7 @@ func TestRstreamOptionErrors(t *testing.T) {
 		{[]string{"-f", "ip", "-s", "localhost"}, "not a numeric address"},
 		{[]string{"-s", "10.0.0.1", "extra"}, "unexpected arguments"},
 	} {
-		err := runRstream(tc.args)
+		err := runTool("rstream", tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("rstream %q: %v, want an error saying %q", tc.args, err, tc.want)
 		}
@@ -82,4 +84,9 @@ func TestRstreamOptionErrors(t *testing.T) {
 	if o.nonblock || !o.tcp || !o.verify {
 		t.Errorf("after -T ... b: nonblock %v tcp %v verify %v, want false true true", o.nonblock, o.tcp, o.verify)
 	}
+}
+
+// runTool runs the tool name with args, its output discarded.
+func runTool(name string, args []string) error {
+	return Run(context.Background(), append([]string{name}, args...), io.Discard, io.Discard)
 }

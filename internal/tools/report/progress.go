@@ -1,20 +1,21 @@
-package main
+package report
 
 import (
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/term"
 )
 
-// progressBar draws one status line on a terminal while a long benchmark
+// ProgressBar draws one status line on a terminal while a long benchmark
 // runs: what is being measured, how many of the runs are done, and the
 // current run's progress. It writes nothing unless enabled, so reports
 // piped to files and CI logs stay byte-for-byte what they were; the line is
-// erased before anything else is printed (pause) and at the end (stop).
-type progressBar struct {
+// erased before anything else is printed (Pause) and at the end (Stop).
+type ProgressBar struct {
 	w       io.Writer
 	enabled bool
 	every   time.Duration
@@ -32,17 +33,22 @@ type progressBar struct {
 	done  chan struct{}
 }
 
-// newProgressBar returns a bar drawing on stderr if it is a terminal and
-// SOFTRDMA_NO_PROGRESS is unset.
-func newProgressBar() *progressBar {
-	on := isTerminal(os.Stderr) && os.Getenv("SOFTRDMA_NO_PROGRESS") == ""
-	return newProgressBarTo(os.Stderr, on, 200*time.Millisecond)
+// NewProgressBar returns a bar drawing on w if w is a terminal and off
+// (SOFTRDMA_NO_PROGRESS) is false.
+func NewProgressBar(w io.Writer, off bool) *ProgressBar {
+	return NewProgressBarTo(w, !off && isTerminal(w), 200*time.Millisecond)
 }
 
-// newProgressBarTo is newProgressBar with the writer, the decision and the
+// isTerminal reports whether w is a terminal (golang.org/x/term).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(interface{ Fd() uintptr })
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// NewProgressBarTo is NewProgressBar with the writer, the decision and the
 // redraw interval given (tests).
-func newProgressBarTo(w io.Writer, enabled bool, every time.Duration) *progressBar {
-	b := &progressBar{w: w, enabled: enabled, every: every, stopc: make(chan struct{}), done: make(chan struct{})}
+func NewProgressBarTo(w io.Writer, enabled bool, every time.Duration) *ProgressBar {
+	b := &ProgressBar{w: w, enabled: enabled, every: every, stopc: make(chan struct{}), done: make(chan struct{})}
 	if !enabled {
 		close(b.done)
 		return b
@@ -51,9 +57,9 @@ func newProgressBarTo(w io.Writer, enabled bool, every time.Duration) *progressB
 	return b
 }
 
-// start announces run number run+1 of runs, labelled label; frac (may be
+// Start announces run number run+1 of runs, labelled label; frac (may be
 // nil) tells its progress.
-func (b *progressBar) start(label string, run, runs int, frac func() float64) {
+func (b *ProgressBar) Start(label string, run, runs int, frac func() float64) {
 	if b == nil || !b.enabled {
 		return
 	}
@@ -64,9 +70,9 @@ func (b *progressBar) start(label string, run, runs int, frac func() float64) {
 
 // The methods do nothing on a nil or disabled bar.
 
-// pause erases the line so that the caller can print; the next redraw
+// Pause erases the line so that the caller can print; the next redraw
 // brings it back.
-func (b *progressBar) pause() {
+func (b *ProgressBar) Pause() {
 	if b == nil || !b.enabled {
 		return
 	}
@@ -75,8 +81,8 @@ func (b *progressBar) pause() {
 	b.mu.Unlock()
 }
 
-// stop erases the line and ends the redraws.
-func (b *progressBar) stop() {
+// Stop erases the line and ends the redraws.
+func (b *ProgressBar) Stop() {
 	if b == nil || !b.enabled {
 		return
 	}
@@ -91,7 +97,7 @@ func (b *progressBar) stop() {
 	b.mu.Unlock()
 }
 
-func (b *progressBar) loop() {
+func (b *ProgressBar) loop() {
 	defer close(b.done)
 	t := time.NewTicker(b.every)
 	defer t.Stop()
@@ -107,7 +113,7 @@ func (b *progressBar) loop() {
 	}
 }
 
-func (b *progressBar) eraseLocked() {
+func (b *ProgressBar) eraseLocked() {
 	if b.shown {
 		io.WriteString(b.w, "\r\033[K")
 		b.shown = false
@@ -115,7 +121,7 @@ func (b *progressBar) eraseLocked() {
 }
 
 // render returns the status line.
-func (b *progressBar) render() string {
+func (b *ProgressBar) render() string {
 	const width = 30
 	f := -1.0
 	if b.frac != nil {
@@ -132,7 +138,7 @@ func (b *progressBar) render() string {
 	return fmt.Sprintf("%s %s (%d/%d)", bar, b.label, b.run+1, b.runs)
 }
 
-func (b *progressBar) drawLocked() {
+func (b *ProgressBar) drawLocked() {
 	if b.label == "" {
 		return
 	}
