@@ -94,7 +94,7 @@ type ptOptions struct {
 	infinite bool
 	mrPerQP  bool // --mr_per_qp: one MR per QP (bandwidth tests with -q)
 	// rdmaCM is -R: the QPs and the exchange connect through rdma_cm
-	// (perftest_cm.go).
+	// (cm.go).
 	rdmaCM bool
 
 	unsorted  bool // -U: list every latency sample as measured

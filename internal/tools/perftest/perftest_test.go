@@ -570,7 +570,7 @@ func TestPerftestDataCheck(t *testing.T) {
 }
 
 // TestPerftestEnvDevice runs the server on the device the CLI would open
-// (SOFTRDMA_ADDR, UDP port 4791), as runPTCommand does.
+// (SOFTRDMA_ADDR, UDP port 4791), as Run does.
 func TestPerftestEnvDevice(t *testing.T) {
 	net3 := byte(100 + rand.IntN(150))
 	srvAddr := netip.AddrFrom4([4]byte{127, 0, net3, 1})

@@ -5,16 +5,16 @@ package perftest
 //
 //	device checks (link, MTU, GID index, inline size, outstanding reads)
 //	→ TCP: the server accepts, the client connects (with -R an rdma_cm
-//	  connection instead: perftest_cm.go)
+//	  connection instead: cm.go)
 //	→ Session.Negotiate: versions, page and cache line sizes, MTU
-//	→ resources (perftest_res.go); with -R, Session.ConnectQPs connects
+//	→ resources (res.go); with -R, Session.ConnectQPs connects
 //	  them through rdma_cm
 //	→ banner (WriteTestInfo)
 //	→ Session.ExchangeKeys, moving the QPs to RTR/RTS at the right point
 //	  (not with -R: the CM did),
 //	  printing the local and remote address lines
 //	→ table header; per message size: post receives (SEND), BeforeRun,
-//	  the measurement (perftest_bw.go, perftest_lat.go), the report row,
+//	  the measurement (bw.go, lat.go), the report row,
 //	  AfterRun
 //	→ table footer, Session.Finish
 //
