@@ -113,10 +113,12 @@ func ackTimeout(caDelay, packetLife uint8) uint8 {
 
 // event is what the agent tells the API goroutine waiting on a cmID.
 type event struct {
-	kind   wire.CMAttr // REP, REJ, RTU, SIDR_REP; 0 for a timeout
-	rep    wire.CMRep
-	rej    wire.CMRej
-	sidr   wire.CMSIDRRep
+	kind wire.CMAttr // REP, REJ, RTU, SIDR_REP; 0 for a timeout
+	// The message, by pointer: a cmID's event buffer lives as long as
+	// its connection, and thousands are held.
+	rep    *wire.CMRep
+	rej    *wire.CMRej
+	sidr   *wire.CMSIDRRep
 	reqErr error // set for timeouts and local failures
 }
 
@@ -150,6 +152,15 @@ type cmID struct {
 	conn *Conn
 	// lastSent is the last REP or DREP, resent on duplicates.
 	lastSent []byte
+	// passive: this side answered a REQ (a listener's connection).
+	passive bool
+	// rkey and sidrKey, when set, are id's entries in agent.remote and
+	// agent.sidr, so that removing id costs no scan.
+	rkey, sidrKey       remoteKey
+	hasRkey, hasSIDRKey bool
+	// rtuProof, if set, is what the RTU's private data must start with:
+	// the dialer's proof that it holds the listener's pre-shared key.
+	rtuProof []byte
 }
 
 // agent is the CM of one port of one device.
@@ -164,9 +175,10 @@ type agent struct {
 	// steer the MADs that name the ID to this process (sharedDevice).
 	idSlot, idMask uint32
 
-	in   chan madIn
-	kick chan struct{}
-	stop chan struct{}
+	in      chan madIn
+	unreach chan unreachIn // refused.go
+	kick    chan struct{}
+	stop    chan struct{}
 
 	mu        sync.Mutex
 	ids       map[uint32]*cmID     // by local comm ID
@@ -174,6 +186,9 @@ type agent struct {
 	listeners map[uint64]*Listener // by service ID
 	sidr      map[remoteKey]*cmID  // SIDR requests being answered
 	now       func() time.Time
+	deadlines deadlines    // every cmID's retransmission or TIMEWAIT deadline
+	answers   answerBucket // unsolicited answers (guard.go)
+	stats     agentStats
 }
 
 type remoteKey struct {
@@ -211,6 +226,7 @@ func agentFor(ctx verbs.Context, port uint8) (*agent, error) {
 	if err := gsi.HandleMADs(port, a.receive); err != nil {
 		return nil, err
 	}
+	a.watchUnreachable(ctx)
 	go a.run()
 	if agents.m == nil {
 		agents.m = map[verbs.Context]*agent{}
@@ -232,7 +248,7 @@ type sharedDevice interface {
 func newAgent(ctx verbs.Context, gsi verbs.GSI, port uint8, now func() time.Time) *agent {
 	a := &agent{
 		gsi: gsi, port: port, ctx: ctx, now: now,
-		in: make(chan madIn, 256), kick: make(chan struct{}, 1), stop: make(chan struct{}),
+		in: make(chan madIn, 256), unreach: make(chan unreachIn, 16), kick: make(chan struct{}, 1), stop: make(chan struct{}),
 		ids: map[uint32]*cmID{}, remote: map[remoteKey]*cmID{}, listeners: map[uint64]*Listener{},
 		sidr: map[remoteKey]*cmID{},
 	}
@@ -290,6 +306,10 @@ func (a *agent) run() {
 			a.mu.Lock()
 			a.handleLocked(m.src, m.mad[:m.n])
 			a.mu.Unlock()
+		case u := <-a.unreach:
+			a.mu.Lock()
+			a.refusedLocked(u)
+			a.mu.Unlock()
 		case <-timer.C:
 		case <-a.kick:
 		case <-a.stop:
@@ -323,18 +343,18 @@ func (a *agent) newIDLocked() *cmID {
 }
 
 func (a *agent) removeLocked(id *cmID) {
-	delete(a.ids, id.localID)
-	for k, v := range a.remote {
-		if v == id {
-			delete(a.remote, k)
-		}
+	if a.ids[id.localID] == id {
+		delete(a.ids, id.localID)
 	}
-	for k, v := range a.sidr {
-		if v == id {
-			delete(a.sidr, k)
-		}
+	if id.hasRkey && a.remote[id.rkey] == id {
+		delete(a.remote, id.rkey)
 	}
+	if id.hasSIDRKey && a.sidr[id.sidrKey] == id {
+		delete(a.sidr, id.sidrKey)
+	}
+	id.hasRkey, id.hasSIDRKey = false, false
 	id.msg = nil
+	id.deadline = time.Time{}
 	id.state = stateIdle
 }
 
@@ -356,7 +376,7 @@ func (a *agent) sendLocked(dst verbs.GID, mad []byte) error {
 // the answer cancels it or retries run out.
 func (a *agent) sendRetriedLocked(id *cmID, mad []byte, timeout time.Duration, retries int) {
 	id.msg, id.timeout, id.retries = mad, timeout, retries
-	id.deadline = a.now().Add(timeout)
+	a.armLocked(id, a.now().Add(timeout))
 	if err := a.sendLocked(id.peer, mad); errors.Is(err, verbs.ErrUnreachable) {
 		a.unreachableLocked(id)
 	}
@@ -378,24 +398,6 @@ func (a *agent) unreachableLocked(id *cmID) {
 	}
 }
 
-// timeoutsLocked resends what is due, fails what ran out of retries, ends
-// TIMEWAITs, and returns the next deadline (zero: none).
-func (a *agent) timeoutsLocked(now time.Time) time.Time {
-	var next time.Time
-	for _, id := range a.ids {
-		if id.deadline.IsZero() {
-			continue
-		}
-		if !now.Before(id.deadline) {
-			a.expireLocked(id, now)
-		}
-		if !id.deadline.IsZero() && (next.IsZero() || id.deadline.Before(next)) {
-			next = id.deadline
-		}
-	}
-	return next
-}
-
 func (a *agent) expireLocked(id *cmID, now time.Time) {
 	if id.state == stateTimewait {
 		a.removeLocked(id)
@@ -404,7 +406,7 @@ func (a *agent) expireLocked(id *cmID, now time.Time) {
 	}
 	if id.msg != nil && id.retries > 0 {
 		id.retries--
-		id.deadline = now.Add(id.timeout)
+		a.armLocked(id, now.Add(id.timeout))
 		if err := a.sendLocked(id.peer, id.msg); errors.Is(err, verbs.ErrUnreachable) {
 			a.unreachableLocked(id)
 		}
@@ -429,7 +431,7 @@ func (a *agent) expireLocked(id *cmID, now time.Time) {
 func (a *agent) enterTimewaitLocked(id *cmID) {
 	id.state = stateTimewait
 	id.msg = nil
-	id.deadline = a.now().Add(convertToDuration(id.ackTimeout))
+	a.armLocked(id, a.now().Add(convertToDuration(id.ackTimeout)))
 	if c := id.conn; c != nil {
 		c.closeWith(ErrDisconnected)
 	}
@@ -457,11 +459,11 @@ func (a *agent) handleLocked(src verbs.MADSource, b []byte) {
 		}
 	case wire.CMMRAAttr:
 		if r, err := wire.ParseCMMRA(data); err == nil {
-			a.handleMRALocked(&r)
+			a.handleMRALocked(src, &r)
 		}
 	case wire.CMRejAttr:
 		if r, err := wire.ParseCMRej(data); err == nil {
-			a.handleRejLocked(&r)
+			a.handleRejLocked(src, &r)
 		}
 	case wire.CMRepAttr:
 		if r, err := wire.ParseCMRep(data); err == nil {
@@ -469,7 +471,7 @@ func (a *agent) handleLocked(src verbs.MADSource, b []byte) {
 		}
 	case wire.CMRTUAttr:
 		if r, err := wire.ParseCMRTU(data); err == nil {
-			a.handleRTULocked(&r)
+			a.handleRTULocked(src, &r)
 		}
 	case wire.CMDReqAttr:
 		if r, err := wire.ParseCMDReq(data); err == nil {
@@ -477,7 +479,7 @@ func (a *agent) handleLocked(src verbs.MADSource, b []byte) {
 		}
 	case wire.CMDRepAttr:
 		if r, err := wire.ParseCMDRep(data); err == nil {
-			a.handleDRepLocked(&r)
+			a.handleDRepLocked(src, &r)
 		}
 	case wire.CMSIDRReqAttr:
 		if r, err := wire.ParseCMSIDRReq(data); err == nil {
@@ -485,7 +487,7 @@ func (a *agent) handleLocked(src verbs.MADSource, b []byte) {
 		}
 	case wire.CMSIDRRepAttr:
 		if r, err := wire.ParseCMSIDRRep(data); err == nil {
-			a.handleSIDRRepLocked(&r)
+			a.handleSIDRRepLocked(src, &r)
 		}
 	}
 }
@@ -507,28 +509,40 @@ func (a *agent) handleReqLocked(src verbs.MADSource, tid uint64, r *wire.CMReq) 
 		// A duplicate (cm_dup_req_handler): our answer was lost or slow.
 		switch id.state {
 		case stateMRAReqSent:
-			a.sendMRALocked(id, wire.CMMsgREQ)
+			if a.mayAnswerLocked() {
+				a.sendMRALocked(id, wire.CMMsgREQ)
+			}
 		case stateTimewait:
-			a.rejectLocked(id.peer, id.tid, id.localID, id.remoteID, wire.CMMsgREQ, wire.RejStaleConn, nil, nil)
+			if a.mayAnswerLocked() {
+				a.rejectLocked(id.peer, id.tid, id.localID, id.remoteID, wire.CMMsgREQ, wire.RejStaleConn, nil, nil)
+			}
 		}
 		return
 	}
 	l := a.listeners[r.ServiceID]
 	if l == nil {
-		a.rejectLocked(src.GID, tid, 0, r.LocalCommID, wire.CMMsgREQ, wire.RejInvalidServiceID, nil, nil)
+		if a.mayAnswerLocked() {
+			a.rejectLocked(src.GID, tid, 0, r.LocalCommID, wire.CMMsgREQ, wire.RejInvalidServiceID, nil, nil)
+		}
 		return
 	}
 	if r.Transport != wire.CMTransportRC && r.Transport != wire.CMTransportUC {
-		a.rejectLocked(src.GID, tid, 0, r.LocalCommID, wire.CMMsgREQ, wire.RejInvalidTransportType, nil, nil)
+		if a.mayAnswerLocked() {
+			a.rejectLocked(src.GID, tid, 0, r.LocalCommID, wire.CMMsgREQ, wire.RejInvalidTransportType, nil, nil)
+		}
 		return
+	}
+	if clampReq(r) {
+		a.stats.clamped.Add(1)
 	}
 	id := a.newIDLocked()
 	id.tid = tid // answers carry the REQ's transaction ID
 	id.peer, id.remoteID, id.remoteCAGUID = src.GID, r.LocalCommID, r.LocalCAGUID
 	id.remoteQPN, id.serviceID = r.LocalQPN, r.ServiceID
 	id.ackTimeout = r.Primary.LocalACKTimeout
-	id.state = stateReqRcvd
+	id.state, id.passive = stateReqRcvd, true
 	a.remote[key] = id
+	id.rkey, id.hasRkey = key, true
 	req := newConnRequest(l, id, src, r)
 	select {
 	case l.reqs <- req:
@@ -538,7 +552,9 @@ func (a *agent) handleReqLocked(src verbs.MADSource, tid uint64, r *wire.CMReq) 
 		id.state = stateMRAReqSent
 	default:
 		a.removeLocked(id)
-		a.rejectLocked(src.GID, tid, id.localID, r.LocalCommID, wire.CMMsgREQ, wire.RejNoResources, nil, nil)
+		if a.mayAnswerLocked() {
+			a.rejectLocked(src.GID, tid, id.localID, r.LocalCommID, wire.CMMsgREQ, wire.RejNoResources, nil, nil)
+		}
 	}
 }
 
@@ -549,10 +565,17 @@ func (a *agent) sendMRALocked(id *cmID, kind wire.CMMsgKind) {
 	a.sendLocked(id.peer, mad)
 }
 
-func (a *agent) handleMRALocked(m *wire.CMMRA) {
+func (a *agent) handleMRALocked(src verbs.MADSource, m *wire.CMMRA) {
 	id := a.ids[m.RemoteCommID]
 	if id == nil {
 		return
+	}
+	if !fromPeer(id, src, m.LocalCommID) {
+		a.unmatchedLocked()
+		return
+	}
+	if clampMRA(m) {
+		a.stats.clamped.Add(1)
 	}
 	extend := convertToDuration(m.ServiceTimeout) + convertToDuration(id.ackTimeout)
 	switch {
@@ -562,26 +585,31 @@ func (a *agent) handleMRALocked(m *wire.CMMRA) {
 	case id.state == stateRepSent && m.MessageMRAed == wire.CMMsgREP:
 		id.state = stateMRARepRcvd
 	default:
+		a.unmatchedLocked()
 		return
 	}
 	// The peer is alive but slow: wait longer before the next resend
 	// (cm_mra_handler's ib_modify_mad).
 	id.timeout = extend
-	id.deadline = a.now().Add(extend)
+	a.armLocked(id, a.now().Add(extend))
 	a.wake()
 }
 
-func (a *agent) handleRejLocked(r *wire.CMRej) {
+func (a *agent) handleRejLocked(src verbs.MADSource, r *wire.CMRej) {
 	id := a.ids[r.RemoteCommID]
 	if id == nil {
+		return
+	}
+	if !fromPeer(id, src, r.LocalCommID) || !rejAccepted(id, r) {
+		a.unmatchedLocked()
 		return
 	}
 	switch id.state {
 	case stateReqSent, stateMRAReqRcvd, stateRepSent, stateMRARepRcvd, stateRepRcvd:
 		a.removeLocked(id)
-		id.ev <- event{kind: wire.CMRejAttr, rej: *r}
+		id.ev <- event{kind: wire.CMRejAttr, rej: r}
 	case stateEstablished, stateDReqSent:
-		// The peer lost the connection (stale): treat as a disconnect.
+		// The peer lost the connection: treat as a disconnect.
 		a.enterTimewaitLocked(id)
 	}
 }
@@ -590,8 +618,16 @@ func (a *agent) handleRepLocked(src verbs.MADSource, tid uint64, r *wire.CMRep) 
 	id := a.ids[r.RemoteCommID]
 	if id == nil {
 		// A stale REP for a comm ID we do not know: cm.c answers with a
-		// REJ "invalid comm ID" so the peer stops resending.
-		a.rejectLocked(src.GID, tid, 0, r.LocalCommID, wire.CMMsgREP, wire.RejInvalidCommID, nil, nil)
+		// REJ "invalid comm ID" so the peer stops resending; like
+		// cm_issue_rej, it swaps the REP's comm IDs, so the peer finds
+		// it names the comm ID it answered.
+		if a.mayAnswerLocked() {
+			a.rejectLocked(src.GID, tid, r.RemoteCommID, r.LocalCommID, wire.CMMsgREP, wire.RejInvalidCommID, nil, nil)
+		}
+		return
+	}
+	if id.passive || !fromPeer(id, src, r.LocalCommID) {
+		a.unmatchedLocked()
 		return
 	}
 	switch id.state {
@@ -603,17 +639,29 @@ func (a *agent) handleRepLocked(src verbs.MADSource, tid uint64, r *wire.CMRep) 
 		}
 		return
 	default:
+		a.unmatchedLocked()
 		return
 	}
 	id.state = stateRepRcvd
 	id.remoteID, id.remoteQPN = r.LocalCommID, r.LocalQPN
 	id.msg, id.deadline = nil, time.Time{}
-	id.ev <- event{kind: wire.CMRepAttr, rep: *r}
+	id.ev <- event{kind: wire.CMRepAttr, rep: r}
 }
 
-func (a *agent) handleRTULocked(r *wire.CMRTU) {
+func (a *agent) handleRTULocked(src verbs.MADSource, r *wire.CMRTU) {
 	id := a.ids[r.RemoteCommID]
-	if id == nil || (id.state != stateRepSent && id.state != stateMRARepRcvd) {
+	if id == nil {
+		return
+	}
+	if !fromPeer(id, src, r.LocalCommID) || (id.state != stateRepSent && id.state != stateMRARepRcvd) {
+		a.unmatchedLocked()
+		return
+	}
+	if id.rtuProof != nil && !checkRTUProof(id.rtuProof, r.PrivateData[:]) {
+		// Not from a dialer that holds the pre-shared key (a replayed
+		// REQ): the REP keeps being resent until its retries or
+		// Accept's context run out.
+		a.stats.proofFailed.Add(1)
 		return
 	}
 	id.state = stateEstablished
@@ -633,10 +681,13 @@ func (a *agent) handleDReqLocked(src verbs.MADSource, tid uint64, d *wire.CMDReq
 	id := a.ids[d.RemoteCommID]
 	if id == nil {
 		// cm_issue_drep: answer anyway, so the peer leaves DREQ_SENT.
-		a.sendDRepLocked(src.GID, tid, d.RemoteCommID, d.LocalCommID)
+		if a.mayAnswerLocked() {
+			a.sendDRepLocked(src.GID, tid, d.RemoteCommID, d.LocalCommID)
+		}
 		return
 	}
-	if d.RemoteQPN != id.localQPN {
+	if !fromPeer(id, src, d.LocalCommID) || d.RemoteQPN != id.localQPN {
+		a.unmatchedLocked()
 		return
 	}
 	switch id.state {
@@ -649,12 +700,18 @@ func (a *agent) handleDReqLocked(src verbs.MADSource, tid uint64, d *wire.CMDReq
 		a.enterTimewaitLocked(id)
 	case stateTimewait:
 		a.sendDRepLocked(id.peer, tid, id.localID, id.remoteID)
+	default:
+		a.unmatchedLocked()
 	}
 }
 
-func (a *agent) handleDRepLocked(d *wire.CMDRep) {
+func (a *agent) handleDRepLocked(src verbs.MADSource, d *wire.CMDRep) {
 	id := a.ids[d.RemoteCommID]
-	if id == nil || id.state != stateDReqSent {
+	if id == nil {
+		return
+	}
+	if !fromPeer(id, src, d.LocalCommID) || id.state != stateDReqSent {
+		a.unmatchedLocked()
 		return
 	}
 	a.enterTimewaitLocked(id)
@@ -667,6 +724,9 @@ func (a *agent) handleSIDRReqLocked(src verbs.MADSource, tid uint64, s *wire.CMS
 	}
 	l := a.listeners[s.ServiceID]
 	if l == nil || l.qpType != verbs.QPTypeUD {
+		if !a.mayAnswerLocked() {
+			return
+		}
 		mad := newMAD(wire.CMSIDRRepAttr, tid)
 		rep := wire.CMSIDRRep{RequestID: s.RequestID, Status: wire.SIDRUnsupportedService, ServiceID: s.ServiceID}
 		rep.Encode(mad[wire.MADHeaderLen:])
@@ -675,8 +735,9 @@ func (a *agent) handleSIDRReqLocked(src verbs.MADSource, tid uint64, s *wire.CMS
 	}
 	id := a.newIDLocked()
 	id.tid, id.peer, id.remoteID, id.serviceID = tid, src.GID, s.RequestID, s.ServiceID
-	id.state = stateSIDRReqRcvd
+	id.state, id.passive = stateSIDRReqRcvd, true
 	a.sidr[key] = id
+	id.sidrKey, id.hasSIDRKey = key, true
 	req := newSIDRRequest(l, id, src, s)
 	select {
 	case l.reqs <- req:
@@ -696,13 +757,17 @@ func (a *agent) sendSIDRRepLocked(id *cmID, status wire.SIDRStatus, qpn, qkey ui
 	a.removeLocked(id)
 }
 
-func (a *agent) handleSIDRRepLocked(s *wire.CMSIDRRep) {
+func (a *agent) handleSIDRRepLocked(src verbs.MADSource, s *wire.CMSIDRRep) {
 	id := a.ids[s.RequestID]
-	if id == nil || id.state != stateSIDRReqSent {
+	if id == nil {
+		return
+	}
+	if id.state != stateSIDRReqSent || src.GID != id.peer {
+		a.unmatchedLocked()
 		return
 	}
 	a.removeLocked(id)
-	id.ev <- event{kind: wire.CMSIDRRepAttr, sidr: *s}
+	id.ev <- event{kind: wire.CMSIDRRepAttr, sidr: s}
 }
 
 // Detach stops the CM agent of ctx, if one runs, and removes its MAD
@@ -718,5 +783,8 @@ func Detach(ctx verbs.Context) {
 		return
 	}
 	a.gsi.HandleMADs(a.port, nil)
+	if u, ok := ctx.(verbs.GSIUnreachable); ok {
+		u.HandleUnreachable(a.port, nil)
+	}
 	close(a.stop)
 }

@@ -18,7 +18,9 @@ var (
 	// ErrTimeout: the peer did not answer a REQ, REP, DREQ or SIDR_REQ
 	// within the CM's retries (about 70 s with rdma_cm's settings), or
 	// the context's deadline came first.
-	ErrTimeout = errors.New("cm: timed out waiting for the peer's connection manager")
+	// It is a net.Error whose Timeout is true, and matches
+	// os.ErrDeadlineExceeded and context.DeadlineExceeded.
+	ErrTimeout error = timeoutError{}
 	// ErrDisconnected: the peer disconnected (DREQ), or the connection
 	// was closed.
 	ErrDisconnected = errors.New("cm: disconnected")
@@ -372,9 +374,9 @@ func splitAddr(network, address string) (netip.AddrPort, error) {
 	if err2 != nil {
 		return netip.AddrPort{}, fmt.Errorf("cm: address %q: %w", address, err)
 	}
-	a, err := netip.ParseAddr(host)
+	a, err := lookupHost(network, host) // resolve.go
 	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("cm: address %q: want IP:port: %w", address, err)
+		return netip.AddrPort{}, fmt.Errorf("cm: address %q: want host:port: %w", address, err)
 	}
 	return netip.AddrPortFrom(a.Unmap(), port), nil
 }
@@ -406,7 +408,7 @@ func wait(ctx context.Context, id *cmID) (event, error) {
 	case <-ctx.Done():
 		err := ctx.Err()
 		if errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("%w (%w)", ErrTimeout, err)
+			err = ErrTimeout // matches context.DeadlineExceeded too
 		}
 		return event{}, err
 	}

@@ -155,11 +155,15 @@ func dialRC(ctx context.Context, a *agent, r *route, o *Options, c *Conn) error 
 	c.InitiatorDepth = min(initDepth, rep.ResponderResources)
 	c.ResponderResources = min(respRes, rep.InitiatorDepth)
 	c.PeerPrivateData = rep.PrivateData[:]
+	var proof []byte // for the RTU, with a PSK (secure.go)
 	if offer != nil {
 		err := ErrNoSecurity
 		if b, rest, ok := parseSecBlock(rep.PrivateData[:]); ok && b.mode >= offer.mode {
 			var secret [32]byte
 			if err = offer.checkTag(b, "REP", reqBlock); err == nil {
+				if offer.psk != nil {
+					proof = rtuProof(offer.psk, reqBlock, b.raw)
+				}
 				if secret, err = offer.secret(b.pub, offer.pub, b.pub); err == nil {
 					err = secure(qp, b.mode, secret, true)
 				}
@@ -199,7 +203,9 @@ func dialRC(ctx context.Context, a *agent, r *route, o *Options, c *Conn) error 
 		return err
 	}
 	rtu := newMAD(wire.CMRTUAttr, id.tid)
-	(&wire.CMRTU{LocalCommID: id.localID, RemoteCommID: id.remoteID}).Encode(rtu[wire.MADHeaderLen:])
+	rtuMsg := wire.CMRTU{LocalCommID: id.localID, RemoteCommID: id.remoteID}
+	copy(rtuMsg.PrivateData[:], proof)
+	rtuMsg.Encode(rtu[wire.MADHeaderLen:])
 	a.sendLocked(id.peer, rtu)
 	id.lastSent, id.state, id.timeout = rtu, stateEstablished, timeout
 	id.conn, c.id = c, id

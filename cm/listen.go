@@ -304,6 +304,7 @@ func (r *ConnRequest) Accept(ctx context.Context, opts *Options) (*Conn, error) 
 	p.Timeout, p.RetryCnt, p.RNRRetry = req.Primary.LocalACKTimeout, req.RetryCount, req.RNRRetryCount
 	psn := randomPSN()
 	private := o.PrivateData
+	var proof []byte // the RTU must carry it (secure.go)
 	if r.Security != 0 || o.Security != 0 {
 		if r.Security == 0 {
 			return fail(fmt.Errorf("cm: the request offers no packet protection and the listener requires %v", o.Security))
@@ -331,7 +332,11 @@ func (r *ConnRequest) Accept(ctx context.Context, opts *Options) (*Conn, error) 
 		if n := blockLen(o.SecurityPSK); len(private)+n > wire.RepPrivateLen {
 			return fail(fmt.Errorf("cm: %d bytes of private data; with the key exchange a REP holds at most %d", len(private), wire.RepPrivateLen-n))
 		}
-		private = append(offer.repBlock(r.sec.raw), private...)
+		repBlock := offer.repBlock(r.sec.raw)
+		if offer.psk != nil {
+			proof = rtuProof(offer.psk, r.sec.raw, repBlock)
+		}
+		private = append(repBlock, private...)
 		c.Security = mode
 	}
 	// rdma_cm's passive side is in RTS before it sends the REP, so the
@@ -354,7 +359,7 @@ func (r *ConnRequest) Accept(ctx context.Context, opts *Options) (*Conn, error) 
 	rep.LocalCommID, rep.RemoteCommID = id.localID, id.remoteID
 	mad := newMAD(wire.CMRepAttr, id.tid)
 	rep.Encode(mad[wire.MADHeaderLen:])
-	id.state, id.localQPN = stateRepSent, c.QP.QPNum()
+	id.state, id.localQPN, id.rtuProof = stateRepSent, c.QP.QPNum(), proof
 	// cm.c: the REP waits the REQ's local CM response time per try.
 	a.sendRetriedLocked(id, mad, convertToDuration(req.LocalCMTimeout), int(req.MaxCMRetries))
 	id.lastSent = mad

@@ -1,10 +1,12 @@
 package cm
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/softrdma/softrdma/verbs"
 	"github.com/softrdma/softrdma/wire"
@@ -268,3 +270,36 @@ func portSpace(t verbs.QPType) PortSpace {
 	}
 	return PortSpaceTCP
 }
+
+// lookupHost turns the host part of an address into an IP address: a
+// literal as it is, else a name through the system's resolver (as net's
+// dialers do), taking for "rdma" an IPv4 address if the name has one
+// (devices most often sit on one, as 127.0.0.1 for "localhost"), for
+// "rdma4" or "rdma6" one of that family.
+func lookupHost(network, host string) (netip.Addr, error) {
+	if a, err := netip.ParseAddr(host); err == nil || host == "" {
+		return a, err
+	}
+	family := "ip"
+	switch network {
+	case "rdma4":
+		family = "ip4"
+	case "rdma6":
+		family = "ip6"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, family, host)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	for _, a := range addrs {
+		if a.Unmap().Is4() {
+			return a.Unmap(), nil
+		}
+	}
+	return addrs[0].Unmap(), nil // LookupNetIP returns at least one or an error
+}
+
+// lookupTimeout bounds a name lookup.
+const lookupTimeout = 10 * time.Second

@@ -277,3 +277,29 @@ func (k *KeyExchange) Secure(peerOffer []byte, initiator bool, qps ...verbs.QP) 
 	}
 	return mode, nil
 }
+
+// The RTU's proof. The REQ's tag says the REQ was made by a holder of the
+// PSK, not that the holder is the one sending it now: a captured REQ
+// replays as well as the original. So, with a PSK, the dialer's RTU
+// starts with a block of its own,
+//
+//	"sRDM" | version 1 | 0 | tag (16)
+//
+// whose tag is HMAC-SHA256 under the PSK over the REQ's block and the
+// REP's block, the REP's carrying the listener's fresh public key: only a
+// holder of the PSK that saw this REP can write it. The listener's agent
+// takes the RTU (and Accept returns) only with it; without it, the REP is
+// resent until its retries or Accept's context run out.
+const rtuProofLen = 4 + 1 + 1 + secTagLen
+
+// rtuProof is the RTU block for the REQ block req and the REP block rep,
+// both as sent (tags included).
+func rtuProof(psk, req, rep []byte) []byte {
+	b := append([]byte(secMagic), secVersion, 0)
+	return append(b, pskTag(psk, "RTU", req, rep)...)
+}
+
+// checkRTUProof reports whether an RTU's private data starts with want.
+func checkRTUProof(want, private []byte) bool {
+	return len(private) >= len(want) && hmac.Equal(private[:len(want)], want)
+}

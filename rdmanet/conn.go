@@ -136,6 +136,17 @@ type Config struct {
 	// only reads is found within KeepAlive plus the transport's retry
 	// time. Zero means none, as for rsocket.
 	KeepAlive time.Duration
+	// HandshakeTimeout, for a listener, bounds each accepted request's
+	// handshake (the REP until the dialer's RTU); 0 means
+	// DefaultHandshakeTimeout. A request whose dialer does not complete
+	// it in time is dropped; the others go on meanwhile.
+	HandshakeTimeout time.Duration
+	// MaxPendingHandshakes, for a listener, bounds the handshakes in
+	// progress plus the connections waiting for Accept; requests beyond
+	// it are rejected. 0 means DefaultMaxPendingHandshakes. Each pending
+	// handshake holds an endpoint's buffers. Fixed when the listener is
+	// created (SetConfig does not change it).
+	MaxPendingHandshakes int
 }
 
 func (c *Config) withDefaults() Config {
@@ -159,6 +170,12 @@ func (c *Config) withDefaults() Config {
 		d.Inline = defaultInline
 	}
 	d.Inline = max(d.Inline, 0)
+	if d.HandshakeTimeout <= 0 {
+		d.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if d.MaxPendingHandshakes <= 0 {
+		d.MaxPendingHandshakes = DefaultMaxPendingHandshakes
+	}
 	return d
 }
 

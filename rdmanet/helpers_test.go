@@ -18,6 +18,7 @@ var (
 	devOnce    sync.Once
 	devA, devB *soft.Device
 	devErr     error
+	devPort    uint16 // the devices' UDP port
 )
 
 const addrA, addrB = "127.0.71.1", "127.0.71.2"
@@ -32,6 +33,7 @@ func devices(t testing.TB) (*soft.Device, *soft.Device) {
 		}
 		port := uint16(c.LocalAddr().(*net.UDPAddr).Port)
 		c.Close()
+		devPort = port
 		if devA, devErr = soft.Open(soft.Config{Addr: netip.MustParseAddr(addrA), Port: port}); devErr != nil {
 			return
 		}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/softrdma/softrdma/cm"
@@ -29,92 +28,6 @@ func cmNetwork(network string) error {
 		return nil
 	}
 	return net.UnknownNetworkError(network)
-}
-
-// Listener accepts rsocket connections. It implements net.Listener and is
-// safe for concurrent use.
-type Listener struct {
-	l      *cm.Listener
-	cfg    Config
-	addr   *Addr
-	ctx    context.Context
-	cancel context.CancelFunc
-	once   sync.Once
-	mu     sync.Mutex // guards cfg
-}
-
-// Listen listens at address ("IP:port"; port 0 picks one) on network
-// "rdma" or "tcp" with rsocket's defaults.
-func Listen(network, address string) (net.Listener, error) {
-	return ListenConfig(network, address, nil)
-}
-
-// ListenConfig is Listen with buffer sizes and a device from cfg.
-func ListenConfig(network, address string, cfg *Config) (*Listener, error) {
-	if err := cmNetwork(network); err != nil {
-		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
-	}
-	c := cfg.withDefaults()
-	l, err := cm.Listen("rdma", address, &cm.Options{Context: c.Context})
-	if err != nil {
-		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Listener{l: l, cfg: c, addr: &Addr{l.Addr()}, ctx: ctx, cancel: cancel}, nil
-}
-
-// acceptTimeout bounds one connection's handshake (REP → RTU).
-const acceptTimeout = 30 * time.Second
-
-// Accept waits for the next connection and completes its handshake: it
-// checks the peer's rsocket connection data, creates the endpoint and
-// answers with its own. Requests that are not rsocket's are rejected.
-func (l *Listener) Accept() (net.Conn, error) {
-	for {
-		req, err := l.l.Accept(l.ctx)
-		if err != nil {
-			if l.ctx.Err() != nil {
-				err = net.ErrClosed
-			}
-			return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.addr, Err: err}
-		}
-		peer, err := decodeConnData(req.PrivateData)
-		if err != nil {
-			req.Reject(nil)
-			continue
-		}
-		l.mu.Lock()
-		cfg := l.cfg
-		l.mu.Unlock()
-		c, cd, err := newConn(l.l.Context(), cfg)
-		if err != nil {
-			req.Reject(nil)
-			return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.addr, Err: err}
-		}
-		var pd [connDataLen]byte
-		cd.encode(pd[:])
-		ctx, cancel := context.WithTimeout(l.ctx, acceptTimeout)
-		cmc, err := req.Accept(ctx, &cm.Options{PD: c.pd, QP: c.qp, PrivateData: pd[:], Context: l.l.Context()})
-		cancel()
-		if err != nil {
-			c.release()
-			if l.ctx.Err() != nil {
-				return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.addr, Err: net.ErrClosed}
-			}
-			continue // that peer went away; wait for the next
-		}
-		c.start(cmc, &Addr{cmc.LocalAddr()}, &Addr{cmc.RemoteAddr()}, peer)
-		return c, nil
-	}
-}
-
-// Close stops listening; a blocked Accept returns net.ErrClosed.
-func (l *Listener) Close() error {
-	l.once.Do(func() {
-		l.cancel()
-		l.l.Close()
-	})
-	return nil
 }
 
 // Addr returns the listening address.

@@ -30,8 +30,12 @@ type Context interface {
 	// CreateCQ creates a CQ with room for at least cqe completions. If ch is
 	// not nil, the CQ reports events to it after ReqNotify.
 	CreateCQ(cqe int, ch *CompChannel) (CQ, error)
-	// Close releases the context. Objects created from it must be
-	// destroyed first, or Close returns ErrInUse.
+	// Close releases the context and what the application left of the
+	// objects created from it, as closing a kernel device's file does:
+	// its QPs are destroyed and its MRs deregistered (peers can no longer
+	// reach them), and creating objects on it fails with ErrDestroyed.
+	// Destroying a left object afterwards may return ErrDestroyed.
+	// Closing a closed context does nothing.
 	Close() error
 }
 

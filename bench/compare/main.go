@@ -58,7 +58,7 @@ const (
 	allStacks     = "softrdma,ucx,libfabric,go,shm,rdmanet"
 	latSize       = 8
 	refSize       = 1 << 20
-	rateTargetM   = 5.0 // 8-byte message rate target, million messages/s (issue 15; was 1)
+	rateTargetM   = 5.0 // 8-byte message rate target, million messages/s
 	seriesWrite   = "softrdma WRITE"
 	seriesUCXTag  = "UCX tcp tag"
 	seriesSend    = "softrdma SEND"
@@ -69,7 +69,7 @@ const (
 	seriesGoTCP   = "Go TCP"
 	seriesFloorPP = "Go UDP busy-poll" // the kernel floor's latency (floor.go)
 	seriesFloorBW = "Go UDP GSO"       // the kernel floor's bandwidth
-	rnPPSize      = 64                 // rdmanet's request/response size (issue 11)
+	rnPPSize      = 64                 // rdmanet's request/response size
 	rnStreamSize  = 1 << 16            // rdmanet's stream write size
 	errLinesFirst = 12
 )
@@ -116,7 +116,7 @@ when missing (root); a stack that cannot be set up is skipped with a reason.
 	fs.StringVar(&c.srMode, "softrdma-mode", "auto", "auto, perftest (two processes: softrdma ib_write_bw ...) or bench (one process: softrdma bench)")
 	addrs := fs.String("addrs", "127.0.79.2,127.0.79.3", "softrdma server,client device addresses (RoCEv2 uses UDP 4791 on each)")
 	fs.StringVar(&c.softrdmaBin, "softrdma-bin", "", "use this softrdma binary instead of building ./cmd/softrdma")
-	srEnv := fs.String("softrdma-env", "", "comma-separated NAME=value pairs added to the environment of every softrdma CLI process of the softrdma and shm stacks, e.g. GOMAXPROCS=1 (docs/performance.md, issue 15)")
+	srEnv := fs.String("softrdma-env", "", "comma-separated NAME=value pairs added to the environment of every softrdma CLI process of the softrdma and shm stacks, e.g. GOMAXPROCS=1 (docs/performance.md)")
 	secure := fs.String("secure", "auth,encrypt", "also measure softrdma's protected modes (--secure; docs/security.md): 8-byte WRITE latency and 1 MiB WRITE bandwidth, interleaved with the plain runs (empty: none)")
 	fs.BoolVar(&c.verbose, "v", false, "print every measurement")
 	fs.BoolVar(&c.shmPin, "shm-pin", true, "shm stack: run servers on CPU 0 and clients on CPU 1 (taskset), softrdma and UCX alike")

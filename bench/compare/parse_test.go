@@ -146,7 +146,7 @@ func TestAddCPU(t *testing.T) {
 	}
 }
 
-// TestShmTargets checks issue 12's targets: the factors, a reported-only
+// TestShmTargets checks the shm targets: the factors, a reported-only
 // rate, and that the shared-memory series get their own table and stay
 // out of the loopback tables' ratios.
 func TestShmTargets(t *testing.T) {

@@ -218,7 +218,7 @@ func (r *report) summarize() {
 	r.Targets = append(r.Targets, mk("SEND 8 B latency (median) ≤ 1.1× WRITE's", "µs", "lower", "1.1 × softrdma WRITE 8 B median", sendLat, srLat0*1.1, ok, okL))
 	r.Targets = append(r.Targets, r.shmTargets()...)
 	r.Targets = append(r.Targets, r.floorTargets()...)
-	// Sockets over RDMA (issue 11), when the rdmanet stack ran.
+	// Sockets over RDMA, when the rdmanet stack ran.
 	tcpLat, okT := r.get(seriesGoTCP, "lat", rnPPSize, "lat_p50_us")
 	tcpBW, okB := r.get(seriesGoTCP, "bw", rnStreamSize, "bw_MiBps")
 	for _, s := range []string{seriesRnet, seriesRnetShm} {

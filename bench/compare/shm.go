@@ -5,7 +5,7 @@ package main
 // The shared-memory comparison: softrdma's perftest tools over provider/shm
 // (`-d shm0`, two processes on this host) against UCX over POSIX shared
 // memory (UCX_TLS=posix,self) and libfabric's shm provider (fi_pingpong,
-// latency only), with issue 12's targets:
+// latency only), with these targets:
 //
 //	8 B WRITE latency        ≤ 1.2 × UCX posix ucp_put_lat
 //	64 KiB WRITE bandwidth   ≥ 0.9 × UCX posix ucp_put_bw
@@ -184,7 +184,7 @@ func setupPosixUCX(ctx context.Context, install bool) (*ucx, string) {
 	return u, ""
 }
 
-// shmTargets are issue 12's targets.
+// shmTargets are the shm stack's targets.
 func (r *report) shmTargets() []target {
 	var out []target
 	srLat, ok1 := r.get(seriesShmWrite, "lat", latSize, "lat_p50_us")

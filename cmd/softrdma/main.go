@@ -57,6 +57,8 @@ func commands() []command {
 		{"ibv_srq_pingpong", "RC ping-pong over a shared receive queue, compatible with rdma-core's ibv_srq_pingpong", pingpong.Run},
 		{"ibv_uc_pingpong", "UC SEND ping-pong, compatible with rdma-core's ibv_uc_pingpong", pingpong.Run},
 		{"ibv_ud_pingpong", "UD SEND ping-pong, compatible with rdma-core's ibv_ud_pingpong", pingpong.Run},
+		{"nvme", "NVMe-oF host commands like nvme-cli's: discover, id-ctrl, id-ns, read, write, perf", runNvme},
+		{"nvmet", "serve a file or memory as an NVMe-oF namespace over RDMA (Linux nvme-rdma connects to it)", runNvmet},
 		{"riostream", "stream tests by riowrite into riomap'd buffers, compatible with librdmacm's riostream", rdmacm.Run},
 		{"rping", "RDMA READ/WRITE ping over rdma_cm, compatible with librdmacm's rping", rdmacm.Run},
 		{"rstream", "stream bandwidth and latency over rsockets, compatible with librdmacm's rstream", rdmacm.Run},
@@ -118,6 +120,7 @@ func run(argv []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: SOFTRDMA_TRACE: %v\n", name, err)
 		return 1
 	}
+	exitOnSignal(name, stopTrace)
 	err = cmd.run(context.Background(), args, stdout, stderr)
 	stopTrace()
 	if errors.Is(err, flag.ErrHelp) {

@@ -23,6 +23,7 @@ var rules = []struct {
 	external []string
 }{
 	{"wire", nil, nil},
+	{"verbs/verbstest", []string{"verbs", "cm"}, nil}, // the providers' conformance suite
 	{"verbs", nil, nil},
 	{"transport/udp", []string{"transport", "wire", "internal/reuseport"}, []string{"golang.org/x/sys", "golang.org/x/net"}},
 	{"transport/capture", []string{"transport"}, []string{"github.com/gopacket/gopacket"}},
@@ -30,16 +31,20 @@ var rules = []struct {
 	{"internal/netsim", []string{"transport", "wire"}, nil},
 	{"internal/bench", []string{"verbs", "cm", "internal/spin", "internal/perftest"}, nil},
 	{"internal/spin", nil, nil},
+	{"internal/cmattack", []string{"wire"}, nil},              // a hostile CM peer for tests
 	{"internal/reuseport", nil, []string{"golang.org/x/sys"}}, // address sharing: bpf(2), SO_REUSEPORT
 	{"examples", []string{""}, []string{""}},
-	{"internal/roce", []string{"wire", "verbs", "transport", "internal/spin"}, nil},
+	{"internal/roce", []string{"wire", "verbs", "transport", "internal/spin", "internal/verbsobj"}, nil},
+	{"internal/verbsobj", []string{"verbs"}, nil}, // the verbs objects' rules every provider shares
 	{"internal/perftest", []string{"verbs"}, nil},
 	{"internal/pingpong", nil, nil},
 	{"internal/replay", []string{"internal/pcapfile"}, nil},
 	{"internal/pcapfile", nil, []string{"github.com/gopacket/gopacket"}},
-	{"provider", []string{"wire", "verbs", "transport", "internal/roce", "internal/netsim", "internal/spin", "internal/reuseport"}, []string{"golang.org/x/sys"}},
-	{"cm", []string{"verbs", "wire"}, nil},    // wire: the CM MAD layouts (DESIGN: MAD layouts live in wire)
-	{"rdmanet", []string{"verbs", "cm"}, nil}, // sockets over RDMA (rsocket)
+	{"provider", []string{"wire", "verbs", "transport", "internal/roce", "internal/netsim", "internal/spin", "internal/reuseport", "internal/verbsobj"}, []string{"golang.org/x/sys"}},
+	{"cm", []string{"verbs", "wire"}, nil},                                                        // wire: the CM MAD layouts (DESIGN: MAD layouts live in wire)
+	{"rdmanet", []string{"verbs", "cm"}, nil},                                                     // sockets over RDMA (rsocket)
+	{"nvmeof", []string{"verbs", "cm"}, []string{"golang.org/x/sys"}},                             // NVMe over Fabrics, a ULP like rdmanet
+	{"internal/nvmecli", []string{"verbs", "cm", "nvmeof", "provider/soft", "provider/shm"}, nil}, // the nvmet and nvme tools
 	{"metrics", []string{"provider/soft", "verbs"}, []string{"github.com/prometheus"}},
 	{"cmd", []string{""}, []string{""}},            // the CLI may import anything
 	{"internal/tools", []string{""}, []string{""}}, // so may the tools it dispatches to

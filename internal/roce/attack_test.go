@@ -1,6 +1,6 @@
 package roce
 
-// Attacks on a live endpoint (issue 13, after ReDMArk): forged responses,
+// Attacks on a live endpoint (after ReDMArk): forged responses,
 // blind injection, replays that are not replays, invalidation of other
 // people's memory, oversized requests. Over real UDP where the attack
 // comes from another socket; through HandleBatch where it must come from

@@ -49,6 +49,8 @@ type Counters struct {
 	NAKsSent           atomic.Uint64 // NAKs other than RNR and sequence
 	NAKsRcvd           atomic.Uint64
 	CQOverrun          atomic.Uint64 // completions lost because a CQ was full
+	KeepaliveProbes    atomic.Uint64 // probes sent to the peers of idle RC QPs (Config.Keepalive)
+	KeepaliveFailures  atomic.Uint64 // probes whose retries ran out: the QP went to ERR
 }
 
 // Counter is one named counter value.
@@ -101,5 +103,7 @@ func (c *Counters) Snapshot() []Counter {
 		{"naks_sent", c.NAKsSent.Load()},
 		{"naks_rcvd", c.NAKsRcvd.Load()},
 		{"cq_overrun", c.CQOverrun.Load()},
+		{"keepalive_probes", c.KeepaliveProbes.Load()},
+		{"keepalive_failures", c.KeepaliveFailures.Load()},
 	}
 }

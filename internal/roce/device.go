@@ -38,6 +38,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/softrdma/softrdma/internal/verbsobj"
 	"github.com/softrdma/softrdma/transport"
 	"github.com/softrdma/softrdma/verbs"
 	"github.com/softrdma/softrdma/wire"
@@ -136,6 +137,11 @@ type Config struct {
 	// internal/reuseport) have their packets steered by these bits.
 	QPNSlotBits int
 	QPNSlot     uint32
+	// Keepalive is how long an idle RC QP in RTS waits to hear from its
+	// peer before it probes it with a zero-length RDMA WRITE (see
+	// keepalive.go); retry_cnt failed retries of the probe move the QP
+	// to ERR. 0 means DefaultKeepalive; negative turns probing off.
+	Keepalive time.Duration
 }
 
 // Device is one softrdma RoCEv2 device with one port. It implements both
@@ -167,11 +173,12 @@ type Device struct {
 	coalescer   transport.Coalescer // nil: no split WRITEs (NoSplitWrites, or the transport cannot coalesce)
 	splitAlways bool
 	clock       func() time.Time
+	keepalive   time.Duration // Config.Keepalive with its default; ≤ 0: off
 	timers      timerQueue
 	trySender   transport.TrySender // nil: the transport cannot send without blocking
 	gsi         gsi
 	objs        objects
-	events      events
+	events      verbsobj.Events
 	backlog     backlog
 	doorbells   doorbells
 
@@ -209,8 +216,12 @@ func New(cfg Config) (*Device, error) {
 		}
 	}
 	d.timers.set = cfg.SetTimer
+	d.keepalive = cfg.Keepalive
+	if d.keepalive == 0 {
+		d.keepalive = DefaultKeepalive
+	}
 	d.objs.init()
-	d.events.ch = make(chan verbs.AsyncEvent, eventBuffer)
+	d.events.Init()
 	if g, ok := cfg.Transport.(transport.Gatherer); ok && !cfg.NoGather {
 		d.gather = g.Gathers()
 	}

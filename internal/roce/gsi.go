@@ -21,6 +21,7 @@ const gsiQPN = 1
 // gsi is QP1's state.
 type gsi struct {
 	handler atomic.Pointer[func(verbs.MADSource, []byte)]
+	unreach atomic.Pointer[func(verbs.GID, error)] // HandleUnreachable
 	psn     atomic.Uint32
 }
 

@@ -11,9 +11,6 @@ import (
 	"github.com/softrdma/softrdma/verbs"
 )
 
-// eventBuffer is how many asynchronous events wait for the application.
-const eventBuffer = 256
-
 // objects are the device's PDs, CQs, SRQs and AHs.
 type objects struct {
 	mu   sync.Mutex
@@ -49,16 +46,9 @@ func list[T comparable](o *objects, m map[T]struct{}) []T {
 	return out
 }
 
-// events is the device's asynchronous event channel.
-type events struct {
-	mu     sync.RWMutex // read-held to send, held to close
-	ch     chan verbs.AsyncEvent
-	closed bool
-}
-
 // AsyncEvents returns the channel of the device's asynchronous events
 // (verbs.AsyncEventer); it is closed when the device is.
-func (d *Device) AsyncEvents() <-chan verbs.AsyncEvent { return d.events.ch }
+func (d *Device) AsyncEvents() <-chan verbs.AsyncEvent { return d.events.C() }
 
 // Event reports an asynchronous event. It never blocks: an event the
 // channel has no room for is dropped and counted (events_dropped). The
@@ -66,14 +56,7 @@ func (d *Device) AsyncEvents() <-chan verbs.AsyncEvent { return d.events.ch }
 // ones.
 func (d *Device) Event(e verbs.AsyncEvent) {
 	d.note(Note{Kind: NoteEvent, Event: e})
-	d.events.mu.RLock()
-	defer d.events.mu.RUnlock()
-	if d.events.closed {
-		return
-	}
-	select {
-	case d.events.ch <- e:
-	default:
+	if d.events.Send(e) {
 		d.Counters.EventsDropped.Add(1)
 	}
 }
@@ -132,10 +115,5 @@ func (d *Device) Release() {
 	for _, pd := range list(&d.objs, d.objs.pds) {
 		pd.Dealloc()
 	}
-	d.events.mu.Lock()
-	if !d.events.closed {
-		d.events.closed = true
-		close(d.events.ch)
-	}
-	d.events.mu.Unlock()
+	d.events.Close()
 }

@@ -7,14 +7,14 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/softrdma/softrdma/internal/verbsobj"
 	"github.com/softrdma/softrdma/verbs"
 )
 
 // PD is a protection domain.
 type PD struct {
 	dev  *Device
-	refs atomic.Int32 // MRs, QPs, SRQs and AHs in this PD
-	dead atomic.Bool
+	refs verbsobj.Life // MRs, QPs, SRQs and AHs in this PD
 }
 
 // Context returns the device (the provider's, if it wraps the engine).
@@ -22,23 +22,15 @@ func (pd *PD) Context() verbs.Context { return pd.dev.context() }
 
 // Dealloc frees the PD.
 func (pd *PD) Dealloc() error {
-	if n := pd.refs.Load(); n > 0 {
-		return verbs.Errorf("DeallocPD", verbs.ErrInUse, "%d MRs, QPs, SRQs or AHs still use the PD; release them first", n)
-	}
-	if !pd.dead.CompareAndSwap(false, true) {
-		return verbs.Errorf("DeallocPD", verbs.ErrDestroyed, "PD already deallocated")
+	if err := pd.refs.End("DeallocPD", "PD", "MRs, QPs, SRQs or AHs"); err != nil {
+		return err
 	}
 	pd.dev.nPD.Add(-1)
 	remove(&pd.dev.objs, pd.dev.objs.pds, pd)
 	return nil
 }
 
-func (pd *PD) check(op string) error {
-	if pd.dead.Load() {
-		return verbs.Errorf(op, verbs.ErrDestroyed, "the PD was deallocated")
-	}
-	return nil
-}
+func (pd *PD) check(op string) error { return pd.refs.Check(op, "PD") }
 
 // MR is a registered memory region.
 //
@@ -75,19 +67,11 @@ func (mr *MR) isDead() bool {
 // unpin releases a packet's pin.
 func (mr *MR) unpin() { mr.pins.Add(-1) }
 
-const accessMask = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
-
 func (pd *PD) checkAccess(op string, access verbs.Access) error {
 	if err := pd.check(op); err != nil {
 		return err
 	}
-	if access&^accessMask != 0 {
-		return verbs.Errorf(op, verbs.ErrInvalidArgument, "unknown access flags %v", access&^accessMask)
-	}
-	if access&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 && access&verbs.AccessLocalWrite == 0 {
-		return verbs.Errorf(op, verbs.ErrInvalidArgument, "remote write or atomic access requires AccessLocalWrite too (IBTA 10.6.3.1)")
-	}
-	return nil
+	return verbsobj.CheckAccess(op, access)
 }
 
 // RegMR registers buf. The caller keeps buf alive and must not let it move;
@@ -96,8 +80,8 @@ func (pd *PD) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 	if err := pd.checkAccess("RegMR", access); err != nil {
 		return nil, err
 	}
-	if len(buf) == 0 {
-		return nil, verbs.Errorf("RegMR", verbs.ErrInvalidArgument, "cannot register an empty buffer")
+	if err := verbsobj.CheckLength("RegMR", len(buf)); err != nil {
+		return nil, err
 	}
 	return pd.register(buf, access, false), nil
 }
@@ -108,8 +92,8 @@ func (pd *PD) AllocMR(length int, access verbs.Access) (verbs.MR, error) {
 	if err := pd.checkAccess("AllocMR", access); err != nil {
 		return nil, err
 	}
-	if length <= 0 {
-		return nil, verbs.Errorf("AllocMR", verbs.ErrInvalidArgument, "length %d must be positive", length)
+	if err := verbsobj.CheckLength("AllocMR", length); err != nil {
+		return nil, err
 	}
 	buf, err := syscall.Mmap(-1, 0, length, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	if err != nil {
@@ -223,15 +207,7 @@ func (d *Device) lookupKey(k uint32) *MR { return d.keys.lookup(k) }
 // entirely inside the region. It is careful with overflow: the values come
 // from the network.
 func (mr *MR) span(addr uint64, n uint64) ([]byte, bool) {
-	if addr < mr.addr {
-		return nil, false
-	}
-	off := addr - mr.addr
-	size := uint64(len(mr.buf))
-	if off > size || n > size-off {
-		return nil, false
-	}
-	return mr.buf[off : off+n], true
+	return verbsobj.Span(mr.buf, mr.addr, addr, n)
 }
 
 // remoteMR resolves an rkey from the network for access, checking PD,
@@ -239,7 +215,7 @@ func (mr *MR) span(addr uint64, n uint64) ([]byte, bool) {
 // with mr.mu.RUnlock) and the addressed bytes.
 func (pd *PD) remoteMR(rkey uint32, addr, n uint64, access verbs.Access) (*MR, []byte, bool) {
 	mr := pd.dev.lookupKey(rkey)
-	if mr == nil || mr.rkey != rkey || mr.pd != pd || mr.access&access != access {
+	if mr == nil || mr.rkey != rkey || mr.pd != pd || !verbsobj.Permits(mr.access, access) {
 		return nil, nil, false
 	}
 	mr.mu.RLock()

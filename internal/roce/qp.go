@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/softrdma/softrdma/internal/verbsobj"
 	"github.com/softrdma/softrdma/verbs"
 	"github.com/softrdma/softrdma/wire"
 )
@@ -58,6 +59,7 @@ type QP struct {
 	commEst     bool      // EventCommEst was raised
 	peerPort    uint16    // the UDP port the peer sends from, once a packet proved it (RC, UC)
 	sqdNotify   bool      // raise EventSQDrained once the send queue drains in SQD
+	lastHeard   time.Time // when the last packet from the peer arrived (keepalive.go)
 	destroyed   bool
 	sec         *secCtx // packet protection (Secure); nil: plain RoCEv2
 }
@@ -83,6 +85,7 @@ type sendWQE struct {
 	isInline bool
 	length   uint64
 	status   verbs.WCStatus // a local error found at post time
+	probe    bool           // a keepalive probe: it posts no completion
 
 	// Requester progress.
 	started     bool
@@ -111,6 +114,7 @@ type sendQueue struct {
 	max              uint32 // Cap.MaxSendWR: how many may be outstanding
 	head, next, tail uint32
 	nsge, inline     uint32 // each slot's SGE and inline data capacity
+	probes           uint32 // keepalive probes queued: they do not count against max
 }
 
 // sqInitial is how many slots a send queue starts with.
@@ -127,7 +131,7 @@ func newSendQueue(max, nsge, inline uint32) sendQueue {
 func ringLen(n uint32) int { return 1 << bits.Len32(max(n, 1)-1) }
 
 func (q *sendQueue) at(i uint32) *sendWQE { return &q.wqes[i&uint32(len(q.wqes)-1)] }
-func (q *sendQueue) full() bool           { return q.tail-q.head >= q.max }
+func (q *sendQueue) full() bool           { return q.tail-q.head >= q.max+q.probes }
 
 // reserve makes sure the slot at tail is free, growing the ring if every
 // slot holds a WQE; the caller has checked full.
@@ -205,7 +209,7 @@ func (pd *PD) CreateQP(attr *verbs.QPInitAttr) (verbs.QP, error) {
 	if !ok1 || !ok2 || sendCQ == nil || recvCQ == nil {
 		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "SendCQ and RecvCQ must be CQs of this device")
 	}
-	if sendCQ.dev != pd.dev || recvCQ.dev != pd.dev || sendCQ.dead.Load() || recvCQ.dead.Load() {
+	if sendCQ.dev != pd.dev || recvCQ.dev != pd.dev || sendCQ.ring.Dead() || recvCQ.ring.Dead() {
 		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "SendCQ and RecvCQ must be live CQs of this device")
 	}
 	var srq *SRQ
@@ -310,6 +314,7 @@ func (qp *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		qp.req.psn, qp.req.maxPSN, qp.comp.psn = psn, psn, psn
 		qp.comp.retryCnt = qp.attr.RetryCnt
 		qp.comp.rnrRetry = qp.attr.RNRRetry
+		qp.lastHeard = now // the keepalive interval starts with RTS
 	}
 	if next != verbs.QPStateReset && next != verbs.QPStateErr {
 		qp.setStateLocked(next)
@@ -321,6 +326,9 @@ func (qp *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	if next == verbs.QPStateRTS && (cur == verbs.QPStateSQD || cur == verbs.QPStateSQE) {
 		qp.runRequesterLocked(now)
 		qp.flushLocked()
+	}
+	if next == verbs.QPStateRTS {
+		qp.rearmLocked()
 	}
 	return nil
 }
@@ -494,7 +502,9 @@ func (qp *QP) checkDrainedLocked() {
 func (qp *QP) resetLocked() {
 	qp.setStateLocked(verbs.QPStateReset)
 	qp.stopTimerLocked()
-	qp.sq.head, qp.sq.next, qp.sq.tail = 0, 0, 0
+	qp.clearProbesLocked()
+	qp.sq.head, qp.sq.next, qp.sq.tail, qp.sq.probes = 0, 0, 0, 0
+	qp.lastHeard = time.Time{}
 	qp.rq.head, qp.rq.tail = 0, 0
 	qp.clearRecvLocked()
 	qp.req = requester{}
@@ -578,7 +588,10 @@ func (qp *QP) flushRecvLocked() {
 // completeSendLocked retires the oldest send WQE with status st, posting a
 // completion if it is signaled or failed.
 func (qp *QP) completeSendLocked(w *sendWQE, st verbs.WCStatus) {
-	if w.signaled || st != verbs.WCSuccess {
+	if w.probe {
+		w.probe = false
+		qp.retireProbeLocked(st)
+	} else if w.signaled || st != verbs.WCSuccess {
 		wc := verbs.WC{WRID: w.wrID, Status: st, Opcode: w.opcode.WCOpcode(), QPNum: qp.qpn}
 		if st == verbs.WCSuccess {
 			wc.ByteLen = uint32(w.length)
@@ -743,8 +756,8 @@ func (qp *QP) postOneLocked(wr *verbs.SendWR) error {
 	}
 	switch wr.Opcode {
 	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
-		if w.length != 8 {
-			return verbs.Errorf(op, verbs.ErrInvalidArgument, "atomic operations move 8 bytes; the SGEs add up to %d", w.length)
+		if err := verbsobj.CheckAtomic(op, w.length, wr.RemoteAddr); err != nil {
+			return err
 		}
 	}
 	if qp.typ == verbs.QPTypeUD {

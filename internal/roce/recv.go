@@ -277,6 +277,7 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 			c.DropWrongSource.Add(1)
 			return false
 		}
+		qp.heardLocked(now)
 	}
 	if st == verbs.QPStateRTR && !qp.commEst {
 		// IBTA 11.6.3: the first packet on a QP in RTR establishes it.

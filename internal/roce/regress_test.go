@@ -1,6 +1,6 @@
 package roce
 
-// Regression tests for the bugs of the engine review (issue 9). Each was
+// Regression tests for bugs an engine review found. Each was
 // checked to fail with its fix taken out.
 
 import (

@@ -3,8 +3,8 @@ package roce
 import (
 	"net/netip"
 	"sync"
-	"sync/atomic"
 
+	"github.com/softrdma/softrdma/internal/verbsobj"
 	"github.com/softrdma/softrdma/verbs"
 )
 
@@ -12,13 +12,12 @@ import (
 // consumes. Its lock is taken after a QP's.
 type SRQ struct {
 	pd    *PD
-	users atomic.Int32
+	users verbsobj.Life // the QPs attached
 
 	mu     sync.Mutex
 	q      recvQueue
 	maxSGE uint32
-	limit  uint32
-	dead   bool
+	limit  verbsobj.SRQLimit
 }
 
 // CreateSRQ creates a shared receive queue.
@@ -27,14 +26,10 @@ func (pd *PD) CreateSRQ(attr *verbs.SRQInitAttr) (verbs.SRQ, error) {
 	if err := pd.check(op); err != nil {
 		return nil, err
 	}
-	if attr == nil || attr.MaxWR == 0 || attr.MaxWR > maxSRQWR {
-		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "MaxWR must be 1..%d", maxSRQWR)
+	nsge, err := verbsobj.CheckSRQInit(attr, maxSRQWR, maxSGE)
+	if err != nil {
+		return nil, err
 	}
-	if attr.MaxSGE > maxSGE {
-		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "MaxSGE %d: at most %d", attr.MaxSGE, maxSGE)
-	}
-	nsge := max(attr.MaxSGE, 1)
-	// As ibv_create_srq, creating does not arm the limit: SRQ.Modify does.
 	s := &SRQ{pd: pd, q: newRecvQueue(attr.MaxWR, nsge), maxSGE: nsge}
 	pd.refs.Add(1)
 	add(&pd.dev.objs, pd.dev.objs.srqs, s)
@@ -45,8 +40,8 @@ func (pd *PD) CreateSRQ(attr *verbs.SRQInitAttr) (verbs.SRQ, error) {
 func (s *SRQ) PostRecv(wr *verbs.RecvWR) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.dead {
-		return &verbs.PostError{WRID: wr.WRID, Err: verbs.Errorf("PostSRQRecv", verbs.ErrDestroyed, "the SRQ was destroyed")}
+	if err := s.users.Check("PostSRQRecv", "SRQ"); err != nil {
+		return &verbs.PostError{WRID: wr.WRID, Err: err}
 	}
 	for i := 0; wr != nil; wr, i = wr.Next, i+1 {
 		if len(wr.SGList) > int(s.maxSGE) {
@@ -78,10 +73,7 @@ func (s *SRQ) pop(dst *recvWQE) bool {
 	dst.sgl.mrs = append(dst.sgl.mrs, w.sgl.mrs...)
 	w.sgl.reset()
 	s.q.head++
-	if s.limit > 0 && s.q.tail-s.q.head < s.limit {
-		// IBTA 10.2.9.3: below the limit, one event, and the limit is
-		// disarmed until SRQ.Modify sets it again.
-		s.limit = 0
+	if s.limit.Took(s.q.tail - s.q.head) {
 		s.pd.dev.Event(verbs.AsyncEvent{Type: verbs.EventSRQLimitReached, SRQ: s})
 	}
 	return true
@@ -91,33 +83,26 @@ func (s *SRQ) pop(dst *recvWQE) bool {
 func (s *SRQ) Query() (verbs.SRQAttr, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return verbs.SRQAttr{MaxWR: s.q.max, MaxSGE: s.maxSGE, SRQLimit: s.limit}, nil
+	return verbs.SRQAttr{MaxWR: s.q.max, MaxSGE: s.maxSGE, SRQLimit: s.limit.Get()}, nil
 }
 
 // Modify sets the SRQ limit.
 func (s *SRQ) Modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) error {
-	if mask&verbs.SRQAttrMaxWR != 0 {
-		return verbs.Errorf("ModifySRQ", verbs.ErrNotSupported, "resizing an SRQ is not supported; create a new one")
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if mask&verbs.SRQAttrLimit != 0 {
-		s.limit = attr.SRQLimit
+	if err := s.users.Check("ModifySRQ", "SRQ"); err != nil {
+		return err
 	}
-	return nil
+	return s.limit.Modify(attr, mask, s.q.max)
 }
 
 // Destroy destroys the SRQ.
 func (s *SRQ) Destroy() error {
-	if n := s.users.Load(); n > 0 {
-		return verbs.Errorf("DestroySRQ", verbs.ErrInUse, "%d QPs still use the SRQ; destroy them first", n)
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.dead {
-		return verbs.Errorf("DestroySRQ", verbs.ErrDestroyed, "SRQ already destroyed")
+	if err := s.users.End("DestroySRQ", "SRQ", "QPs"); err != nil {
+		return err
 	}
-	s.dead = true
 	s.pd.refs.Add(-1)
 	remove(&s.pd.dev.objs, s.pd.dev.objs.srqs, s)
 	return nil
@@ -129,7 +114,7 @@ type AH struct {
 	attr verbs.AHAttr
 	dest netip.AddrPort
 	src  netip.Addr
-	dead atomic.Bool
+	life verbsobj.Life
 }
 
 // CreateAH creates an address handle.
@@ -138,8 +123,8 @@ func (pd *PD) CreateAH(attr *verbs.AHAttr) (verbs.AH, error) {
 	if err := pd.check(op); err != nil {
 		return nil, err
 	}
-	if attr == nil || !attr.IsGlobal || attr.GRH.DGID.IsZero() {
-		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "RoCE needs a global route: set IsGlobal and GRH.DGID to the peer's GID")
+	if err := verbsobj.CheckAH(attr); err != nil {
+		return nil, err
 	}
 	src, err := pd.dev.checkSGID(op, attr)
 	if err != nil {
@@ -157,8 +142,8 @@ func (ah *AH) Attr() verbs.AHAttr { return ah.attr }
 
 // Destroy destroys the AH.
 func (ah *AH) Destroy() error {
-	if !ah.dead.CompareAndSwap(false, true) {
-		return verbs.Errorf("DestroyAH", verbs.ErrDestroyed, "AH already destroyed")
+	if err := ah.life.End("DestroyAH", "AH", ""); err != nil {
+		return err
 	}
 	ah.pd.refs.Add(-1)
 	ah.pd.dev.nAH.Add(-1)

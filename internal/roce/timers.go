@@ -13,8 +13,8 @@ package roce
 //	                         a local ACK timeout, resume after an RNR wait)
 //	                         and re-arms; SetTimer(next)
 //
-// A QP has one deadline (QP.timerAt), the earlier of its local ACK timeout
-// and its RNR wait. Moving it later leaves the queue alone (the earlier
+// A QP has one deadline (QP.timerAt), the earliest of its local ACK
+// timeout, its RNR wait and, idle, its keepalive probe (keepalive.go). Moving it later leaves the queue alone (the earlier
 // entry fires, finds the QP's deadline moved and re-arms), so a busy QP
 // touches the queue about once per timeout period, not once per packet.
 
@@ -146,6 +146,7 @@ func (qp *QP) onTimer(at, now time.Time) {
 	qp.timerAt = time.Time{}
 	if st := qp.stateLocked(); st == verbs.QPStateRTS || st == verbs.QPStateSQD {
 		qp.onTimeoutLocked(now)
+		qp.keepaliveLocked(now)
 		qp.flushLocked()
 	}
 	qp.rearmLocked()
@@ -159,6 +160,9 @@ func (qp *QP) rearmLocked() {
 	}
 	if !qp.comp.ackDeadline.IsZero() && (at.IsZero() || qp.comp.ackDeadline.Before(at)) {
 		at = qp.comp.ackDeadline
+	}
+	if ka := qp.keepaliveAtLocked(); !ka.IsZero() && (at.IsZero() || ka.Before(at)) {
+		at = ka
 	}
 	if !at.IsZero() {
 		qp.armTimerLocked(at)

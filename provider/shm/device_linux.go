@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/softrdma/softrdma/internal/verbsobj"
 	"github.com/softrdma/softrdma/verbs"
 )
 
@@ -50,6 +51,8 @@ type Device struct {
 	pds, cqs int
 	bells    []doorbell                 // peers' doorbells, unmapped at Close
 	services map[*net.UnixListener]bool // BindService's sockets, closed at Close
+
+	events verbsobj.Events // asynchronous events (AsyncEvents)
 
 	madHandler atomic.Pointer[func(verbs.MADSource, []byte)] // QP1's receiver (HandleMADs)
 
@@ -128,6 +131,7 @@ func Open(cfg Config) (*Device, error) {
 		napWake:  make(chan struct{}, 1), nap: napTime, safety: safetyWake,
 	}
 	d.gid = gidOf(d.uid, d.id)
+	d.events.Init()
 	d.qps.Store(&[]*QP{})
 	var err error
 	d.bellFD, d.bell, err = newMemfdBell()
@@ -228,20 +232,37 @@ func (d *Device) Closed() bool {
 	return d.closed
 }
 
-// Close stops the device: it closes the socket and every connection and
-// stops its goroutines. Every PD and CQ must have been released first
-// (verbs.ErrInUse otherwise).
+// Close stops the device: it destroys the QPs and deregisters the MRs the
+// application left (as closing a kernel device's file does: peers lose
+// their mappings first), then closes the socket and every connection and
+// stops its goroutines. Later calls on the device's objects fail with
+// verbs.ErrDestroyed or find the device closed. Closing a closed device
+// does nothing.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
 		return nil
 	}
-	if d.pds != 0 || d.cqs != 0 {
-		d.mu.Unlock()
-		return verbs.Errorf("Close", verbs.ErrInUse, "%d PDs and %d CQs remain; destroy them first", d.pds, d.cqs)
-	}
 	d.closed = true
+	qps := make([]*QP, 0, len(d.qpByNum))
+	for _, qp := range d.qpByNum {
+		qps = append(qps, qp)
+	}
+	d.mu.Unlock()
+	for _, qp := range qps {
+		qp.Destroy()
+	}
+	d.mrMu.RLock()
+	mrs := make([]*MR, 0, len(d.mrs))
+	for _, mr := range d.mrs {
+		mrs = append(mrs, mr)
+	}
+	d.mrMu.RUnlock()
+	for _, mr := range mrs {
+		mr.Dereg()
+	}
+	d.mu.Lock()
 	conns := make([]*conn, 0, len(d.all))
 	for c := range d.all {
 		conns = append(conns, c)
@@ -270,6 +291,7 @@ func (d *Device) Close() error {
 	d.bells = nil
 	unix.Munmap(d.bell)
 	unix.Close(d.bellFD)
+	d.events.Close()
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/softrdma/softrdma/internal/verbsobj"
 	"github.com/softrdma/softrdma/verbs"
 )
 
@@ -19,8 +20,7 @@ import (
 // PD is a protection domain. Safe for concurrent use.
 type PD struct {
 	dev  *Device
-	objs atomic.Int32 // MRs, QPs, SRQs and AHs alive
-	dead atomic.Bool
+	objs verbsobj.Life // MRs, QPs, SRQs and AHs alive
 	// lastMR is the MR local last found: the data path's SGEs name the
 	// same region again and again, and the cache spares the device's MR
 	// table lock and map. An entry may be stale: local trusts it only
@@ -45,11 +45,8 @@ func (pd *PD) Context() verbs.Context { return pd.dev }
 
 // Dealloc frees the PD; verbs.ErrInUse while objects remain.
 func (pd *PD) Dealloc() error {
-	if n := pd.objs.Load(); n != 0 {
-		return verbs.Errorf("DeallocPD", verbs.ErrInUse, "%d MRs, QPs, SRQs or AHs remain in the PD", n)
-	}
-	if pd.dead.Swap(true) {
-		return verbs.Errorf("DeallocPD", verbs.ErrDestroyed, "PD already deallocated")
+	if err := pd.objs.End("DeallocPD", "PD", "MRs, QPs, SRQs or AHs"); err != nil {
+		return err
 	}
 	pd.dev.mu.Lock()
 	pd.dev.pds--
@@ -73,20 +70,23 @@ type MR struct {
 
 	mu          sync.RWMutex // RLock around local copies; Lock to change the fields below
 	dead        bool
-	rkeyRevoked bool           // SEND_WITH_INV invalidated the rkey
+	rkeyRevoked bool           // the rkey was invalidated (memory windows, once they exist); remote access fails
 	grantees    map[*conn]bool // peers that may have it mapped
 }
 
-const remoteAccess = verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
-
-func checkAccess(op string, access verbs.Access) error {
-	if access&^(verbs.AccessLocalWrite|remoteAccess) != 0 {
-		return verbs.Errorf(op, verbs.ErrInvalidArgument, "unknown access bits %v", access)
+// checkMR applies the shared rules to a registration: a live PD, valid
+// access flags, at least one byte.
+func (pd *PD) checkMR(op string, access verbs.Access, length int) error {
+	if err := pd.objs.Check(op, "PD"); err != nil {
+		return err
 	}
-	if access&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 && access&verbs.AccessLocalWrite == 0 {
-		return verbs.Errorf(op, verbs.ErrInvalidArgument, "remote write or atomic access requires LOCAL_WRITE (IBTA)")
+	if pd.dev.Closed() {
+		return verbs.Errorf(op, verbs.ErrDestroyed, "device %s is closed", pd.dev.name)
 	}
-	return nil
+	if err := verbsobj.CheckAccess(op, access); err != nil {
+		return err
+	}
+	return verbsobj.CheckLength(op, length)
 }
 
 // RegMR registers Go memory. A peer cannot map the Go heap, so its
@@ -95,11 +95,8 @@ func checkAccess(op string, access verbs.Access) error {
 // the device's socket per 32 KiB; docs/shm.md states the cost). AllocMR
 // memory is what peers reach with a single memcpy.
 func (pd *PD) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
-	if err := checkAccess("RegMR", access); err != nil {
+	if err := pd.checkMR("RegMR", access, len(buf)); err != nil {
 		return nil, err
-	}
-	if len(buf) == 0 {
-		return nil, verbs.Errorf("RegMR", verbs.ErrInvalidArgument, "empty buffer")
 	}
 	return pd.addMR(buf, access, -1)
 }
@@ -108,11 +105,8 @@ func (pd *PD) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 // registers it. Peers that present the rkey map the same pages. Dereg
 // revokes every peer's mapping before it unmaps the memory.
 func (pd *PD) AllocMR(length int, access verbs.Access) (verbs.MR, error) {
-	if err := checkAccess("AllocMR", access); err != nil {
+	if err := pd.checkMR("AllocMR", access, length); err != nil {
 		return nil, err
-	}
-	if length <= 0 {
-		return nil, verbs.Errorf("AllocMR", verbs.ErrInvalidArgument, "length %d must be positive", length)
 	}
 	page := os.Getpagesize()
 	size := (length + page - 1) / page * page
@@ -124,9 +118,6 @@ func (pd *PD) AllocMR(length int, access verbs.Access) (verbs.MR, error) {
 }
 
 func (pd *PD) addMR(buf []byte, access verbs.Access, fd int) (*MR, error) {
-	if pd.dead.Load() {
-		return nil, verbs.Errorf("RegMR", verbs.ErrDestroyed, "PD deallocated")
-	}
 	d := pd.dev
 	mr := &MR{pd: pd, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access, fd: fd, grantees: map[*conn]bool{}}
 	d.mrMu.Lock()
@@ -194,23 +185,6 @@ func revokeAt(gs map[*conn]bool, rkey uint32) {
 	}
 }
 
-// invalidate revokes remote access through rkey (SEND_WITH_INV) if it
-// names an MR of pd.
-func (d *Device) invalidate(pd *PD, rkey uint32) {
-	d.mrMu.RLock()
-	mr := d.mrs[rkey]
-	d.mrMu.RUnlock()
-	if mr == nil || mr.pd != pd {
-		return
-	}
-	mr.mu.Lock()
-	mr.rkeyRevoked = true
-	gs := mr.grantees
-	mr.grantees = map[*conn]bool{}
-	mr.mu.Unlock()
-	revokeAt(gs, rkey)
-}
-
 // local returns n bytes at addr of the MR lkey names, if it belongs to pd
 // and (when write) allows local write, with mr.mu read-locked.
 func (pd *PD) local(lkey uint32, addr uint64, n uint64, write bool) (*MR, []byte, bool) {
@@ -225,16 +199,16 @@ func (pd *PD) local(lkey uint32, addr uint64, n uint64, write bool) (*MR, []byte
 		}
 		pd.lastMR.Store(mr)
 	}
-	if write && mr.access&verbs.AccessLocalWrite == 0 {
+	if write && !verbsobj.Permits(mr.access, verbs.AccessLocalWrite) {
 		return nil, nil, false
 	}
 	mr.mu.RLock()
-	off := addr - mr.addr
-	if mr.dead || addr < mr.addr || off > uint64(len(mr.buf)) || n > uint64(len(mr.buf))-off {
+	b, ok := verbsobj.Span(mr.buf, mr.addr, addr, n)
+	if mr.dead || !ok {
 		mr.mu.RUnlock()
 		return nil, nil, false
 	}
-	return mr, mr.buf[off : off+n], true
+	return mr, b, true
 }
 
 // sgl is a scatter/gather list kept in a WQE (its array is reused).
@@ -310,29 +284,20 @@ func (s sgl) check(pd *PD, write bool) (uint64, bool) {
 
 // --- CQ ---
 
-// CQ is a completion queue. Poll never blocks and never allocates; on an
+// CQ is a completion queue: the shared ring (verbsobj.CQRing: arming,
+// overrun, destruction). Poll never blocks and never allocates; on an
 // empty CQ it services the device's rings first, so a busy poller needs
 // no other thread. Safe for concurrent use.
 type CQ struct {
 	dev  *Device
-	ch   *verbs.CompChannel
-	size int
+	ring verbsobj.CQRing
 	qps  atomic.Int32
-
-	mu        sync.Mutex
-	buf       []verbs.WC
-	head, n   int
-	overflow  bool
-	armed     bool
-	solicited bool
-	dead      bool
-	wake      chan struct{}
 }
 
 // CreateCQ creates a completion queue with room for cqe completions.
 func (d *Device) CreateCQ(cqe int, ch *verbs.CompChannel) (verbs.CQ, error) {
-	if cqe < 1 || cqe > maxCQE {
-		return nil, verbs.Errorf("CreateCQ", verbs.ErrInvalidArgument, "cqe %d: must be 1..%d", cqe, maxCQE)
+	if err := verbsobj.CheckCQE(cqe, maxCQE); err != nil {
+		return nil, err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -340,125 +305,56 @@ func (d *Device) CreateCQ(cqe int, ch *verbs.CompChannel) (verbs.CQ, error) {
 		return nil, verbs.Errorf("CreateCQ", verbs.ErrDestroyed, "device %s is closed", d.name)
 	}
 	d.cqs++
-	return &CQ{dev: d, ch: ch, size: cqe, buf: make([]verbs.WC, cqe), wake: make(chan struct{}, 1)}, nil
+	cq := &CQ{dev: d}
+	cq.ring.Init(cqe, ch, cq)
+	return cq, nil
 }
 
 // push adds a completion. An error completion or a solicited receive
 // satisfies a solicited-only arm.
 func (cq *CQ) push(wc *verbs.WC, solicited bool) {
-	cq.mu.Lock()
-	if cq.n == len(cq.buf) {
-		cq.overflow = true
-		cq.mu.Unlock()
-		return
-	}
-	cq.buf[(cq.head+cq.n)%len(cq.buf)] = *wc
-	cq.n++
-	notify := cq.armed && (!cq.solicited || solicited || wc.Status != verbs.WCSuccess)
-	if notify {
-		cq.armed = false
-	}
-	cq.mu.Unlock()
-	if notify && cq.ch != nil {
-		cq.ch.Notify(cq)
-	}
-	select {
-	case cq.wake <- struct{}{}:
-	default:
+	if cq.ring.Push(wc, solicited) == verbsobj.Overrun {
+		cq.dev.event(verbs.AsyncEvent{Type: verbs.EventCQErr, CQ: cq})
 	}
 }
 
 // Poll moves up to len(wc) completions into wc.
 func (cq *CQ) Poll(wc []verbs.WC) (int, error) {
-	cq.mu.Lock()
-	if cq.n == 0 {
-		cq.mu.Unlock()
+	if cq.ring.Len() == 0 && !cq.ring.Dead() {
 		cq.dev.markActive()
 		cq.dev.progress()
-		cq.mu.Lock()
 	}
-	defer cq.mu.Unlock()
-	if cq.dead {
-		return 0, errCQDestroyed
-	}
-	if cq.overflow && cq.n == 0 {
-		return 0, errCQOverrun
-	}
-	k := 0
-	for k < len(wc) && cq.n > 0 {
-		wc[k] = cq.buf[cq.head]
-		cq.head = (cq.head + 1) % len(cq.buf)
-		cq.n--
-		k++
-	}
-	return k, nil
+	return cq.ring.Poll(wc)
 }
-
-var (
-	errCQDestroyed = verbs.Errorf("PollCQ", verbs.ErrDestroyed, "CQ destroyed")
-	errCQOverrun   = verbs.Errorf("PollCQ", verbs.ErrQueueFull, "CQ overrun: completions were lost; make the CQ larger")
-)
 
 // Wait blocks until the CQ holds a completion, ctx is done or the CQ is
 // destroyed. It services the rings while it spins, then sleeps.
 func (cq *CQ) Wait(ctx context.Context) error {
-	for i := 0; ; i++ {
-		cq.mu.Lock()
-		n, dead := cq.n, cq.dead
-		cq.mu.Unlock()
-		if n > 0 {
+	for i := 0; i < 200; i++ {
+		if cq.ring.Len() > 0 {
 			return nil
 		}
-		if dead {
-			return errCQDestroyed
+		if cq.ring.Dead() {
+			break
 		}
-		if i < 200 {
-			cq.dev.progress()
-			runtime.Gosched()
-			continue
-		}
-		// The progress goroutine delivers completions while we sleep; a
-		// push after our check leaves its token in cq.wake.
-		if i == 200 {
-			cq.dev.wakeForWaiter()
-		}
-		select {
-		case <-cq.wake:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		cq.dev.progress()
+		runtime.Gosched()
 	}
+	// The progress goroutine delivers completions while we sleep; a
+	// push after Block registers the waiter wakes it.
+	return cq.ring.Block(ctx, cq.dev.wakeForWaiter)
 }
 
 // ReqNotify arms the CQ for one event on its CompChannel.
-func (cq *CQ) ReqNotify(solicitedOnly bool) error {
-	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	if cq.ch == nil {
-		return verbs.Errorf("ReqNotifyCQ", verbs.ErrInvalidArgument, "the CQ has no CompChannel")
-	}
-	cq.armed, cq.solicited = true, solicitedOnly
-	return nil
-}
+func (cq *CQ) ReqNotify(solicitedOnly bool) error { return cq.ring.Arm(solicitedOnly) }
 
 // CQE returns the capacity.
-func (cq *CQ) CQE() int { return cq.size }
+func (cq *CQ) CQE() int { return cq.ring.Cap() }
 
 // Destroy frees the CQ; verbs.ErrInUse while QPs use it.
 func (cq *CQ) Destroy() error {
-	if n := cq.qps.Load(); n != 0 {
-		return verbs.Errorf("DestroyCQ", verbs.ErrInUse, "%d QPs use the CQ", n)
-	}
-	cq.mu.Lock()
-	if cq.dead {
-		cq.mu.Unlock()
-		return verbs.Errorf("DestroyCQ", verbs.ErrDestroyed, "CQ already destroyed")
-	}
-	cq.dead = true
-	cq.mu.Unlock()
-	select {
-	case cq.wake <- struct{}{}:
-	default:
+	if err := cq.ring.Destroy(cq.qps.Load()); err != nil {
+		return err
 	}
 	cq.dev.mu.Lock()
 	cq.dev.cqs--
@@ -476,9 +372,8 @@ type SRQ struct {
 	head   uint64
 	tail   uint64
 	maxSGE uint32
-	limit  uint32
-	dead   bool
-	qps    atomic.Int32
+	limit  verbsobj.SRQLimit
+	qps    verbsobj.Life // the QPs attached
 }
 
 type recvWQE struct {
@@ -490,10 +385,14 @@ type recvWQE struct {
 
 // CreateSRQ creates a shared receive queue.
 func (pd *PD) CreateSRQ(attr *verbs.SRQInitAttr) (verbs.SRQ, error) {
-	if attr == nil || attr.MaxWR == 0 || attr.MaxWR > maxQPWR || attr.MaxSGE > maxSGE {
-		return nil, verbs.Errorf("CreateSRQ", verbs.ErrInvalidArgument, "MaxWR must be 1..%d and MaxSGE at most %d", maxQPWR, maxSGE)
+	if err := pd.objs.Check("CreateSRQ", "PD"); err != nil {
+		return nil, err
 	}
-	s := &SRQ{pd: pd, wqes: make([]recvWQE, attr.MaxWR), maxSGE: max(attr.MaxSGE, 1), limit: attr.SRQLimit}
+	nsge, err := verbsobj.CheckSRQInit(attr, maxQPWR, maxSGE)
+	if err != nil {
+		return nil, err
+	}
+	s := &SRQ{pd: pd, wqes: make([]recvWQE, attr.MaxWR), maxSGE: nsge}
 	for i := range s.wqes {
 		s.wqes[i].sgl = make(sgl, 0, s.maxSGE)
 	}
@@ -515,8 +414,8 @@ func (s *SRQ) PostRecv(wr *verbs.RecvWR) error {
 	defer s.mu.Unlock()
 	for i := 0; wr != nil; i, wr = i+1, wr.Next {
 		switch {
-		case s.dead:
-			return &verbs.PostError{Index: i, WRID: wr.WRID, Err: verbs.Errorf("PostSRQRecv", verbs.ErrDestroyed, "SRQ destroyed")}
+		case s.qps.Dead():
+			return &verbs.PostError{Index: i, WRID: wr.WRID, Err: s.qps.Check("PostSRQRecv", "SRQ")}
 		case len(wr.SGList) > int(s.maxSGE):
 			return &verbs.PostError{Index: i, WRID: wr.WRID, Err: verbs.Errorf("PostSRQRecv", verbs.ErrInvalidArgument, "%d SGEs exceed MaxSGE %d", len(wr.SGList), s.maxSGE)}
 		case s.tail-s.head == uint64(len(s.wqes)):
@@ -540,6 +439,9 @@ func (s *SRQ) take(w *recvWQE) bool {
 	w.wrID, w.length, w.bad = src.wrID, src.length, src.bad
 	w.sgl = append(w.sgl[:0], src.sgl...)
 	s.head++
+	if s.limit.Took(uint32(s.tail - s.head)) {
+		s.pd.dev.event(verbs.AsyncEvent{Type: verbs.EventSRQLimitReached, SRQ: s})
+	}
 	return true
 }
 
@@ -547,33 +449,26 @@ func (s *SRQ) take(w *recvWQE) bool {
 func (s *SRQ) Query() (verbs.SRQAttr, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return verbs.SRQAttr{MaxWR: uint32(len(s.wqes)), MaxSGE: s.maxSGE, SRQLimit: s.limit}, nil
+	return verbs.SRQAttr{MaxWR: uint32(len(s.wqes)), MaxSGE: s.maxSGE, SRQLimit: s.limit.Get()}, nil
 }
 
 // Modify sets SRQLimit; resizing is not supported.
 func (s *SRQ) Modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) error {
-	if mask&verbs.SRQAttrMaxWR != 0 {
-		return verbs.Errorf("ModifySRQ", verbs.ErrNotSupported, "SRQ resizing")
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if mask&verbs.SRQAttrLimit != 0 {
-		s.limit = attr.SRQLimit
+	if err := s.qps.Check("ModifySRQ", "SRQ"); err != nil {
+		return err
 	}
-	return nil
+	return s.limit.Modify(attr, mask, uint32(len(s.wqes)))
 }
 
 // Destroy frees the SRQ; verbs.ErrInUse while QPs use it.
 func (s *SRQ) Destroy() error {
-	if n := s.qps.Load(); n != 0 {
-		return verbs.Errorf("DestroySRQ", verbs.ErrInUse, "%d QPs use the SRQ", n)
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.dead {
-		return verbs.Errorf("DestroySRQ", verbs.ErrDestroyed, "SRQ already destroyed")
+	if err := s.qps.End("DestroySRQ", "SRQ", "QPs"); err != nil {
+		return err
 	}
-	s.dead = true
 	s.pd.objs.Add(-1)
 	return nil
 }
@@ -585,13 +480,16 @@ type AH struct {
 	pd   *PD
 	attr verbs.AHAttr
 	peer uint64
-	dead atomic.Bool
+	life verbsobj.Life
 }
 
 // CreateAH creates an address handle; attr.GRH.DGID must be a shm GID.
 func (pd *PD) CreateAH(attr *verbs.AHAttr) (verbs.AH, error) {
-	if attr == nil {
-		return nil, verbs.Errorf("CreateAH", verbs.ErrInvalidArgument, "attr is nil")
+	if err := pd.objs.Check("CreateAH", "PD"); err != nil {
+		return nil, err
+	}
+	if err := verbsobj.CheckAH(attr); err != nil {
+		return nil, err
 	}
 	peer, ok := peerOf(attr.GRH.DGID)
 	if !ok {
@@ -606,9 +504,22 @@ func (ah *AH) Attr() verbs.AHAttr { return ah.attr }
 
 // Destroy frees the AH.
 func (ah *AH) Destroy() error {
-	if ah.dead.Swap(true) {
-		return verbs.Errorf("DestroyAH", verbs.ErrDestroyed, "AH already destroyed")
+	if err := ah.life.End("DestroyAH", "AH", ""); err != nil {
+		return err
 	}
 	ah.pd.objs.Add(-1)
 	return nil
 }
+
+// --- asynchronous events ---
+
+// AsyncEvents returns the device's asynchronous events
+// (verbs.AsyncEventer): CQ overruns, SRQ limits, a QP's request and
+// fatal errors as a responder of SENDs and WRITE_WITH_IMMs, and last
+// WQE reached. A peer's one-sided operations do not pass through the
+// responder QP, so their access errors raise no event here. The channel
+// is closed by Close.
+func (d *Device) AsyncEvents() <-chan verbs.AsyncEvent { return d.events.C() }
+
+// event reports an asynchronous event; it never blocks.
+func (d *Device) event(e verbs.AsyncEvent) { d.events.Send(e) }

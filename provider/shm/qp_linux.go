@@ -25,10 +25,12 @@ import (
 	"encoding/binary"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/softrdma/softrdma/internal/verbsobj"
 	"github.com/softrdma/softrdma/verbs"
 	"github.com/softrdma/softrdma/wire"
 )
@@ -121,6 +123,12 @@ func (pd *PD) CreateQP(attr *verbs.QPInitAttr) (verbs.QP, error) {
 	if !ok1 || !ok2 || scq.dev != pd.dev || rcq.dev != pd.dev {
 		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "SendCQ and RecvCQ must be CQs of this shm device")
 	}
+	if err := pd.objs.Check(op, "PD"); err != nil {
+		return nil, err
+	}
+	if scq.ring.Dead() || rcq.ring.Dead() {
+		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "SendCQ and RecvCQ must be live CQs of this device")
+	}
 	c := attr.Cap
 	if c.MaxSendWR == 0 || c.MaxSendWR > maxQPWR || c.MaxRecvWR > maxQPWR || c.MaxSendSGE > maxSGE || c.MaxRecvSGE > maxSGE || c.MaxInlineData > maxInline {
 		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "Cap %+v: work requests 1..%d, SGEs ≤ %d, inline ≤ %d", c, maxQPWR, maxSGE, maxInline)
@@ -128,8 +136,8 @@ func (pd *PD) CreateQP(attr *verbs.QPInitAttr) (verbs.QP, error) {
 	var srq *SRQ
 	if attr.SRQ != nil {
 		s, ok := attr.SRQ.(*SRQ)
-		if !ok || s.pd.dev != pd.dev {
-			return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "SRQ must belong to this shm device")
+		if !ok || s.pd.dev != pd.dev || s.qps.Dead() {
+			return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "SRQ must be a live SRQ of this shm device")
 		}
 		srq = s
 	} else if c.MaxRecvWR == 0 {
@@ -198,6 +206,17 @@ func (qp *QP) Query() (verbs.QPAttr, verbs.QPInitAttr, error) {
 // INIT → RTR on an RC QP connects to the device the AV's DGID names and
 // hands it this QP's request ring.
 func (qp *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	var old *conn
+	err := qp.modify(attr, mask, &old)
+	if old != nil {
+		qp.dropStaleRings(old)
+	}
+	return err
+}
+
+// modify is Modify under the QP's lock; a move to RESET from a connected
+// state leaves the old connection in *reset.
+func (qp *QP) modify(attr *verbs.QPAttr, mask verbs.QPAttrMask, reset **conn) error {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	if qp.dead {
@@ -264,6 +283,7 @@ func (qp *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	}
 	switch next {
 	case verbs.QPStateReset:
+		*reset = qp.conn
 		qp.resetLocked()
 	case verbs.QPStateErr:
 		qp.errorLocked()
@@ -320,6 +340,29 @@ func (qp *QP) unmapLocked() {
 	qp.destQPN.Store(0)
 }
 
+// dropStaleRings forgets the rings the peer sent over c for the QP's old
+// connection that the QP never took: taken for the next connection, such
+// a ring would stay empty for ever (the peer writes to its new one). A
+// ring may still be in c's control stream, so it first makes a round trip
+// on c, a revocation of key 0, which no MR has (randKey): the peer
+// answers after every message it sent before, so they have all been
+// handled when the answer arrives. It runs without the QP's lock, which
+// the peer's messages may need.
+func (qp *QP) dropStaleRings(c *conn) {
+	if !c.dead.Load() {
+		c.call(&ctrl{typ: mRevoke, c: 0}, nil, 2*time.Second)
+	}
+	d := qp.dev
+	d.mu.Lock()
+	for k, m := range d.inboxes {
+		if k.local == qp.qpn && k.peer == c.peerID {
+			m.unmap()
+			delete(d.inboxes, k)
+		}
+	}
+	d.mu.Unlock()
+}
+
 func (qp *QP) resetLocked() {
 	qp.unmapLocked()
 	qp.state = verbs.QPStateReset
@@ -365,6 +408,11 @@ func (qp *QP) errorLocked() {
 	}
 	if qp.conn != nil && qp.conn.bell != nil && !qp.conn.dead.Load() {
 		qp.conn.bell.ring()
+	}
+	if qp.srq != nil {
+		// IBTA 11.6.3.1: a QP on an SRQ that went to ERR takes no more
+		// of its WQEs; the application may now destroy it.
+		qp.dev.event(verbs.AsyncEvent{Type: verbs.EventQPLastWQEReached, QP: qp})
 	}
 }
 
@@ -499,8 +547,10 @@ func (qp *QP) postOneLocked(wr *verbs.SendWR) error {
 	if w.length > 1<<31 {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "message of %d bytes exceeds the 2 GiB maximum", w.length)
 	}
-	if (wr.Opcode == verbs.WRAtomicCmpAndSwp || wr.Opcode == verbs.WRAtomicFetchAndAdd) && w.length != 8 {
-		return verbs.Errorf(op, verbs.ErrInvalidArgument, "atomic operations move 8 bytes; the SGEs add up to %d", w.length)
+	if wr.Opcode == verbs.WRAtomicCmpAndSwp || wr.Opcode == verbs.WRAtomicFetchAndAdd {
+		if err := verbsobj.CheckAtomic(op, w.length, wr.RemoteAddr); err != nil {
+			return err
+		}
 	}
 	if qp.typ == verbs.QPTypeUD {
 		ah, ok := wr.AH.(*AH)
@@ -1035,6 +1085,14 @@ func (qp *QP) consumeLocked() bool {
 			qp.haveCur = false
 			qp.completeRecvLocked(&qp.cur, verbs.WCSuccess, verbs.WCRecvRDMAWithImm, h.msgLen, h.imm, verbs.WCWithImm, h.flags&flagSolic != 0)
 		} else {
+			if h.flags&flagInv != 0 {
+				// IBTA 10.6.7 (o10-37): SEND_WITH_INV invalidates memory
+				// windows and fast-registered regions only, never a region
+				// from RegMR or AllocMR (rxe refuses those too), and shm
+				// has neither: the request is invalid, as on soft.
+				qp.failRecvLocked(verbs.WCRemInvReqErr, verbs.WCRemInvReqErr)
+				return true
+			}
 			if uint64(len(payload)) > qp.cur.length-qp.recvOff {
 				qp.failRecvLocked(verbs.WCLocLenErr, verbs.WCRemInvReqErr)
 				return true
@@ -1048,9 +1106,6 @@ func (qp *QP) consumeLocked() bool {
 				var flags verbs.WCFlags
 				if h.flags&flagImm != 0 {
 					flags = verbs.WCWithImm
-				} else if h.flags&flagInv != 0 {
-					flags = verbs.WCWithInv
-					qp.dev.invalidate(qp.pd, h.imm)
 				}
 				imm := h.imm
 				if flags == 0 {
@@ -1072,6 +1127,16 @@ func (qp *QP) consumeLocked() bool {
 // failRecvLocked fails the SEND in progress: the receive WQE completes
 // with recvSt, the requester sees nak, and the QP moves to ERR.
 func (qp *QP) failRecvLocked(recvSt, nak verbs.WCStatus) {
+	// The responder's error, as an asynchronous event (rxe: the NAK's
+	// syndrome picks it).
+	ev := verbs.EventQPFatal
+	switch nak {
+	case verbs.WCRemInvReqErr:
+		ev = verbs.EventQPReqErr
+	case verbs.WCRemAccessErr:
+		ev = verbs.EventQPAccessErr
+	}
+	qp.dev.event(verbs.AsyncEvent{Type: ev, QP: qp})
 	qp.haveCur = false
 	qp.completeRecvLocked(&qp.cur, recvSt, 0, 0, 0, 0, false)
 	qp.in.setNak(nak)

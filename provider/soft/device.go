@@ -254,6 +254,13 @@ func (d *Device) SendMAD(port uint8, dst verbs.GID, dstQP uint32, qkey uint32, m
 	return d.eng.SendMAD(port, dst, dstQP, qkey, mad)
 }
 
+// HandleUnreachable sets the receiver of the network's reports that a
+// destination takes no RoCEv2: ICMP errors for the device's datagrams
+// (verbs.GSIUnreachable; on Linux).
+func (d *Device) HandleUnreachable(port uint8, h func(dst verbs.GID, err error)) error {
+	return d.eng.HandleUnreachable(port, h)
+}
+
 // HandleMADs sets the receiver of the MADs arriving at QP1 (verbs.GSI).
 func (d *Device) HandleMADs(port uint8, h func(src verbs.MADSource, mad []byte)) error {
 	return d.eng.HandleMADs(port, h)

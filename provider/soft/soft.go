@@ -112,6 +112,16 @@ type Config struct {
 	// Transport, if set, is used instead of a UDP socket (tests use
 	// internal/netsim).
 	Transport transport.Transport
+	// Keepalive is how long an idle RC QP in RTS waits to hear from its
+	// peer before it probes it (a zero-length RDMA WRITE, which every
+	// RoCEv2 peer acknowledges); when the probe's retries run out the QP
+	// goes to ERR with EventQPFatal, and cm's Conn.Done fires. A dead
+	// peer is found within about Keepalive + (retry_cnt + 1) × 1.25 ×
+	// the QP's local ACK timeout: with cm's settings (timeout 19, about
+	// 2.1 s; retry_cnt 7) and the default of 5 s, under 30 s. 0 means
+	// 5 s; a negative value sends no probes (an idle connection to a
+	// dead peer then lasts until the application sends).
+	Keepalive time.Duration
 	// UDP tunes the UDP transport.
 	UDP udp.Config
 	// Tap, if set, wraps the device's transport (the UDP socket Open
@@ -198,14 +208,16 @@ func Open(cfg Config) (*Device, error) {
 	d := newDevice(tr, cfg)
 	d.guid = guid
 	d.udp = ut
-	// QPNs carry the device's slot among the processes that share its
-	// address (slot 0 when it does not share it): the destination steers
-	// by it, and the transport coalesces packets to one slot's QPs.
+	// On an address shared with other processes, QPNs carry the device's
+	// slot among them in their top bits: the destination steers by it.
+	// A device that does not share its address has all 24 bits random.
 	var slot uint32
+	slotBits := 0
 	if ut != nil {
-		slot, _ = ut.Slot()
+		if s, shared := ut.Slot(); shared {
+			slot, slotBits = s, reuseport.SlotBits
+		}
 	}
-	slotBits := reuseport.SlotBits
 	var notify func(roce.Note)
 	if cfg.Logger != nil {
 		d.log = newLogger(cfg.Logger, name)
@@ -225,12 +237,16 @@ func Open(cfg Config) (*Device, error) {
 		Notify:               notify,
 		QPNSlot:              slot,
 		QPNSlotBits:          slotBits,
+		Keepalive:            cfg.Keepalive,
 	})
 	if err != nil {
 		tr.Close()
 		return nil, err
 	}
 	d.eng = eng
+	if ut != nil {
+		ut.OnUnreachable(eng.PeerUnreachable)
+	}
 	if d.log != nil {
 		go d.log.watchDrops(d.Counters)
 	}

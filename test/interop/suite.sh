@@ -49,9 +49,11 @@ go build -o "$ICRC" ./test/interop/icrccheck || exit 1
 $VM build >/dev/null || { say "vm.sh build failed"; exit 1; }
 $VM down >/dev/null 2>&1
 t0=$(date +%s)
+# Down on every exit, a failed boot too: a VM left running would hold the
+# SOFTRDMA_VM_LOCK it inherited.
+trap '$VM down >/dev/null 2>&1' EXIT
 $VM up 1 || { say "vm.sh up failed"; $VM log vm1 | tail -30; exit 1; }
 say "VM up in $(( $(date +%s) - t0 )) s"
-trap '$VM down >/dev/null 2>&1' EXIT
 
 # capture NAME: start tcpdump on br0; stop_capture checks it.
 capture() {
@@ -392,6 +394,8 @@ if [ $QUICK = 0 ]; then
 	CM_SIDR=1 cm_both send_bw_R_ud_b ib_send_bw "-x 1 -R -c UD -b -n 50 -F" 1
 	CM_SIDR=1 cm_both send_lat_R_ud ib_send_lat "-x 1 -R -c UD -n 50 -F" 1
 fi
+# --- NVMe-oF: Linux's host and target (nvme_cases.sh), with and without loss ---
+. "$ROOT/test/interop/nvme_cases.sh"
 # --- rsocket: rstream (rsocket_cases.sh), full run only --------------------
 [ $QUICK = 0 ] && . "$ROOT/test/interop/rsocket_cases.sh"
 

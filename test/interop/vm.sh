@@ -57,7 +57,7 @@ MAX_VMS=8
 DEBS=$CACHE/debs      # downloaded .deb files
 STAGE=$CACHE/stage    # all guest packages unpacked with dpkg -x
 OUT=$CACHE/out        # vmlinuz, initrd.img, stamp
-LOCK=$CACHE/packages.lock   # pinned "name=version" list of guest packages
+LOCK=$CACHE/packages.lock   # pinned "name=version" list of guest packages (see resolve_packages)
 
 # Host tools we need, and the Debian package that provides each.
 HOST_TOOLS="qemu-system-x86_64:qemu-system-x86 cpio:cpio depmod:kmod modprobe:kmod
@@ -68,14 +68,16 @@ xz:xz-utils nft:nftables tcpdump:tcpdump ping:iputils-ping"
 # dependencies (Depends closure restricted to library packages) are added too;
 # which files of them end up in the initramfs is decided by ELF NEEDED entries.
 GUEST_PKGS="rdma-core libibverbs1 ibverbs-providers ibverbs-utils perftest rdmacm-utils
-librdmacm1 iproute2 busybox-static bash libc6 libgcc-s1"
+librdmacm1 iproute2 busybox-static bash libc6 libgcc-s1 nvme-cli"
 
 # Kernel modules to load in the guest (their dependencies are resolved with
 # modprobe --show-depends against the unpacked modules tree).
 # crc32_generic: rxe computes the ICRC through the crypto API ("crc32"); without
-# it `rdma link add` fails with ENOENT.
+# it `rdma link add` fails with ENOENT. crc32c_generic and crct10dif_generic
+# serve ext4 and the block layer (NVMe-oF cases) where the CPU-specific
+# versions cannot load.
 GUEST_MODULES="virtio_pci virtio_net 9pnet_virtio 9p crc32_generic rdma_rxe ib_uverbs ib_umad
-rdma_ucm sch_netem"
+rdma_ucm sch_netem crc32c_generic crct10dif_generic nvme_rdma nvmet_rdma null_blk ext4"
 
 # Executables copied into the guest (globs relative to the unpacked packages);
 # busybox provides everything else (mount, sleep, timeout, ...). /bin/sh is
@@ -84,7 +86,7 @@ rdma_ucm sch_netem"
 GUEST_BINS="bin/bash usr/bin/ibv_* usr/bin/ib_* usr/bin/raw_ethernet_* usr/bin/rping usr/bin/ucmatose
 usr/bin/udaddy usr/bin/mckey usr/bin/rdma_client usr/bin/rdma_server usr/bin/rdma_xclient
 usr/bin/rdma_xserver usr/bin/rstream usr/bin/riostream usr/bin/rcopy usr/bin/udpong
-usr/bin/cmtime usr/bin/rdma sbin/ip sbin/tc sbin/bridge bin/ss"
+usr/bin/cmtime usr/bin/rdma sbin/ip sbin/tc sbin/bridge bin/ss usr/sbin/nvme"
 
 # libibverbs provider drivers to install (config file + plugin library).
 GUEST_PROVIDERS="rxe siw"
@@ -154,17 +156,23 @@ lib_closure() {
 # guest packages with their library closure. An existing lock is reused unless
 # --refresh was given, so builds are reproducible and need no apt look-ups.
 resolve_packages() {
-	local refresh=$1 kpkg
-	if [ -s "$LOCK" ] && [ "$refresh" = 0 ]; then return 0; fi
+	local refresh=$1 kpkg want
+	# The lock remembers the package list it was resolved from: adding a
+	# guest package resolves again.
+	want="# $(echo $GUEST_PKGS)"
+	if [ -s "$LOCK" ] && [ "$refresh" = 0 ] && [ "$(head -n1 "$LOCK")" = "$want" ]; then return 0; fi
 	apt_ready
 	kpkg=$(apt-cache depends linux-image-amd64 | awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; exit }')
 	[ -n "$kpkg" ] || die "cannot resolve linux-image-amd64"
 	# shellcheck disable=SC2086
-	{ echo "$kpkg"; lib_closure $GUEST_PKGS; } | sort -u |
-		xargs apt-cache show --no-all-versions |
-		awk '/^Package:/ { p = $2 } /^Version:/ { print p "=" $2 }' | sort -u >"$LOCK.tmp"
+	{
+		echo "$want"
+		{ echo "$kpkg"; lib_closure $GUEST_PKGS; } | sort -u |
+			xargs apt-cache show --no-all-versions |
+			awk '/^Package:/ { p = $2 } /^Version:/ { print p "=" $2 }' | sort -u
+	} >"$LOCK.tmp"
 	mv "$LOCK.tmp" "$LOCK"
-	log "resolved $(wc -l <"$LOCK") guest packages (kernel $kpkg) into $LOCK"
+	log "resolved $(($(wc -l <"$LOCK") - 1)) guest packages (kernel $kpkg) into $LOCK"
 }
 
 # deb_file NAME=VERSION prints the cached .deb path (empty if not downloaded).
@@ -179,7 +187,7 @@ download_debs() {
 	mkdir -p "$DEBS"
 	while read -r e; do
 		[ -n "$(deb_file "$e")" ] || missing+=("$e")
-	done <"$LOCK"
+	done < <(grep -v "^#" "$LOCK")
 	((${#missing[@]})) || return 0
 	log "downloading ${#missing[@]} packages into $DEBS"
 	apt_ready
@@ -198,7 +206,7 @@ unpack_debs() {
 	log "unpacking packages into $STAGE"
 	rm -rf "$STAGE"
 	mkdir -p "$STAGE"
-	while read -r e; do dpkg-deb -x "$(deb_file "$e")" "$STAGE"; done <"$LOCK"
+	while read -r e; do dpkg-deb -x "$(deb_file "$e")" "$STAGE"; done < <(grep -v "^#" "$LOCK")
 	depmod -b "$STAGE" "$(stage_kver)"
 	echo "$want" >"$STAGE/.stamp"
 }
@@ -314,6 +322,9 @@ assemble_initramfs() {
 			[ "$kw" = insmod ] || continue
 			rel=${p#"$STAGE/lib/modules/$kver/"}
 			case " ${order[*]:-} " in *" $rel "*) continue ;; esac
+			# CPU-specific crypto (PCLMUL, SSE4.2 CRC) does not load on
+			# qemu's TCG CPU; the *_generic modules listed above serve.
+			case $rel in kernel/arch/x86/crypto/*) continue ;; esac
 			order+=("$rel")
 		done < <(modprobe -d "$STAGE" -S "$kver" --show-depends "$n")
 	done
@@ -374,6 +385,13 @@ say "init started at ${T_INIT}s name=$NAME ip=$IP"
 # Kernel modules, dependencies first (order computed at build time).
 KDIR=/lib/modules/$(uname -r)
 while read -r m; do insmod "$KDIR/$m" || fail "insmod $m"; done </etc/softrdma/modules
+
+# configfs, where nvmet is set up; the NVMe host's identity for nvme-cli.
+mount -t configfs configfs /sys/kernel/config 2>/dev/null || true
+mkdir -p /etc/nvme
+U=$(cat /proc/sys/kernel/random/uuid)
+echo "nqn.2014-08.org.nvmexpress:uuid:$U" >/etc/nvme/hostnqn
+echo "$U" >/etc/nvme/hostid
 
 # Network: eth0 is the virtio NIC on the namespace bridge.
 ip link set lo up

@@ -141,16 +141,19 @@ func (cfg Config) withDefaults() Config {
 // Stats counts what the transport did. Read it with Transport.Stats.
 type Stats struct {
 	Sent, Received, SendErrors, Truncated, ICRCBad, ICRCUnverified, SendCalls, RecvCalls uint64
+	// NetErrors counts the ICMP (and local) errors read from the sockets'
+	// error queues (Linux; see Transport.OnUnreachable).
+	NetErrors uint64
 }
 
 // counters are the live form of Stats, updated from the data path.
 type counters struct {
-	sent, received, sendErrors, truncated, icrcBad, icrcUnverified, sendCalls, recvCalls atomic.Uint64
+	sent, received, sendErrors, truncated, icrcBad, icrcUnverified, sendCalls, recvCalls, netErrors atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
 	return Stats{Sent: c.sent.Load(), Received: c.received.Load(), SendErrors: c.sendErrors.Load(), Truncated: c.truncated.Load(),
-		ICRCBad: c.icrcBad.Load(), ICRCUnverified: c.icrcUnverified.Load(), SendCalls: c.sendCalls.Load(), RecvCalls: c.recvCalls.Load()}
+		ICRCBad: c.icrcBad.Load(), ICRCUnverified: c.icrcUnverified.Load(), SendCalls: c.sendCalls.Load(), RecvCalls: c.recvCalls.Load(), NetErrors: c.netErrors.Load()}
 }
 
 // flowSender picks which of n sending sockets carries a flow.

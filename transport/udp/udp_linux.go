@@ -90,8 +90,9 @@ type Transport struct {
 	share    *reuseport.Share
 	shareErr error
 
-	closed atomic.Bool
-	stats  counters
+	closed  atomic.Bool
+	stats   counters
+	unreach atomic.Pointer[func(netip.AddrPort, error)] // OnUnreachable
 }
 
 // mmsghdr is struct mmsghdr of sendmmsg(2)/recvmmsg(2).
@@ -321,6 +322,9 @@ func openSocket(addr netip.AddrPort, shared bool) (int, uint16, error) {
 // unless the socket accepts them, as rxe's own socket does.
 func setSockopts(fd int, v6 bool, bufSize int) error {
 	err := setDontFragment(fd, v6)
+	if err == nil {
+		err = setRecvErr(fd, v6) // recverr_linux.go
+	}
 	if v6 && err == nil {
 		err = unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1)
 	}
@@ -439,11 +443,12 @@ func (t *Transport) isHomeFD(fd int) bool {
 
 // waitRecv blocks until a receiving socket has a datagram or the
 // transport is closed. Precondition: fdMu read-locked.
+//
+// It polls the sending sockets too, for errors only (POLLERR needs no
+// event bit): an ICMP error for a datagram they sent waits on their
+// error queue, which drainErrors reads, and the wait goes on.
 func (t *Transport) waitRecv() error {
-	if len(t.homes) == 1 {
-		return t.waitFD(t.fd, unix.POLLIN)
-	}
-	var arr [maxHomes + 1]unix.PollFd
+	var arr [2*maxHomes + 8]unix.PollFd
 	for {
 		if t.closed.Load() {
 			return transport.ErrClosed
@@ -453,6 +458,11 @@ func (t *Transport) waitRecv() error {
 			fds = append(fds, unix.PollFd{Fd: int32(h.fd), Events: unix.POLLIN})
 		}
 		fds = append(fds, unix.PollFd{Fd: int32(t.evfd), Events: unix.POLLIN})
+		for _, s := range t.senders {
+			if !t.isHomeFD(s.fd) {
+				fds = append(fds, unix.PollFd{Fd: int32(s.fd)})
+			}
+		}
 		_, err := unix.Ppoll(fds, nil, nil)
 		if t.closed.Load() {
 			return transport.ErrClosed
@@ -460,10 +470,21 @@ func (t *Transport) waitRecv() error {
 		if err != nil && err != unix.EINTR {
 			return err
 		}
-		for _, f := range fds[:len(t.homes)] {
-			if f.Revents != 0 {
-				return nil
+		for _, f := range fds[len(t.homes)+1:] {
+			if f.Revents&unix.POLLERR != 0 {
+				t.drainErrors(int(f.Fd))
 			}
+		}
+		ready := false
+		for _, f := range fds[:len(t.homes)] {
+			if f.Revents&unix.POLLERR != 0 && f.Revents&unix.POLLIN == 0 {
+				t.drainErrors(int(f.Fd))
+				continue
+			}
+			ready = ready || f.Revents != 0
+		}
+		if ready {
+			return nil
 		}
 	}
 }
@@ -569,9 +590,10 @@ func (t *Transport) checkSources(pkts []transport.Datagram) error {
 // destination QPNs carry the same slot in their top reuseport.SlotBits
 // bits, and neither is QP1, whose MADs are steered by their contents.
 // Only then may they share a GSO datagram, which the destination steers
-// as a whole by its first packet. softrdma numbers every device's QPs
-// this way, shared or not (an unshared device uses slot 0), so packets to
-// many QPs of one device still leave in one datagram.
+// as a whole by its first packet. A device that shares its address
+// numbers its QPs this way; one that does not has all 24 bits of its
+// QPNs random (so the bits stay unguessable), and its QPs' packets share
+// a datagram when their top bits happen to agree.
 func sameSteering(a, b *transport.Datagram) bool {
 	if len(a.Buf) < 8 || len(b.Buf) < 8 {
 		return false
@@ -814,6 +836,9 @@ func (t *Transport) sendBatch(s *sender, n int, block bool) (int, error) {
 				return off, transport.ErrClosed
 			}
 		case errno == unix.EINTR:
+		case icmpErrno(errno) && t.drainErrors(s.fd) > 0:
+			// An ICMP error for an earlier datagram, reported as the
+			// socket's pending error: this message did not go. Again.
 		case errno != 0:
 			// The message at off failed: skip it.
 			t.stats.sendErrors.Add(1)
@@ -923,6 +948,10 @@ func (t *Transport) recvLocked(pkts []transport.Datagram, block bool) (int, erro
 				return 0, err
 			}
 		case errno == unix.EINTR:
+		case icmpErrno(errno):
+			// An ICMP error for a datagram this socket sent: read the
+			// error queue and receive again.
+			t.drainErrors(t.homes[hi].fd)
 		default:
 			if t.closed.Load() {
 				return 0, transport.ErrClosed

@@ -2,6 +2,8 @@
 
 package udp
 
+import "net/netip"
+
 // Transport is a transport.Transport over net.UDPConn sockets (the
 // portable transport, see portable.go): one datagram per system call, no
 // GSO, no gathering, no polling. Send and Recv are safe for concurrent
@@ -28,3 +30,8 @@ func (t *Transport) ClaimService(uint64) error { return nil }
 
 // ReleaseService does nothing.
 func (t *Transport) ReleaseService(uint64) {}
+
+// OnUnreachable does nothing: on this system the sockets do not report
+// ICMP errors, and a dial to an address where nothing listens waits for
+// the connection manager's retries.
+func (t *Transport) OnUnreachable(func(dst netip.AddrPort, err error)) {}

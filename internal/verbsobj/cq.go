@@ -1,0 +1,216 @@
+// Package verbsobj holds the rules of the verbs objects that every
+// provider shares: the completion queue's ring with its notification and
+// overrun semantics, memory-region access and bounds checks, the SRQ
+// limit, address-handle and creation-argument validation, object
+// lifetimes (in use, destroyed) and the asynchronous event channel. A
+// provider keeps only what differs (how keys are found, how memory is
+// reached, how a waiter makes progress); the conformance suite in
+// verbs/verbstest checks that each provider follows these rules.
+//
+// Where the providers once disagreed, libibverbs and the kernel's rxe are
+// the reference, and the rule says so where it is chosen.
+package verbsobj
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/softrdma/softrdma/verbs"
+)
+
+// CheckCQE validates the size asked of CreateCQ.
+func CheckCQE(cqe, max int) error {
+	if cqe < 1 || cqe > max {
+		return verbs.Errorf("CreateCQ", verbs.ErrInvalidArgument, "cqe %d: must be 1..%d", cqe, max)
+	}
+	return nil
+}
+
+// CQRing is a completion queue's ring of work completions, filled by QPs
+// and drained by Poll, with the CQ's arming and overrun state. Its
+// methods are safe for concurrent use; Len, Dead and the wake-ups need no
+// lock, so a poller finds an empty ring without taking one.
+//
+// Overrun follows rxe: a completion that finds the ring full is lost, and
+// the first loss raises IBV_EVENT_CQ_ERR (Push returns Overrun). The CQ
+// stays usable: the next Poll returns what the ring holds together with
+// an error wrapping verbs.ErrQueueFull, once, and the overrun is over; a
+// later loss raises the event again.
+type CQRing struct {
+	ch   *verbs.CompChannel
+	self verbs.CQ // what Notify delivers
+
+	mu        sync.Mutex // guards the ring and the notification state
+	ring      []verbs.WC
+	head      int
+	armed     bool
+	solicited bool        // armed for solicited completions only
+	overrun   atomic.Bool // completions were lost since the last Poll; set under mu
+
+	count   atomic.Int32 // completions in the ring
+	waiters atomic.Int32 // goroutines in Block
+	wake    chan struct{}
+	dead    atomic.Bool
+}
+
+// Init sizes the ring for cqe completions. self is the CQ the ring
+// belongs to, which events on ch name.
+func (r *CQRing) Init(cqe int, ch *verbs.CompChannel, self verbs.CQ) {
+	r.ring = make([]verbs.WC, cqe)
+	r.ch, r.self = ch, self
+	r.wake = make(chan struct{}, 1)
+}
+
+// Cap returns the capacity (CQ.CQE).
+func (r *CQRing) Cap() int { return len(r.ring) }
+
+// Len returns how many completions the ring holds.
+func (r *CQRing) Len() int { return int(r.count.Load()) }
+
+// Dead reports whether Destroy succeeded.
+func (r *CQRing) Dead() bool { return r.dead.Load() }
+
+// PushResult says what Push did.
+type PushResult uint8
+
+const (
+	// Queued: the completion is in the ring.
+	Queued PushResult = iota
+	// Lost: the ring was full and the completion is lost, in an overrun
+	// already reported.
+	Lost
+	// Overrun: the ring was full and the completion is lost; this loss
+	// starts an overrun: the provider raises verbs.EventCQErr.
+	Overrun
+)
+
+// Push adds a completion. solicited says whether it satisfies a CQ armed
+// for solicited completions only (a solicited receive); an error
+// completion satisfies any arming, as in rxe. An armed CQ delivers one
+// event to its CompChannel and is disarmed.
+func (r *CQRing) Push(wc *verbs.WC, solicited bool) PushResult {
+	r.mu.Lock()
+	n := int(r.count.Load())
+	if n == len(r.ring) {
+		first := !r.overrun.Swap(true)
+		r.mu.Unlock()
+		if first {
+			return Overrun
+		}
+		return Lost
+	}
+	i := r.head + n
+	if i >= len(r.ring) {
+		i -= len(r.ring)
+	}
+	r.ring[i] = *wc
+	r.count.Add(1)
+	notify := r.armed && (!r.solicited || solicited || wc.Status != verbs.WCSuccess)
+	if notify {
+		r.armed = false
+	}
+	r.mu.Unlock()
+	if notify && r.ch != nil {
+		r.ch.Notify(r.self)
+	}
+	if r.waiters.Load() > 0 {
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
+	return Queued
+}
+
+// Poll moves up to len(wc) completions into wc. After an overrun it
+// returns, once, the completions it has and ErrCQOverrun.
+func (r *CQRing) Poll(wc []verbs.WC) (int, error) {
+	if r.dead.Load() {
+		return 0, errCQDestroyed
+	}
+	if r.count.Load() == 0 && !r.overrun.Load() {
+		return 0, nil
+	}
+	r.mu.Lock()
+	n := min(int(r.count.Load()), len(wc))
+	for i := 0; i < n; i++ {
+		wc[i] = r.ring[r.head]
+		r.head++
+		if r.head == len(r.ring) {
+			r.head = 0
+		}
+	}
+	r.count.Add(int32(-n))
+	overrun := r.overrun.Swap(false)
+	r.mu.Unlock()
+	if overrun {
+		return n, ErrCQOverrun
+	}
+	return n, nil
+}
+
+// ErrCQOverrun is what Poll returns after completions were lost.
+var ErrCQOverrun = &verbs.Error{Op: "PollCQ", Err: verbs.ErrQueueFull,
+	Detail: "CQ overrun: completions were lost; size the CQ for every outstanding work request"}
+
+var errCQDestroyed = verbs.Errorf("PollCQ", verbs.ErrDestroyed, "the CQ was destroyed")
+
+// Block waits until the ring holds a completion (nil), the CQ is
+// destroyed (ErrDestroyed) or ctx is done (ctx.Err()). Providers spin
+// first, their own way, and call Block to sleep; blocking, if set, runs
+// once the waiter is registered, so a push after it wakes the waiter.
+func (r *CQRing) Block(ctx context.Context, blocking func()) error {
+	r.waiters.Add(1)
+	defer r.waiters.Add(-1)
+	if blocking != nil {
+		blocking()
+	}
+	for {
+		if r.count.Load() > 0 {
+			return nil
+		}
+		if r.dead.Load() {
+			return verbs.Errorf("WaitCQ", verbs.ErrDestroyed, "the CQ was destroyed")
+		}
+		select {
+		case <-r.wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Arm arms the CQ for one event on its CompChannel (ReqNotify). A CQ
+// created without a channel could never deliver the event: rxe accepts
+// the call and nothing ever arrives; here it is an error that says so,
+// wrapping verbs.ErrInvalidState (the CQ's make, not the argument, is
+// what is wrong).
+func (r *CQRing) Arm(solicitedOnly bool) error {
+	if r.dead.Load() {
+		return verbs.Errorf("ReqNotifyCQ", verbs.ErrDestroyed, "the CQ was destroyed")
+	}
+	if r.ch == nil {
+		return verbs.Errorf("ReqNotifyCQ", verbs.ErrInvalidState, "the CQ has no completion channel; pass one to CreateCQ")
+	}
+	r.mu.Lock()
+	r.armed, r.solicited = true, solicitedOnly
+	r.mu.Unlock()
+	return nil
+}
+
+// Destroy marks the ring destroyed; users is how many QPs still use the
+// CQ (ErrInUse if any). Blocked waiters return ErrDestroyed.
+func (r *CQRing) Destroy(users int32) error {
+	if users > 0 {
+		return verbs.Errorf("DestroyCQ", verbs.ErrInUse, "%d QPs still use the CQ; destroy them first", users)
+	}
+	if !r.dead.CompareAndSwap(false, true) {
+		return verbs.Errorf("DestroyCQ", verbs.ErrDestroyed, "CQ already destroyed")
+	}
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}

@@ -1,0 +1,63 @@
+package nvmeof_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/softrdma/softrdma/cm"
+	"github.com/softrdma/softrdma/nvmeof"
+	"github.com/softrdma/softrdma/provider/shm"
+)
+
+// TestOverShm: the same target and host over the shared-memory provider.
+func TestOverShm(t *testing.T) {
+	tdev, err := shm.Open(shm.Config{})
+	if err != nil {
+		t.Skipf("shm: %v", err)
+	}
+	hdev, err := shm.Open(shm.Config{})
+	if err != nil {
+		tdev.Close()
+		t.Fatal(err)
+	}
+	store := nvmeof.NewMemoryStore(16 << 20)
+	target, err := nvmeof.NewTarget(nvmeof.TargetConfig{Subsystems: []*nvmeof.Subsystem{{NQN: testNQN, Namespaces: []*nvmeof.Namespace{{ID: 1, Store: store}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(20000))
+	ln, err := cm.Listen("rdma", addr, &cm.Options{Context: tdev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { target.Serve(context.Background(), ln); close(served) }()
+	defer func() {
+		target.Close()
+		<-served
+		target.Wait()
+		cm.Detach(hdev)
+		cm.Detach(tdev)
+		hdev.Close()
+		tdev.Close()
+	}()
+	c, err := nvmeof.Connect(ctx(t), addr, testNQN, &nvmeof.HostConfig{CM: &cm.Options{Context: hdev}, IOQueues: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	buf := bytes.Repeat([]byte("softrdma"), 8192)
+	if err := c.Write(ctx(t), 1, 3, buf, 4096); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(buf))
+	if err := c.Read(ctx(t), 1, 3, got, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, buf) {
+		t.Fatal("read back differs over shm")
+	}
+}
