@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/softrdma/softrdma/verbs"
 )
@@ -227,4 +228,42 @@ func benchWriteSync8(b *testing.B, regMR bool) {
 			b.Fatalf("%+v", wc[0])
 		}
 	}
+}
+
+// BenchmarkWakeSleeping is one SEND to a device whose progress goroutine
+// sleeps (nobody polls it): the time from PostSend until the sender's
+// completion, which needs the receiver to wake (the doorbell) and
+// consume. Waiting for the receiver to fall asleep is not timed.
+func BenchmarkWakeSleeping(b *testing.B) {
+	x, y := pair(b, sideOpts{}, sideOpts{})
+	for i := range 64 {
+		postRecv(b, y.qp, uint64(i), y.mr.SGE(i*64, 64))
+	}
+	wr := verbs.SendWR{Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{x.mr.SGE(0, 8)}}
+	wc := make([]verbs.WC, 4)
+	sleeping := y.dev.bell.word(bellSleeping)
+	var timed time.Duration
+	for range b.N {
+		for m, _ := y.cq.Poll(wc); m > 0; m, _ = y.cq.Poll(wc) {
+			for _, w := range wc[:m] {
+				postRecv(b, y.qp, w.WRID, y.mr.SGE(int(w.WRID)*64, 64))
+			}
+		}
+		for atomic.LoadUint32(sleeping) == 0 {
+			time.Sleep(100 * time.Microsecond)
+		}
+		time.Sleep(time.Millisecond) // in its futex wait by now
+		start := time.Now()
+		if err := x.qp.PostSend(&wr); err != nil {
+			b.Fatal(err)
+		}
+		for k := 0; k == 0; {
+			k, _ = x.cq.Poll(wc)
+			if k > 0 && wc[0].Status != verbs.WCSuccess {
+				b.Fatalf("%+v", wc[0])
+			}
+		}
+		timed += time.Since(start)
+	}
+	b.ReportMetric(float64(timed.Nanoseconds())/float64(b.N), "wake-ns")
 }

@@ -14,6 +14,8 @@ package shm
 //	COPY_READ   memory), a READ of one, an atomic on one: the owner checks
 //	COPY_ATOMIC and applies it (copy.go) → COPY_RESP, the status and the
 //	            data read or the original value
+//	WAKE        "I changed a ring of yours and you sleep": wake the
+//	            progress goroutine (the doorbell, sys_linux.go)
 //
 // Every message is checked: its length, its type, the fds it carries. The
 // socket closing (the peer exited or was killed: the kernel closes it at
@@ -47,6 +49,7 @@ const (
 	mCopyRead
 	mCopyAtomic
 	mCopyResp
+	mWake
 )
 
 const (
@@ -89,7 +92,7 @@ func decodeCtrl(b []byte) (m ctrl, ok bool) {
 	m.e = binary.LittleEndian.Uint32(b[24:])
 	m.x = binary.LittleEndian.Uint64(b[32:])
 	m.y = binary.LittleEndian.Uint64(b[40:])
-	return m, m.typ >= mHello && m.typ <= mCopyResp
+	return m, m.typ >= mHello && m.typ <= mWake
 }
 
 // Grant statuses in GRANT_RESP.
@@ -105,7 +108,8 @@ type conn struct {
 	uc      *net.UnixConn
 	peerID  uint64
 	peerUID uint32
-	bell    doorbell // the peer's doorbell, mapped
+	bell    doorbell // the peer's doorbell, mapped read-only
+	wakeFd  int      // a dup of uc's socket, for WAKE messages that never wait (ring)
 	dead    atomic.Bool
 	done    chan struct{}
 
@@ -119,6 +123,51 @@ type conn struct {
 	grants map[grantKey]*grant // what peers let our QPs map
 
 	copySlots chan struct{} // one token per COPY_* request awaiting its answer (copyWindow)
+
+	rings int // rings parked at dev.inboxes that came over this conn; guarded by dev.mu
+
+	// users counts the QPs that hold the conn (qp.conn) and so may ring
+	// it; connFreed is set once bell and wakeFd are released, when the
+	// conn is dead and no QP holds it.
+	users atomic.Int64
+}
+
+const connFreed = 1 << 62
+
+// acquire makes a QP a user of the conn, which then keeps its doorbell
+// mapped; false if the conn is gone.
+func (c *conn) acquire() bool {
+	for {
+		n := c.users.Load()
+		if n&connFreed != 0 || c.dead.Load() {
+			return false
+		}
+		if c.users.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// release ends a QP's use of the conn.
+func (c *conn) release() {
+	if c.users.Add(-1) == 0 && c.dead.Load() {
+		c.free()
+	}
+}
+
+// free unmaps the peer's doorbell and closes the wake socket, once the
+// conn is dead and no QP can ring it any more. Each conn costs a map
+// entry and an fd only while it lives or a QP holds it.
+func (c *conn) free() {
+	if !c.users.CompareAndSwap(0, connFreed) {
+		return
+	}
+	if c.bell != nil {
+		unix.Munmap(c.bell)
+	}
+	if c.wakeFd >= 0 {
+		unix.Close(c.wakeFd)
+	}
 }
 
 type ctrlReply struct {
@@ -237,21 +286,34 @@ func (d *Device) handshake(uc *net.UnixConn, want uint64) (*conn, error) {
 		closeFds(fds)
 		return fail("bad hello from peer pid %d", cred.Pid)
 	}
-	bell, err := mapPeerFd(fds[0], bellBytes, true)
+	if want == 0 && !d.verifyPeerID(m.x, cred.Pid) {
+		closeFds(fds)
+		d.ctr.helloRefused.Add(1)
+		return fail("peer pid %d says it is device %016x, but does not listen for it", cred.Pid, m.x)
+	}
+	bell, err := mapPeerFd(fds[0], bellBytes, false)
 	if err != nil {
 		return fail("peer doorbell: %v", err)
 	}
 	uc.SetDeadline(time.Time{})
-	c := &conn{dev: d, uc: uc, peerID: m.x, peerUID: cred.Uid, bell: doorbell(bell), done: make(chan struct{}),
+	return d.addConn(uc, m.x, cred.Uid, doorbell(bell), buf, oob)
+}
+
+// addConn starts serving a connection whose peer proved its uid and
+// device id, and whose doorbell is mapped.
+func (d *Device) addConn(uc *net.UnixConn, peerID uint64, peerUID uint32, bell doorbell, buf, oob []byte) (*conn, error) {
+	c := &conn{dev: d, uc: uc, peerID: peerID, peerUID: peerUID, bell: bell, wakeFd: -1, done: make(chan struct{}),
 		pending: map[uint32]chan ctrlReply{}, grants: map[grantKey]*grant{}, copySlots: make(chan struct{}, copyWindow)}
+	if raw, err := uc.SyscallConn(); err == nil {
+		raw.Control(func(fd uintptr) { c.wakeFd, _ = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) })
+	}
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		c.closeNow()
+		c.closeNow() // frees bell and wakeFd: no QP uses c
 		return nil, verbs.Errorf("shm.connect", verbs.ErrDestroyed, "device closed")
 	}
 	d.all[c] = true
-	d.bells = append(d.bells, c.bell)
 	if old := d.conns[c.peerID]; old == nil || old.dead.Load() {
 		d.conns[c.peerID] = c
 	}
@@ -259,6 +321,24 @@ func (d *Device) handshake(uc *net.UnixConn, want uint64) (*conn, error) {
 	d.connWG.Add(1)
 	go c.readLoop(buf, oob)
 	return c, nil
+}
+
+// ring wakes the peer's progress goroutine if it sleeps: a futex wake
+// and a WAKE message, sent without waiting: a full socket means the peer's reader has this
+// connection's messages to read, and it wakes its device after each.
+// No system call if the peer is awake.
+func (c *conn) ring() {
+	if c.dead.Load() || c.wakeFd < 0 || atomic.LoadUint32(c.bell.word(bellSleeping)) == 0 {
+		return
+	}
+	// FUTEX_WAKE needs only read access to the word: it wakes the device
+	// at once. It may come just before the device's futex wait and be
+	// lost; the WAKE message cannot be: the device's reader bumps the
+	// word, which that wait checks.
+	futexWake(c.bell.word(bellSeq))
+	var b [ctrlHdr]byte
+	b[0] = mWake
+	unix.Sendmsg(c.wakeFd, b[:], nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
 }
 
 func (d *Device) uidAllowed(uid uint32) bool {
@@ -406,10 +486,17 @@ func (c *conn) readLoop(buf, oob []byte) {
 		m, ok := decodeCtrl(buf[:n])
 		if !ok {
 			closeFds(fds)
+			c.dev.ctr.ctrlDropped.Add(1)
 			return // a peer that speaks nonsense loses its connection
 		}
 		if !c.handle(&m, buf[ctrlHdr:n], fds) {
+			c.dev.ctr.ctrlDropped.Add(1)
 			return
+		}
+		if atomic.LoadUint32(c.dev.bell.word(bellSleeping)) != 0 {
+			// A WAKE the peer could not send (its socket to us was
+			// full) is made up for by any message after it.
+			c.dev.kick()
 		}
 	}
 }
@@ -427,18 +514,7 @@ func (c *conn) handle(m *ctrl, payload []byte, fds []int) bool {
 	}
 	switch m.typ {
 	case mRing:
-		mem, err := mapPeerFd(fds[0], ringBytes, true)
-		if err != nil {
-			return false
-		}
-		k := inboxKey{peer: c.peerID, local: m.b, remot: m.a}
-		d.mu.Lock()
-		if old := d.inboxes[k]; old != nil {
-			old.unmap()
-		}
-		d.inboxes[k] = &mapping{mem: mem}
-		d.mu.Unlock()
-		d.kick()
+		return c.takeRing(m, fds[0])
 	case mGrantReq:
 		c.answerGrant(m)
 	case mCopyWrite, mCopyRead, mCopyAtomic:
@@ -464,8 +540,13 @@ func (c *conn) handle(m *ctrl, payload []byte, fds []int) bool {
 		}
 		ch <- r
 	case mRevoke:
-		c.revokeGrants(m.c)
+		c.revokeGrants(m.a, m.c)
 		c.send(&ctrl{typ: mRevokeAck, reqID: m.reqID}, nil, -1, false)
+	case mWake:
+		if len(payload) != 0 {
+			return false
+		}
+		d.kick()
 	case mUD:
 		if len(payload) > maxInline {
 			return false
@@ -482,9 +563,11 @@ func (c *conn) handle(m *ctrl, payload []byte, fds []int) bool {
 }
 
 // answerGrant checks a peer's request to map an rkey, as a responder
-// checks a RETH: the QP must exist, be connected to the asking QP and
-// allow the access; the rkey must name a live MR of the QP's PD that
-// allows it and lives in shareable memory.
+// checks a RETH: the QP must exist, be connected to the asking QP, serve
+// it and allow the access; the rkey must name a live MR of the QP's PD
+// that allows it and lives in shareable memory. The fd sent is
+// read-only unless the QP and the MR allow a remote write or atomic
+// (grants_linux.go).
 func (c *conn) answerGrant(m *ctrl) {
 	d := c.dev
 	resp := ctrl{typ: mGrantResp, reqID: m.reqID, d: grantAccess}
@@ -492,7 +575,7 @@ func (c *conn) answerGrant(m *ctrl) {
 	d.mu.Lock()
 	qp := d.qpByNum[m.b]
 	d.mu.Unlock()
-	fd := -1
+	fd, closeFd := -1, false
 	switch {
 	case qp == nil || qp.typ != verbs.QPTypeRC || qp.peer.Load() != c.peerID || qp.destQPN.Load() != m.a:
 		resp.d = grantInvReq
@@ -505,31 +588,49 @@ func (c *conn) answerGrant(m *ctrl) {
 		if mr == nil {
 			break
 		}
+		qpAccess := verbs.Access(qp.access.Load())
 		mr.mu.Lock()
 		switch {
-		case mr.dead || mr.rkeyRevoked || mr.pd != qp.pd || mr.access&want != want:
+		case mr.dead || mr.pd != qp.pd || mr.access&want != want:
 		case mr.fd < 0:
 			// Go memory: each access comes as a COPY_* message, checked
 			// then; there is no mapping to revoke.
 			resp.d = grantCopy
 		default:
-			resp.d = grantOK
-			resp.x, resp.y = mr.addr, uint64(len(mr.buf))
-			resp.a, resp.e = uint32(mr.access), uint32(qp.access.Load())
-			fd = mr.fd
-			mr.grantees[c] = true
+			var ok bool
+			if fd, closeFd, ok = grantFd(mr, mr.access&qpAccess); !ok {
+				resp.d = grantCopy // no read-only fd: the owner copies
+			} else if !qp.noteGrant(c, m.c) {
+				resp.d = grantInvReq // the QP stopped serving
+			} else {
+				resp.d = grantOK
+				resp.x, resp.y = mr.addr, uint64(len(mr.buf))
+				resp.a, resp.e = uint32(mr.access), uint32(qpAccess)
+				mr.grantees[c] = true
+			}
 		}
 		mr.mu.Unlock()
+		if resp.d == grantCopy && !qp.serving() {
+			resp.d = grantInvReq
+		}
 	}
-	c.send(&resp, nil, fd, false)
+	sendFd := fd
+	if resp.d != grantOK {
+		sendFd = -1
+	}
+	c.send(&resp, nil, sendFd, false)
+	if closeFd {
+		unix.Close(fd)
+	}
 }
 
-// revokeGrants unmaps every grant of rkey, waiting out accesses in flight.
-func (c *conn) revokeGrants(rkey uint32) {
+// revokeGrants unmaps the grants of rkey to our QP qpn (0: to every
+// QP), waiting out accesses in flight.
+func (c *conn) revokeGrants(qpn, rkey uint32) {
 	var gs []*grant
 	c.gmu.Lock()
 	for k, g := range c.grants {
-		if k.rkey == rkey {
+		if k.rkey == rkey && (qpn == 0 || k.qpn == qpn) {
 			gs = append(gs, g)
 			delete(c.grants, k)
 		}
@@ -583,7 +684,9 @@ func (c *conn) grant(qpn, destQPN, rkey uint32, want verbs.Access) (*grant, verb
 		return nil, verbs.WCRemAccessErr
 	}
 	mrAcc, qpAcc := verbs.Access(r.m.a), verbs.Access(r.m.e)
-	writable := mrAcc&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0
+	// The owner sends a read-only fd unless the QP and the region both
+	// allow a remote write or atomic.
+	writable := mrAcc&qpAcc&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0
 	mem, err := mapPeerFd(r.fd, int(r.m.y), writable)
 	if err != nil {
 		return nil, verbs.WCRemAccessErr
@@ -613,6 +716,11 @@ func (c *conn) closeNow() {
 	if c.dead.Swap(true) {
 		return
 	}
+	if c.wakeFd >= 0 {
+		// The dup keeps the socket open: shut it down, so that the peer
+		// sees the connection end now.
+		unix.Shutdown(c.wakeFd, unix.SHUT_RDWR)
+	}
 	c.uc.Close()
 	close(c.done)
 	d := c.dev
@@ -634,9 +742,8 @@ func (c *conn) closeNow() {
 		}
 	}
 	for k, m := range d.inboxes {
-		if k.peer == c.peerID {
-			m.unmap()
-			delete(d.inboxes, k)
+		if m.from == c {
+			d.dropInboxLocked(k, m)
 		}
 	}
 	// Another live conn to the same peer (both dialed at once) keeps it.
@@ -647,7 +754,9 @@ func (c *conn) closeNow() {
 		}
 	}
 	d.mu.Unlock()
-	// c.bell stays mapped until Device.Close: a QP may be ringing it.
+	// c.bell stays mapped, c.wakeFd open, while a QP holds c: it may be
+	// ringing them.
+	c.free()
 	if alive {
 		return
 	}

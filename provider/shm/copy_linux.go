@@ -290,7 +290,7 @@ func (c *conn) copyTarget(m *ctrl, want verbs.Access, isAtomic bool) (*MR, uint3
 	qp := d.qpByNum[m.b]
 	d.mu.Unlock()
 	switch {
-	case qp == nil || qp.typ != verbs.QPTypeRC || qp.peer.Load() != c.peerID || qp.destQPN.Load() != m.a:
+	case qp == nil || qp.typ != verbs.QPTypeRC || qp.peer.Load() != c.peerID || qp.destQPN.Load() != m.a || !qp.serving():
 		return nil, grantInvReq
 	case verbs.Access(qp.access.Load())&want != want:
 		return nil, grantInvReq
@@ -304,7 +304,7 @@ func (c *conn) copyTarget(m *ctrl, want verbs.Access, isAtomic bool) (*MR, uint3
 		return nil, grantAccess
 	}
 	mr.mu.Lock()
-	if mr.dead || mr.rkeyRevoked || mr.pd != qp.pd || mr.access&want != want {
+	if mr.dead || mr.pd != qp.pd || mr.access&want != want {
 		mr.mu.Unlock()
 		return nil, grantAccess
 	}

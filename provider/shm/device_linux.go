@@ -49,7 +49,6 @@ type Device struct {
 	qpByNum  map[uint32]*QP
 	inboxes  map[inboxKey]*mapping // rings peers sent before our QP looked for them
 	pds, cqs int
-	bells    []doorbell                 // peers' doorbells, unmapped at Close
 	services map[*net.UnixListener]bool // BindService's sockets, closed at Close
 
 	events verbsobj.Events // asynchronous events (AsyncEvents)
@@ -66,6 +65,7 @@ type Device struct {
 	nap, safety time.Duration // napTime and safetyWake when the device opened
 	rnrWake     atomic.Int64  // earliest RNR deadline a QP waits for (unix nanos, 0 none)
 	copies      atomic.Uint64 // COPY_WRITEs and COPY_ATOMICs applied (copy_linux.go)
+	ctr         counters      // refusals (counters_linux.go)
 	stop        chan struct{}
 	wg          sync.WaitGroup
 	connWG      sync.WaitGroup
@@ -77,8 +77,12 @@ type inboxKey struct {
 	local, remot uint32
 }
 
-// mapping is memory mapped from a peer's memfd.
-type mapping struct{ mem []byte }
+// mapping is a ring mapped from a peer's memfd, parked until a QP
+// claims it (peers_linux.go).
+type mapping struct {
+	mem  []byte
+	from *conn // the connection it came over, whose rings count it
+}
 
 func (m *mapping) unmap() {
 	if m != nil && m.mem != nil {
@@ -157,9 +161,20 @@ func Open(cfg Config) (*Device, error) {
 	return d, nil
 }
 
+// newMemfdBell creates the device's doorbell, mapped read-write, and
+// returns a read-only fd of it to send peers: with the seal, and on a
+// kernel without F_SEAL_FUTURE_WRITE (before 5.1), no peer maps it
+// writable.
 func newMemfdBell() (int, doorbell, error) {
-	fd, mem, err := newMemfd("softrdma-shm-bell", bellBytes)
-	return fd, doorbell(mem), err
+	fd, mem, err := newMemfdSeals("softrdma-shm-bell", bellBytes, unix.F_SEAL_FUTURE_WRITE)
+	if err != nil {
+		return -1, nil, err
+	}
+	if ro, err := readOnlyFd(fd); err == nil {
+		unix.Close(fd)
+		fd = ro
+	}
+	return fd, doorbell(mem), nil
 }
 
 // --- verbs.Device ---
@@ -268,8 +283,7 @@ func (d *Device) Close() error {
 		conns = append(conns, c)
 	}
 	for k, m := range d.inboxes {
-		m.unmap()
-		delete(d.inboxes, k)
+		d.dropInboxLocked(k, m)
 	}
 	for ln := range d.services {
 		ln.Close()
@@ -285,10 +299,6 @@ func (d *Device) Close() error {
 	futexWake(d.bell.word(bellSeq))
 	d.wg.Wait()
 	d.connWG.Wait()
-	for _, b := range d.bells {
-		unix.Munmap(b)
-	}
-	d.bells = nil
 	unix.Munmap(d.bell)
 	unix.Close(d.bellFD)
 	d.events.Close()
@@ -384,6 +394,13 @@ func (d *Device) progressLoop() {
 		}
 		seq := atomic.LoadUint32(seqw)
 		atomic.StoreUint32(sleeping, 1)
+		select {
+		case <-d.stop:
+			// Close bumped seq after closing stop: if seq was loaded
+			// after that, the futex would not see the change.
+			return
+		default:
+		}
 		if d.progress() {
 			atomic.StoreUint32(sleeping, 0)
 			idle = 0

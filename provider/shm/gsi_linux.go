@@ -15,7 +15,12 @@ package shm
 // A listener binds its service ID as an abstract Unix socket (or a file
 // in Config.Dir) named by the uid and the service ID: the kernel lets one
 // socket hold a name, so one process of a user listens on a port at a
-// time, and frees the name when the process dies.
+// time, and frees the name when the process dies. The abstract namespace
+// has no permissions: any user can bind the name of another user's
+// service first. A lookup therefore accepts an answer only from a
+// process of the uid the name carries (SO_PEERCRED), and BindService
+// says who holds its name; Config.Dir, a directory only the user can
+// write, keeps names private.
 
 import (
 	"errors"
@@ -114,6 +119,10 @@ func (d *Device) BindService(port uint8, serviceID uint64) (release func(), err 
 		ln, err = net.ListenUnix("unixpacket", addr)
 	}
 	if errors.Is(err, syscall.EADDRINUSE) {
+		if cred, cerr := holderOf(name); cerr == nil && cred.Uid != d.uid {
+			d.ctr.serviceSquatted.Add(1)
+			return nil, verbs.Errorf(op, verbs.ErrInUse, "service %#x: its name %s is held by pid %d of uid %d, not of uid %d: another user took it (any user can bind any name in the abstract socket namespace); set Config.Dir to a directory only uid %d can write to keep service names private", serviceID, name, cred.Pid, cred.Uid, d.uid, d.uid)
+		}
 		return nil, verbs.Errorf(op, verbs.ErrInUse, "service %#x: another shm device of uid %d on this host listens on it (%s)", serviceID, d.uid, name)
 	}
 	if err != nil {
@@ -136,6 +145,16 @@ func (d *Device) BindService(port uint8, serviceID uint64) (release func(), err 
 		d.mu.Unlock()
 		ln.Close()
 	}), nil
+}
+
+// holderOf returns the credentials of the process listening on name.
+func holderOf(name string) (*unix.Ucred, error) {
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: name, Net: "unixpacket"})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return peerCred(c)
 }
 
 // staleSocket says whether nobody listens on the socket file name.
@@ -238,6 +257,12 @@ func (d *Device) askService(uid uint32, serviceID uint64) (verbs.GID, error) {
 	cred, err := peerCred(uc)
 	if err != nil {
 		return verbs.GID{}, verbs.Errorf(op, verbs.ErrInvalidArgument, "%s: SO_PEERCRED: %v", name, err)
+	}
+	if cred.Uid != uid {
+		// The name is uid's; any user can bind an abstract name, and a
+		// user this device allows must not pose as another.
+		d.ctr.serviceSquatted.Add(1)
+		return verbs.GID{}, verbs.Errorf(op, verbs.ErrInvalidArgument, "%s names uid %d's service but is held by pid %d of uid %d: refused (set Config.Dir to a directory only trusted users can write to keep service names private)", name, uid, cred.Pid, cred.Uid)
 	}
 	if !d.uidAllowed(cred.Uid) {
 		return verbs.GID{}, verbs.Errorf(op, verbs.ErrInvalidArgument, "%s is held by pid %d of uid %d, which device %s does not trust (Config.AllowUIDs)", name, cred.Pid, cred.Uid, d.name)

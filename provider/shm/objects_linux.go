@@ -68,10 +68,9 @@ type MR struct {
 
 	gone atomic.Bool // Dereg began: the key no longer names this MR
 
-	mu          sync.RWMutex // RLock around local copies; Lock to change the fields below
-	dead        bool
-	rkeyRevoked bool           // the rkey was invalidated (memory windows, once they exist); remote access fails
-	grantees    map[*conn]bool // peers that may have it mapped
+	mu       sync.RWMutex // RLock around local copies; Lock to change the fields below
+	dead     bool
+	grantees map[*conn]bool // peers that may have it mapped
 }
 
 // checkMR applies the shared rules to a registration: a live PD, valid
@@ -110,7 +109,11 @@ func (pd *PD) AllocMR(length int, access verbs.Access) (verbs.MR, error) {
 	}
 	page := os.Getpagesize()
 	size := (length + page - 1) / page * page
-	fd, mem, err := newMemfd("softrdma-shm-mr", size)
+	var extra int
+	if access&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) == 0 {
+		extra = unix.F_SEAL_FUTURE_WRITE // no peer may ever map it writable
+	}
+	fd, mem, err := newMemfdSeals("softrdma-shm-mr", size, extra)
 	if err != nil {
 		return nil, verbs.Errorf("AllocMR", verbs.ErrInvalidArgument, "memfd of %d bytes: %v", size, err)
 	}

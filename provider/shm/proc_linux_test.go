@@ -28,6 +28,10 @@ func TestMain(m *testing.M) {
 		runPeer()
 		os.Exit(0)
 	}
+	if role := os.Getenv("SHM_TEST_ROLE"); role != "" {
+		runRole(role) // attack_linux_test.go
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
 }
 

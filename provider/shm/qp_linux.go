@@ -19,7 +19,8 @@ package shm
 //
 // A grant is the peer's answer to "may QP a map rkey k": the owner checks
 // QP, PD, access and the MR, then passes the memfd. Grants are cached per
-// (QP, rkey) until the owner revokes them (DeregMR, SEND_WITH_INV).
+// (QP, rkey) until the owner revokes them (DeregMR, the owner's QP
+// leaving RTS, the connection closing; see grants_linux.go).
 
 import (
 	"encoding/binary"
@@ -80,6 +81,8 @@ type QP struct {
 	lastGrant            *grant // the grant of the last one-sided op, checked for revocation on use
 	lastRKey             uint32
 	copyBuf              []byte // COPY_WRITE chunks, allocated on first use
+
+	given qpGrants // what peers were granted through this QP (grants_linux.go)
 }
 
 type sendWQE struct {
@@ -233,6 +236,14 @@ func (qp *QP) modify(attr *verbs.QPAttr, mask verbs.QPAttrMask, reset **conn) er
 	}
 	a := &qp.attr
 	if mask&verbs.QPAttrAccessFlags != 0 {
+		if attr.QPAccessFlags != a.QPAccessFlags {
+			// Grants given carry the old flags (and a writable fd
+			// perhaps): revoke them; the peer asks again.
+			if r, wasOpen := qp.closeGrantsLocked(); wasOpen {
+				qp.openGrantsLocked()
+				r.revokeLater(qp.dev)
+			}
+		}
 		a.QPAccessFlags = attr.QPAccessFlags
 		qp.access.Store(uint32(attr.QPAccessFlags))
 	}
@@ -306,11 +317,16 @@ func (qp *QP) connectLocked(attr *verbs.QPAttr) error {
 	if err != nil {
 		return err
 	}
+	if !c.acquire() {
+		return verbs.Errorf("ModifyQP", verbs.ErrUnreachable, "the connection to device %016x closed as the QP connected", peer)
+	}
 	fd, mem, err := newMemfd("softrdma-shm-ring", ringBytes)
 	if err != nil {
+		c.release()
 		return verbs.Errorf("ModifyQP", verbs.ErrInvalidArgument, "ring memfd: %v", err)
 	}
 	if err := c.send(&ctrl{typ: mRing, a: qp.qpn, b: attr.DestQPNum}, nil, fd, false); err != nil {
+		c.release()
 		unix.Munmap(mem)
 		unix.Close(fd)
 		return verbs.Errorf("ModifyQP", verbs.ErrNotFound, "peer device: %v", err)
@@ -319,6 +335,7 @@ func (qp *QP) connectLocked(attr *verbs.QPAttr) error {
 	qp.peer.Store(peer)
 	qp.destQPN.Store(attr.DestQPNum)
 	qp.busy.Store(1)
+	qp.openGrantsLocked()
 	return nil
 }
 
@@ -333,6 +350,9 @@ func (qp *QP) unmapLocked() {
 	if qp.inMem != nil {
 		unix.Munmap(qp.inMem)
 		qp.in, qp.inMem = nil, nil
+	}
+	if qp.conn != nil {
+		qp.conn.release()
 	}
 	qp.conn = nil
 	qp.lastGrant = nil
@@ -364,6 +384,7 @@ func (qp *QP) dropStaleRings(c *conn) {
 }
 
 func (qp *QP) resetLocked() {
+	qp.revokeGrantsLater()
 	qp.unmapLocked()
 	qp.state = verbs.QPStateReset
 	qp.sqHead, qp.sqNext, qp.sqTl = 0, 0, 0
@@ -384,6 +405,7 @@ func (qp *QP) errorLocked() {
 		return
 	}
 	qp.state = verbs.QPStateErr
+	qp.revokeGrantsLater()
 	if qp.in != nil && !qp.inDone {
 		qp.in.setNak(verbs.WCRetryExcErr)
 		qp.inDone = true
@@ -407,13 +429,24 @@ func (qp *QP) errorLocked() {
 		qp.completeRecvLocked(w, verbs.WCWRFlushErr, 0, 0, 0, 0, false)
 	}
 	if qp.conn != nil && qp.conn.bell != nil && !qp.conn.dead.Load() {
-		qp.conn.bell.ring()
+		qp.conn.ring()
 	}
 	if qp.srq != nil {
 		// IBTA 11.6.3.1: a QP on an SRQ that went to ERR takes no more
 		// of its WQEs; the application may now destroy it.
 		qp.dev.event(verbs.AsyncEvent{Type: verbs.EventQPLastWQEReached, QP: qp})
 	}
+}
+
+// flushAfterFailureLocked moves the QP to ERR after its oldest WQE
+// completed with an error: every later WQE is flushed, even one that
+// executed and failed too (a responder that went to ERR on the first
+// refuses the next; on a wire the NAK of the first flushes it).
+func (qp *QP) flushAfterFailureLocked() {
+	for i := qp.sqHead; i != qp.sqTl; i++ {
+		qp.sq[i%uint64(len(qp.sq))].status = verbs.WCWRFlushErr
+	}
+	qp.errorLocked()
 }
 
 // peerGone is called when the peer's device disconnected. What the
@@ -753,7 +786,7 @@ func (qp *QP) executeLocked() bool {
 		}
 	}
 	if rang {
-		qp.conn.bell.ring()
+		qp.conn.ring()
 	}
 	return moved
 }
@@ -1005,7 +1038,7 @@ func (qp *QP) retireLocked() bool {
 		w := &qp.sq[qp.sqHead%uint64(len(qp.sq))]
 		if nak && w.ringOp && nakSeq >= w.startSeq && nakSeq < w.endSeq {
 			qp.completeSendLocked(w, nakSt)
-			qp.errorLocked()
+			qp.flushAfterFailureLocked()
 			return true
 		}
 		if w.status != verbs.WCSuccess {
@@ -1013,7 +1046,7 @@ func (qp *QP) retireLocked() bool {
 				break // failed after earlier SENDs that are not acknowledged yet
 			}
 			qp.completeSendLocked(w, w.status)
-			qp.errorLocked()
+			qp.flushAfterFailureLocked()
 			return true
 		}
 		if cons < w.endSeq {
@@ -1038,13 +1071,12 @@ func (qp *QP) consumeLocked() bool {
 		d := qp.dev
 		k := inboxKey{peer: qp.peer.Load(), local: qp.qpn, remot: qp.destQPN.Load()}
 		d.mu.Lock()
-		m := d.inboxes[k]
-		delete(d.inboxes, k)
+		mem := d.claimInboxLocked(k)
 		d.mu.Unlock()
-		if m == nil {
+		if mem == nil {
 			return false
 		}
-		qp.inMem, qp.in = m.mem, newRing(m.mem)
+		qp.inMem, qp.in = mem, newRing(mem)
 		qp.in.cons = atomic.LoadUint64(qp.in.word64(offCons))
 	}
 	if qp.inDone || (qp.state != verbs.QPStateRTR && qp.state != verbs.QPStateRTS && qp.state != verbs.QPStateSQD) {
@@ -1086,10 +1118,11 @@ func (qp *QP) consumeLocked() bool {
 			qp.completeRecvLocked(&qp.cur, verbs.WCSuccess, verbs.WCRecvRDMAWithImm, h.msgLen, h.imm, verbs.WCWithImm, h.flags&flagSolic != 0)
 		} else {
 			if h.flags&flagInv != 0 {
-				// IBTA 10.6.7 (o10-37): SEND_WITH_INV invalidates memory
-				// windows and fast-registered regions only, never a region
-				// from RegMR or AllocMR (rxe refuses those too), and shm
-				// has neither: the request is invalid, as on soft.
+				// As the RoCEv2 responder: a SEND_WITH_INV may invalidate
+				// memory windows and fast-registered regions only (IBTA
+				// 10.6.7, o10-37), and shm devices have neither. Revoking
+				// an MR would let any peer of the PD cut off every other.
+				qp.dev.ctr.badInvalidate.Add(1)
 				qp.failRecvLocked(verbs.WCRemInvReqErr, verbs.WCRemInvReqErr)
 				return true
 			}
@@ -1119,7 +1152,7 @@ func (qp *QP) consumeLocked() bool {
 		moved = true
 	}
 	if moved && qp.conn != nil && !qp.conn.dead.Load() {
-		qp.conn.bell.ring()
+		qp.conn.ring()
 	}
 	return moved
 }
@@ -1161,7 +1194,7 @@ func (qp *QP) rnrLocked() {
 		qp.in.setNak(verbs.WCRNRRetryExcErr)
 		qp.inDone = true
 		qp.rnrFrom = 0
-		qp.conn.bell.ring()
+		qp.conn.ring()
 		return
 	}
 	for {
@@ -1185,10 +1218,14 @@ func (qp *QP) Destroy() error {
 		qp.in.setNak(verbs.WCRetryExcErr)
 	}
 	c := qp.conn
+	if c != nil {
+		c.ring() // while the QP still holds c
+	}
+	granted, _ := qp.closeGrantsLocked()
 	qp.unmapLocked()
 	qp.mu.Unlock()
+	granted.revoke() // what the peer mapped through this QP
 	if c != nil && !c.dead.Load() {
-		c.bell.ring()
 		// Our grants from the peer go with the QP.
 		c.gmu.Lock()
 		for k, g := range c.grants {
@@ -1204,8 +1241,7 @@ func (qp *QP) Destroy() error {
 	delete(d.qpByNum, qp.qpn)
 	for k, m := range d.inboxes {
 		if k.local == qp.qpn {
-			m.unmap()
-			delete(d.inboxes, k)
+			d.dropInboxLocked(k, m)
 		}
 	}
 	d.setQPsLocked()

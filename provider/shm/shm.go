@@ -44,10 +44,13 @@ type Config struct {
 	// Name is the device name; default "shm0".
 	Name string
 	// Dir, if set, is a directory the device's socket lives in (one file
-	// per device, removed on Close); peers must use the same Dir. Empty
-	// means the Linux abstract socket namespace, which needs no directory
-	// but is shared by the whole network namespace (the uid check below
-	// still applies).
+	// per device, removed on Close), and the sockets of the services it
+	// binds for cm; peers must use the same Dir. Empty means the Linux
+	// abstract socket namespace, which needs no directory but is shared by
+	// the whole network namespace, without permissions: any user can bind
+	// a service's name first (lookups then refuse the squatter, and
+	// BindService names it). A Dir that only the trusted users can write
+	// keeps names private. The uid check below applies either way.
 	Dir string
 	// AllowUIDs lists other user IDs whose processes may connect. By
 	// default only processes of the same user can reach this device's

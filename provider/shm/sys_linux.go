@@ -5,7 +5,6 @@ package shm
 // our next access into SIGBUS), and futexes on shared words.
 
 import (
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -22,15 +21,36 @@ const seals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
 
 // newMemfd creates a sealed memfd of size bytes and maps it read-write.
 func newMemfd(name string, size int) (fd int, mem []byte, err error) {
+	return newMemfdSeals(name, size, 0)
+}
+
+// newMemfdSeals creates a memfd of size bytes, mode 0600 (a peer of
+// another uid cannot reopen an fd it was sent through /proc with more
+// access than the fd has), maps it read-write, then seals it with seals
+// and extra. With extra F_SEAL_FUTURE_WRITE nobody, whatever fd it holds,
+// can map the file writable again: only this mapping writes it.
+func newMemfdSeals(name string, size int, extra int) (fd int, mem []byte, err error) {
 	fd, err = unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return -1, nil, err
 	}
-	if err = unix.Ftruncate(fd, int64(size)); err == nil {
-		_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals)
+	err = unix.Fchmod(fd, 0o600)
+	if err == nil {
+		err = unix.Ftruncate(fd, int64(size))
 	}
 	if err == nil {
 		mem, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	}
+	if err == nil {
+		_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals|extra)
+		if err == unix.EINVAL && extra != 0 {
+			// A kernel before 5.1 has no F_SEAL_FUTURE_WRITE: the
+			// read-only fds still hold (mode 0600 and O_RDONLY).
+			_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals)
+		}
+		if err != nil {
+			unix.Munmap(mem)
+		}
 	}
 	if err != nil {
 		unix.Close(fd)
@@ -77,10 +97,18 @@ func futexWake(addr *uint32) {
 	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWakeOp, 1<<30, 0, 0, 0)
 }
 
-// A doorbell is one page each device shares with its peers: a peer that
-// changed a ring this device reads rings the bell if the device's
-// progress goroutine sleeps. In busy-poll mode nobody sleeps and ringing
-// costs one atomic load.
+// A doorbell is one page each device shares with its peers, read-only
+// to them (sealed F_SEAL_FUTURE_WRITE: no fd maps it writable): the
+// device sets bellSleeping while its progress goroutine sleeps on the
+// futex word bellSeq, which only the device itself changes. A peer that
+// changed a ring this device reads, and sees the flag set, rings the
+// bell (conn.ring): FUTEX_WAKE on bellSeq, which needs only read access,
+// and a WAKE message on its own connection, after which the device's
+// reader for that connection bumps bellSeq and wakes the futex (so a
+// FUTEX_WAKE that came before the device's wait is not lost). One peer
+// can therefore neither clear the flag nor absorb the wake-ups other
+// peers send. In busy-poll mode nobody sleeps and
+// ringing costs one atomic load.
 const (
 	bellSeq      = 0  // uint32 futex word
 	bellSleeping = 64 // uint32: 1 while the progress goroutine sleeps
@@ -90,11 +118,3 @@ const (
 type doorbell []byte
 
 func (b doorbell) word(off int) *uint32 { return (*uint32)(unsafe.Pointer(&b[off])) }
-
-// ring wakes the owner if it sleeps. No system call otherwise.
-func (b doorbell) ring() {
-	if atomic.LoadUint32(b.word(bellSleeping)) != 0 {
-		atomic.AddUint32(b.word(bellSeq), 1)
-		futexWake(b.word(bellSeq))
-	}
-}
