@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -9,16 +10,17 @@ import (
 	"github.com/softrdma/softrdma/internal/nvmecli"
 )
 
-// runNvmet and runNvme run the NVMe-oF tools until they finish or the
+// runNvmet and runNvme run the NVMe-oF tools (internal/nvmecli; args[0]
+// is the command's name) until they finish or the
 // process is interrupted (the target then disconnects its hosts).
-func runNvmet(args []string) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+func runNvmet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return nvmecli.RunTarget(ctx, args, os.Stdout, os.Stderr)
+	return nvmecli.RunTarget(ctx, args[1:], stdout, stderr)
 }
 
-func runNvme(args []string) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+func runNvme(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return nvmecli.RunHost(ctx, args, os.Stdout, os.Stderr)
+	return nvmecli.RunHost(ctx, args[1:], stdout, stderr)
 }

@@ -1,9 +1,10 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
-	"os"
+	"io"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -11,16 +12,17 @@ import (
 
 // runVersion prints the module version and the VCS revision the binary
 // was built from, as the Go toolchain recorded them (runtime/debug).
-func runVersion(args []string) error {
+func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	if err := fs.Parse(args); err != nil {
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
 		return fmt.Errorf("this binary carries no build information (built without module support)")
 	}
-	_, err := os.Stdout.WriteString(versionText(info))
+	_, err := io.WriteString(stdout, versionText(info))
 	return err
 }
 

@@ -17,8 +17,6 @@ package soft
 // device's Clock (Config.Clock), so tests run the loop in virtual time.
 
 import (
-	"os"
-	"strconv"
 	"time"
 
 	"github.com/softrdma/softrdma/internal/roce"
@@ -44,13 +42,10 @@ func newDevice(tr transport.Transport, cfg Config) *Device {
 	}
 	if d.spinPolls == 0 {
 		d.spinPolls = 2000
-		if v, err := strconv.Atoi(os.Getenv("SOFTRDMA_SPIN_POLLS")); err == nil && v != 0 {
-			d.spinPolls = v
-		}
 	}
 	d.poller, _ = tr.(transport.Poller)
-	d.inline = !cfg.NoInlinePoll && os.Getenv("SOFTRDMA_NO_INLINE_POLL") != "1"
-	d.deferAck = d.inline && !cfg.NoDeferredAck && os.Getenv("SOFTRDMA_NO_DEFERRED_ACK") != "1"
+	d.inline = !cfg.NoInlinePoll
+	d.deferAck = d.inline && !cfg.NoDeferredAck
 	n := tr.BatchSize()
 	d.pkts = make([]transport.Datagram, n)
 	d.bufs = make([][]byte, n)

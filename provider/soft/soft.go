@@ -30,18 +30,15 @@ package soft
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"time"
 
 	"github.com/softrdma/softrdma/internal/reuseport"
 	"github.com/softrdma/softrdma/internal/roce"
 	"github.com/softrdma/softrdma/transport"
-	"github.com/softrdma/softrdma/transport/capture"
 	"github.com/softrdma/softrdma/transport/udp"
 	"github.com/softrdma/softrdma/verbs"
 )
@@ -68,8 +65,7 @@ type Config struct {
 	// SpinPolls is how many empty non-blocking polls the receive loop makes
 	// after the last packet before it sleeps in the kernel, when the
 	// transport can poll (transport.Poller). 0 means 2000 (tens of
-	// microseconds), or the value of the environment variable
-	// SOFTRDMA_SPIN_POLLS; a negative value never polls.
+	// microseconds); a negative value never polls.
 	SpinPolls int
 	// NoInlinePoll leaves all receiving to the device's receive goroutine.
 	// By default a goroutine that busy-polls (CQ.Poll on an empty CQ, or
@@ -77,7 +73,7 @@ type Config struct {
 	// itself, and while it keeps doing so the receive goroutine steps
 	// aside: one busy thread per process instead of two, which is what
 	// lets two processes on two cores each get a core (UCX progresses the
-	// same way, in the caller's poll). SOFTRDMA_NO_INLINE_POLL=1 sets it.
+	// same way, in the caller's poll).
 	NoInlinePoll bool
 	// NoDeferredAck sends each receive batch's ACKs at once. By default an
 	// ACK due to a packet that a busy poller received waits until that
@@ -90,12 +86,10 @@ type Config struct {
 	// the 67 ms retransmission timeout perftest and cm use, and no timer
 	// wakes a thread while pollers poll), and destroying the QP sends it
 	// too. On loopback that takes one of the two system calls of a
-	// ping-pong hop off the critical path. SOFTRDMA_NO_DEFERRED_ACK=1
-	// sets it.
+	// ping-pong hop off the critical path.
 	NoDeferredAck bool
 	// NoGather copies every payload into its packet instead of letting the
-	// UDP socket gather payloads of 1 KiB and more from the MR
-	// (SOFTRDMA_NO_GATHER=1 sets it too).
+	// UDP socket gather payloads of 1 KiB and more from the MR.
 	NoGather bool
 	// NoSplitWrites keeps multi-packet WRITEs to loopback peers as FIRST,
 	// MIDDLE and LAST packets. By default such a WRITE (without
@@ -105,9 +99,11 @@ type Config struct {
 	// bad range leaves the packets before the bad one in the target
 	// memory (IBTA leaves a failed WRITE's target undefined); as FIRST/
 	// MIDDLE/LAST the range is checked up front and nothing lands.
-	// SOFTRDMA_NO_SPLIT_WRITES=1 sets it; SOFTRDMA_SPLIT_WRITES=always
-	// splits them to every peer (the interop suite uses it).
 	NoSplitWrites bool
+	// SplitWritesAlways splits multi-packet WRITEs into WRITE ONLY
+	// packets to every peer, not only to loopback peers (the interop
+	// suite uses it to test Linux rxe against them). NoSplitWrites wins.
+	SplitWritesAlways bool
 	// Logger, if set, receives the device's QP errors, retransmissions,
 	// RNR waits and asynchronous events, and once a second the counts of
 	// what it dropped and why, rate-limited (a burst of 10, then 1 a
@@ -133,14 +129,15 @@ type Config struct {
 	// retransmission, RNR and ACK deadlines and the receive loop's own
 	// timers. Nil means the system clock; tests give a virtual one.
 	Clock Clock
-	// Capture, if set, receives a pcapng capture of every packet the
-	// device sends and receives (transport/capture: Ethernet/IPv4/UDP
-	// framing that Wireshark dissects as RoCEv2). The device then sends
-	// from its receiving socket (UDP.SourcePorts -1, unless set) so that
-	// the captured source port is the real one and each sent packet's
-	// ICRC verifies against the captured headers. Close flushes it; the
-	// caller closes the file.
-	Capture io.Writer
+	// Tap, if set, wraps the device's transport (the UDP socket Open
+	// makes, or Transport): every packet the device sends and receives
+	// passes through the transport it returns, which must forward to the
+	// one it was given. transport/capture's Tap writes a pcapng capture
+	// that Wireshark dissects as RoCEv2. A tapped device sends from its
+	// receiving socket (UDP.SourcePorts -1, unless set) so that the source
+	// port a tap sees is the real one and each sent packet's ICRC verifies
+	// against headers rebuilt from it. Close closes the tapped transport.
+	Tap func(transport.Transport) (transport.Transport, error)
 }
 
 // Open creates a device and starts its receive loop.
@@ -155,7 +152,7 @@ func Open(cfg Config) (*Device, error) {
 		if ucfg.Share == nil {
 			ucfg.Share = shareAddrs
 		}
-		if cfg.Capture != nil && ucfg.SourcePorts == 0 {
+		if cfg.Tap != nil && ucfg.SourcePorts == 0 {
 			ucfg.SourcePorts = -1
 		}
 		switch {
@@ -186,13 +183,13 @@ func Open(cfg Config) (*Device, error) {
 		}
 		tr, ut = t, t
 	}
-	if cfg.Capture != nil {
-		w, err := capture.NewWriter(cfg.Capture)
+	if cfg.Tap != nil {
+		t, err := cfg.Tap(tr)
 		if err != nil {
 			tr.Close()
 			return nil, err
 		}
-		tr = capture.Wrap(tr, w)
+		tr = t
 	}
 	name := cfg.Name
 	switch {
@@ -237,9 +234,9 @@ func Open(cfg Config) (*Device, error) {
 	eng, err := roce.New(roce.Config{
 		Name: name, Transport: tr, NetDev: netdev, LinkLocal: ll, Addrs: addrs,
 		AcceptUnverifiedICRC: cfg.AcceptUnverifiedICRC,
-		NoGather:             cfg.NoGather || os.Getenv("SOFTRDMA_NO_GATHER") == "1",
-		NoSplitWrites:        cfg.NoSplitWrites || os.Getenv("SOFTRDMA_NO_SPLIT_WRITES") == "1",
-		SplitWritesAlways:    os.Getenv("SOFTRDMA_SPLIT_WRITES") == "always",
+		NoGather:             cfg.NoGather,
+		NoSplitWrites:        cfg.NoSplitWrites,
+		SplitWritesAlways:    cfg.SplitWritesAlways,
 		Clock:                d.clock.Now,
 		SetTimer:             d.setTimer,
 		Poll:                 d.inlinePoll,

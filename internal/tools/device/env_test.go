@@ -1,0 +1,54 @@
+package device
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/softrdma/softrdma/provider/soft"
+)
+
+func TestReadEnv(t *testing.T) {
+	vars := map[string]string{
+		"SOFTRDMA_ADDR": "127.0.0.9", "SOFTRDMA_DEVICE": "shm1", "SOFTRDMA_LOG": "1",
+		"SOFTRDMA_TRACE": "t.out", "SOFTRDMA_NO_PROGRESS": "yes", "SOFTRDMA_SPIN_POLLS": "-1",
+		"SOFTRDMA_NO_INLINE_POLL": "1", "SOFTRDMA_NO_DEFERRED_ACK": "1", "SOFTRDMA_NO_GATHER": "1",
+		"SOFTRDMA_NO_SPLIT_WRITES": "0", "SOFTRDMA_SPLIT_WRITES": "always",
+	}
+	e, err := ReadEnv(func(k string) string { return vars[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Env{Addr: "127.0.0.9", Device: "shm1", Log: true, Trace: "t.out", NoProgress: true, SpinPolls: -1,
+		NoInlinePoll: true, NoDeferredAck: true, NoGather: true, SplitWritesAlways: true}
+	if e != want {
+		t.Fatalf("ReadEnv: %+v, want %+v", e, want)
+	}
+	cfg := soft.Config{SpinPolls: 500, NoSplitWrites: true}
+	e.Tune(&cfg)
+	if cfg.SpinPolls != 500 || !cfg.NoSplitWrites || !cfg.NoInlinePoll || !cfg.NoDeferredAck || !cfg.NoGather || !cfg.SplitWritesAlways {
+		t.Fatalf("Tune: %+v: want the code's SpinPolls and NoSplitWrites kept, the environment's switches on", cfg)
+	}
+	var zero soft.Config
+	(&Env{}).Tune(&zero)
+	if zero.SpinPolls != 0 || zero.NoInlinePoll || zero.NoDeferredAck || zero.NoGather || zero.NoSplitWrites || zero.SplitWritesAlways {
+		t.Fatalf("an empty environment changed the config: %+v", zero)
+	}
+}
+
+// A value that does not parse is an error naming the variable, not a
+// setting silently ignored.
+func TestReadEnvErrors(t *testing.T) {
+	for k, v := range map[string]string{
+		"SOFTRDMA_SPIN_POLLS": "many", "SOFTRDMA_NO_GATHER": "yes", "SOFTRDMA_SPLIT_WRITES": "sometimes", "SOFTRDMA_LOG": "true",
+	} {
+		_, err := ReadEnv(func(name string) string {
+			if name == k {
+				return v
+			}
+			return ""
+		})
+		if err == nil || !strings.Contains(err.Error(), k) {
+			t.Errorf("%s=%s: %v, want an error naming the variable", k, v, err)
+		}
+	}
+}
