@@ -188,7 +188,7 @@ func TestUDDestroyedQP(t *testing.T) {
 // nothing panics, and the next datagram goes through a new connection.
 func TestUDHostileRing(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
+		name   string
 		break_ func(out *ring)
 	}{
 		{"bad slot", func(out *ring) {
