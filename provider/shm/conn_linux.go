@@ -405,26 +405,34 @@ func (c *conn) send(m *ctrl, payload []byte, fd int, dontWait bool) error {
 			return err
 		}
 		var serr error
-		raw.Write(func(s uintptr) bool {
+		if err := raw.Write(func(s uintptr) bool {
 			serr = unix.Sendmsg(int(s), b[:n], oob, nil, unix.MSG_DONTWAIT)
 			return true
-		})
+		}); err != nil {
+			return err
+		}
 		return serr
 	}
 	// A peer that stops reading its socket must not hold our writers,
 	// and a conn reader answering it, forever: a write that cannot finish
-	// within sendTimeout drops the connection.
+	// within sendTimeout drops the connection. The deadline is for this
+	// write only: left in place, it would fail every later write on the
+	// socket once it passed, the unreliable ones above without a word.
 	c.uc.SetWriteDeadline(time.Now().Add(sendTimeout))
 	_, _, err := c.uc.WriteMsgUnix(b[:n], oob, nil)
 	if err != nil {
 		c.uc.Close() // the reader ends, and closeNow runs
+		return err
 	}
-	return err
+	c.uc.SetWriteDeadline(time.Time{})
+	return nil
 }
 
 // sendTimeout is how long a control message may wait for room in a
-// peer's socket: a live peer's reader drains it in microseconds.
-const sendTimeout = 5 * time.Second
+// peer's socket: a live peer's reader drains it in microseconds. A
+// variable so that a test can shorten it (for the devices it opens
+// after).
+var sendTimeout = 5 * time.Second
 
 // call sends a request (with payload) and waits for its reply.
 func (c *conn) call(m *ctrl, payload []byte, timeout time.Duration) (ctrlReply, error) {

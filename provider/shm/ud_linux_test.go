@@ -305,3 +305,40 @@ func FuzzUDSlot(f *testing.F) {
 		}
 	})
 }
+
+// TestMADAfterBlockingSend: a control message that had to wait for room
+// bounds its own write only. A deadline left on the socket made every
+// datagram sent over it once the deadline passed (MADs; formerly UD
+// SENDs too) vanish without an error: ib_send_lat -R -c UD hung when
+// its run outlived the deadline of the ring handed over for the rdma_cm
+// connection.
+func TestMADAfterBlockingSend(t *testing.T) {
+	defer func(d time.Duration) { sendTimeout = d }(sendTimeout)
+	sendTimeout = 20 * time.Millisecond
+	a, b := newSide(t, sideOpts{}), newSide(t, sideOpts{})
+	defer b.close(t)
+	defer a.close(t)
+	got := make(chan []byte, 4)
+	b.dev.HandleMADs(1, func(src verbs.MADSource, mad []byte) { got <- append([]byte(nil), mad...) })
+	c, err := a.dev.connTo(b.dev.id, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A blocking send (what handing over an RC ring is), then more time
+	// than its deadline.
+	if err := c.send(&ctrl{typ: mRevokeAck}, nil, -1, false); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * sendTimeout)
+	if err := a.dev.SendMAD(1, b.dev.GID(), gsiQPN, verbs.GSIQKey, []byte("mad")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-got:
+		if string(m) != "mad" {
+			t.Errorf("MAD %q", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a MAD sent after a blocking send's deadline passed never arrived")
+	}
+}
