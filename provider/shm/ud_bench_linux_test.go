@@ -26,13 +26,17 @@ func udBenchPeer(b *testing.B, mode string) (*side, *peerProc, verbs.AH) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { ah.Destroy() })
-	fmt.Fprintln(p.in, mode)
+	// A datagram that finds no receive WQE is dropped: wait for the
+	// peer's.
+	if l := p.do(b, "%s", mode); l != "GO" {
+		b.Fatalf("peer: %q", l)
+	}
 	return s, p, ah
 }
 
 // udPeer is the peer process's side of the UD benchmarks: it keeps 32
-// receives posted and, if pong, answers each datagram with one of the
-// same length; on stop it prints how many datagrams it took.
+// receives posted (then says GO) and, if pong, answers each datagram
+// with one of the same length; on stop it prints how many it took.
 func udPeer(s *side, r remoteInfo, pong bool, stop *atomic.Bool) error {
 	ah, err := s.pd.CreateAH(&verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: r.ep.GID}})
 	if err != nil {
@@ -47,6 +51,7 @@ func udPeer(s *side, r remoteInfo, pong bool, stop *atomic.Bool) error {
 			return err
 		}
 	}
+	fmt.Println("GO")
 	wc := make([]verbs.WC, 16)
 	wr := verbs.SendWR{Opcode: verbs.WRSend, AH: ah, RemoteQPN: r.ep.QPN, SGList: []verbs.SGE{{}}}
 	got, sent := 0, 0
