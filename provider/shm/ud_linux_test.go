@@ -306,12 +306,10 @@ func FuzzUDSlot(f *testing.F) {
 	})
 }
 
-// TestMADAfterBlockingSend: a control message that had to wait for room
-// bounds its own write only. A deadline left on the socket made every
-// datagram sent over it once the deadline passed (MADs; formerly UD
-// SENDs too) vanish without an error: ib_send_lat -R -c UD hung when
-// its run outlived the deadline of the ring handed over for the rdma_cm
-// connection.
+// TestMADAfterBlockingSend: the deadline of a blocking control message
+// (handing over an RC ring) bounds that write only. Left on the socket,
+// it would make every datagram sent over it after the deadline passed
+// (a MAD, so an rdma_cm exchange) vanish without an error.
 func TestMADAfterBlockingSend(t *testing.T) {
 	defer func(d time.Duration) { sendTimeout = d }(sendTimeout)
 	sendTimeout = 20 * time.Millisecond
