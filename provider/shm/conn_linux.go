@@ -8,8 +8,9 @@ package shm
 //	GRANT_REQ   "my QP a asks your QP b to map rkey c for access d"
 //	GRANT_RESP  yes (with the memfd, address, length, access) or the status
 //	REVOKE      "unmap rkey c now" (DeregMR, SEND_WITH_INV) → REVOKE_ACK
-//	UD          a datagram (UD QPs go over the socket, one system call each;
-//	            to QP 1: a MAD for the connection manager, gsi_linux.go)
+//	UD          a MAD for QP 1, the connection manager's (gsi_linux.go)
+//	UD_RING     "here is the ring my UD QPs produce datagrams for yours
+//	            into" (ud_linux.go)
 //	COPY_WRITE  WRITE data for a region that cannot be mapped (RegMR'd Go
 //	COPY_READ   memory), a READ of one, an atomic on one: the owner checks
 //	COPY_ATOMIC and applies it (copy.go) → COPY_RESP, the status and the
@@ -50,6 +51,7 @@ const (
 	mCopyAtomic
 	mCopyResp
 	mWake
+	mUDRing
 )
 
 const (
@@ -92,7 +94,7 @@ func decodeCtrl(b []byte) (m ctrl, ok bool) {
 	m.e = binary.LittleEndian.Uint32(b[24:])
 	m.x = binary.LittleEndian.Uint64(b[32:])
 	m.y = binary.LittleEndian.Uint64(b[40:])
-	return m, m.typ >= mHello && m.typ <= mWake
+	return m, m.typ >= mHello && m.typ <= mUDRing
 }
 
 // Grant statuses in GRANT_RESP.
@@ -130,6 +132,8 @@ type conn struct {
 	// it; connFreed is set once bell and wakeFd are released, when the
 	// conn is dead and no QP holds it.
 	users atomic.Int64
+
+	ud udConn // UD rings to and from the peer (ud_linux.go)
 }
 
 const connFreed = 1 << 62
@@ -401,26 +405,34 @@ func (c *conn) send(m *ctrl, payload []byte, fd int, dontWait bool) error {
 			return err
 		}
 		var serr error
-		raw.Write(func(s uintptr) bool {
+		if err := raw.Write(func(s uintptr) bool {
 			serr = unix.Sendmsg(int(s), b[:n], oob, nil, unix.MSG_DONTWAIT)
 			return true
-		})
+		}); err != nil {
+			return err
+		}
 		return serr
 	}
 	// A peer that stops reading its socket must not hold our writers,
 	// and a conn reader answering it, forever: a write that cannot finish
-	// within sendTimeout drops the connection.
+	// within sendTimeout drops the connection. The deadline is for this
+	// write only: left in place, it would fail every later write on the
+	// socket once it passed, the unreliable ones above without a word.
 	c.uc.SetWriteDeadline(time.Now().Add(sendTimeout))
 	_, _, err := c.uc.WriteMsgUnix(b[:n], oob, nil)
 	if err != nil {
 		c.uc.Close() // the reader ends, and closeNow runs
+		return err
 	}
-	return err
+	c.uc.SetWriteDeadline(time.Time{})
+	return nil
 }
 
 // sendTimeout is how long a control message may wait for room in a
-// peer's socket: a live peer's reader drains it in microseconds.
-const sendTimeout = 5 * time.Second
+// peer's socket: a live peer's reader drains it in microseconds. A
+// variable so that a test can shorten it (for the devices it opens
+// after).
+var sendTimeout = 5 * time.Second
 
 // call sends a request (with payload) and waits for its reply.
 func (c *conn) call(m *ctrl, payload []byte, timeout time.Duration) (ctrlReply, error) {
@@ -505,7 +517,7 @@ func (c *conn) readLoop(buf, oob []byte) {
 func (c *conn) handle(m *ctrl, payload []byte, fds []int) bool {
 	d := c.dev
 	wantFds := 0
-	if m.typ == mRing || (m.typ == mGrantResp && m.d == grantOK) {
+	if m.typ == mRing || m.typ == mUDRing || (m.typ == mGrantResp && m.d == grantOK) {
 		wantFds = 1
 	}
 	if len(fds) != wantFds {
@@ -515,6 +527,8 @@ func (c *conn) handle(m *ctrl, payload []byte, fds []int) bool {
 	switch m.typ {
 	case mRing:
 		return c.takeRing(m, fds[0])
+	case mUDRing:
+		return c.acceptUDRing(fds[0])
 	case mGrantReq:
 		c.answerGrant(m)
 	case mCopyWrite, mCopyRead, mCopyAtomic:
@@ -723,6 +737,7 @@ func (c *conn) closeNow() {
 	}
 	c.uc.Close()
 	close(c.done)
+	c.closeUD()
 	d := c.dev
 	c.gmu.Lock()
 	for k, g := range c.grants {

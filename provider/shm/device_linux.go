@@ -57,6 +57,7 @@ type Device struct {
 	madHandler atomic.Pointer[func(verbs.MADSource, []byte)] // QP1's receiver (HandleMADs)
 
 	qps atomic.Pointer[[]*QP] // immutable snapshot, for progress
+	ud  udDevice              // peers' UD rings (ud_linux.go)
 
 	mrMu sync.RWMutex
 	mrs  map[uint32]*MR // lkey == rkey
@@ -360,6 +361,9 @@ func (d *Device) progress() bool {
 			moved = true
 		}
 		qp.mu.Unlock()
+	}
+	if d.pollUD() {
+		moved = true
 	}
 	return moved
 }

@@ -71,7 +71,11 @@ func runPeer() {
 		os.Exit(1)
 	}
 	t := &testing.T{}
-	s := newSide(t, sideOpts{regMR: os.Getenv("SHM_TEST_PEER_REGMR") == "1"})
+	o := sideOpts{regMR: os.Getenv("SHM_TEST_PEER_REGMR") == "1"}
+	if os.Getenv("SHM_TEST_PEER_UD") == "1" {
+		o.typ = verbs.QPTypeUD
+	}
+	s := newSide(t, o)
 	in := bufio.NewScanner(os.Stdin)
 	fmt.Println(s.info())
 	if !in.Scan() {
@@ -188,6 +192,10 @@ func runPeer() {
 				}
 			}
 			fmt.Println("OK")
+		case "udpong", "udsink": // echo or take datagrams until stop (ud_bench_linux_test.go)
+			if err := udPeer(s, r, f[0] == "udpong", &stop); err != nil {
+				fail(err)
+			}
 		case "idle":
 			for !stop.Load() { // WRITEs need no CPU of the target's
 				time.Sleep(time.Millisecond)

@@ -37,7 +37,7 @@ import (
 )
 
 // QP is a queue pair: RC over shared-memory rings and mapped regions, or
-// UD over the device's sockets. PostSend and PostRecv are safe for
+// UD over rings shared with each peer device (ud_linux.go). PostSend and PostRecv are safe for
 // concurrent use.
 type QP struct {
 	dev    *Device
@@ -76,7 +76,7 @@ type QP struct {
 	cur                  recvWQE
 	haveCur              bool
 	recvOff              uint64
-	udBuf                []byte
+	ud                   udQP // UD: the connection datagrams go through (ud_linux.go)
 	dead                 bool
 	lastGrant            *grant // the grant of the last one-sided op, checked for revocation on use
 	lastRKey             uint32
@@ -163,9 +163,6 @@ func (pd *PD) CreateQP(attr *verbs.QPInitAttr) (verbs.QP, error) {
 		}
 	}
 	qp.cur.sgl = make(sgl, 0, max(c.MaxRecvSGE, maxSGE))
-	if qp.typ == verbs.QPTypeUD {
-		qp.udBuf = make([]byte, maxInline)
-	}
 	d := pd.dev
 	d.mu.Lock()
 	if d.closed {
@@ -354,6 +351,7 @@ func (qp *QP) unmapLocked() {
 	if qp.conn != nil {
 		qp.conn.release()
 	}
+	qp.dropUDLocked()
 	qp.conn = nil
 	qp.lastGrant = nil
 	qp.peer.Store(0)
@@ -610,77 +608,6 @@ func (qp *QP) postOneLocked(wr *verbs.SendWR) error {
 		qp.completeSendLocked(w, w.status)
 	}
 	return nil
-}
-
-// sendUDLocked sends a datagram over the socket to the AH's device. UD is
-// unreliable: a datagram that cannot be sent is dropped, as on a wire.
-func (qp *QP) sendUDLocked(w *sendWQE) {
-	if w.status != verbs.WCSuccess {
-		return
-	}
-	b := qp.udBuf[:w.length]
-	if w.isInline {
-		copy(b, w.inline)
-	} else if !w.sgl.gather(qp.pd, 0, b) {
-		w.status = verbs.WCLocProtErr
-		return
-	}
-	c, err := qp.dev.connTo(w.ah.peer, "PostSend")
-	if err != nil {
-		return
-	}
-	m := ctrl{typ: mUD, a: qp.qpn, b: w.remoteQPN, c: w.qkey, d: w.imm}
-	if w.opcode == verbs.WRSendWithImm {
-		m.e |= flagImm
-	}
-	if w.solicited {
-		m.e |= flagSolic
-	}
-	c.send(&m, b, -1, true)
-}
-
-// deliverUD places a datagram a peer sent into a UD QP's receive WQE.
-func (d *Device) deliverUD(c *conn, m *ctrl, payload []byte) {
-	d.mu.Lock()
-	qp := d.qpByNum[m.b]
-	d.mu.Unlock()
-	if qp == nil || qp.typ != verbs.QPTypeUD {
-		return
-	}
-	qp.mu.Lock()
-	defer qp.mu.Unlock()
-	if (qp.state != verbs.QPStateRTR && qp.state != verbs.QPStateRTS) || m.c != qp.attr.QKey || !qp.takeRecvLocked() {
-		return
-	}
-	qp.haveCur = false
-	w := &qp.cur
-	var grh [40]byte
-	grh[0] = 0x60
-	binary.BigEndian.PutUint16(grh[4:], uint16(len(payload)))
-	grh[6], grh[7] = 0x1B, 64
-	g := gidOf(c.peerUID, c.peerID)
-	copy(grh[8:], g[:])
-	copy(grh[24:], d.gid[:])
-	n := uint64(len(grh) + len(payload))
-	wc := verbs.WC{WRID: w.wrID, QPNum: qp.qpn, Opcode: verbs.WCRecv, SrcQP: m.a & 0xFFFFFF, WCFlags: verbs.WCWithGRH}
-	switch {
-	case w.bad:
-		wc.Status = verbs.WCLocProtErr
-	case n > w.length:
-		wc.Status = verbs.WCLocLenErr
-	case !w.sgl.scatter(qp.pd, 0, grh[:]) || !w.sgl.scatter(qp.pd, 40, payload):
-		wc.Status = verbs.WCLocProtErr
-	default:
-		wc.ByteLen = uint32(n)
-		if m.e&flagImm != 0 {
-			wc.WCFlags |= verbs.WCWithImm
-			wc.ImmData = m.d
-		}
-	}
-	if wc.Status != verbs.WCSuccess {
-		wc.ByteLen, wc.WCFlags = 0, 0
-	}
-	qp.recvCQ.push(&wc, wc.Status != verbs.WCSuccess || m.e&flagSolic != 0)
 }
 
 // PostRecv posts receive requests.
