@@ -8,7 +8,7 @@ require (
 )
 
 require (
-	github.com/gopacket/gopacket v1.7.7 // indirect
+	github.com/cilium/ebpf v0.22.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
