@@ -25,6 +25,7 @@ import (
 type fabricFlags struct {
 	transport, traddr, hostTraddr, nqn, hostNQN, device string
 	trsvcid                                             int
+	opener                                              Opener
 }
 
 func (f *fabricFlags) register(fs *flag.FlagSet, needNQN bool) {
@@ -66,7 +67,7 @@ func (f *fabricFlags) open(queues, depth int) (*nvmeof.HostConfig, string, func(
 	if err != nil {
 		return nil, "", nil, err
 	}
-	dev, err := OpenDevice(f.device, f.hostTraddr, ip.String())
+	dev, err := f.opener(f.device, f.hostTraddr, ip.String())
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -84,28 +85,31 @@ func (f *fabricFlags) open(queues, depth int) (*nvmeof.HostConfig, string, func(
 // RunHost is `softrdma nvme COMMAND`: discover, id-ctrl, id-ns, read,
 // write and perf against a controller over RDMA, each connecting, doing
 // its work and disconnecting.
-func RunHost(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func RunHost(ctx context.Context, args []string, stdout, stderr io.Writer, open Opener) error {
+	if open == nil {
+		open = DefaultOpener
+	}
 	if len(args) == 0 {
 		return errors.New("usage: softrdma nvme discover|id-ctrl|id-ns|read|write|perf -t rdma -a ADDR [-s PORT] [-n NQN] ...")
 	}
 	cmd, args := args[0], args[1:]
 	switch cmd {
 	case "discover":
-		return discover(ctx, args, stdout, stderr)
+		return discover(ctx, args, stdout, stderr, open)
 	case "id-ctrl":
-		return idCtrl(ctx, args, stdout, stderr)
+		return idCtrl(ctx, args, stdout, stderr, open)
 	case "id-ns":
-		return idNS(ctx, args, stdout, stderr)
+		return idNS(ctx, args, stdout, stderr, open)
 	case "read", "write":
-		return readWrite(ctx, cmd, args, stdout, stderr)
+		return readWrite(ctx, cmd, args, stdout, stderr, open)
 	case "perf":
-		return perf(ctx, args, stdout, stderr)
+		return perf(ctx, args, stdout, stderr, open)
 	}
 	return fmt.Errorf("nvme: unknown command %q; use discover, id-ctrl, id-ns, read, write or perf", cmd)
 }
 
-func discover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var f fabricFlags
+func discover(ctx context.Context, args []string, stdout, stderr io.Writer, open Opener) error {
+	f := fabricFlags{opener: open}
 	fs := flag.NewFlagSet("nvme discover", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	f.register(fs, false)
@@ -156,8 +160,8 @@ func connect(ctx context.Context, f *fabricFlags, queues, depth int) (*nvmeof.Co
 	return c, func() { c.Close(); done() }, nil
 }
 
-func idCtrl(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var f fabricFlags
+func idCtrl(ctx context.Context, args []string, stdout, stderr io.Writer, open Opener) error {
+	f := fabricFlags{opener: open}
 	fs := flag.NewFlagSet("nvme id-ctrl", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	f.register(fs, true)
@@ -188,8 +192,8 @@ func idCtrl(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return nil
 }
 
-func idNS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var f fabricFlags
+func idNS(ctx context.Context, args []string, stdout, stderr io.Writer, open Opener) error {
+	f := fabricFlags{opener: open}
 	fs := flag.NewFlagSet("nvme id-ns", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	f.register(fs, true)
@@ -220,8 +224,8 @@ func idNS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // readWrite is nvme-cli's read and write: --start-block, --block-count
 // (0's based), --data-size, --data (default stdout / stdin).
-func readWrite(ctx context.Context, op string, args []string, stdout, stderr io.Writer) error {
-	var f fabricFlags
+func readWrite(ctx context.Context, op string, args []string, stdout, stderr io.Writer, open Opener) error {
+	f := fabricFlags{opener: open}
 	fs := flag.NewFlagSet("nvme "+op, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	f.register(fs, true)
@@ -323,8 +327,8 @@ type PerfResult struct {
 
 // perf runs a workload for a time at a queue depth: each of the depth
 // goroutines keeps one command in flight.
-func perf(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var f fabricFlags
+func perf(ctx context.Context, args []string, stdout, stderr io.Writer, open Opener) error {
+	f := fabricFlags{opener: open}
 	fs := flag.NewFlagSet("nvme perf", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	f.register(fs, true)

@@ -22,12 +22,15 @@ import (
 	"github.com/softrdma/softrdma/verbs"
 )
 
-// OpenDevice opens the device a tool runs on: a shared-memory device by
-// name (shm0, ...), else the softrdma device of local, else of the address
-// the routing table uses towards remote. The tools set it to their own
-// opener (which adds the SOFTRDMA_* switches); the default opens plain
-// devices.
-var OpenDevice = func(name, local, remote string) (verbs.Context, error) {
+// Opener opens the device a tool runs on: the device named (shm0, ...),
+// else the softrdma device of local, else of the address the routing
+// table uses towards remote. The CLI passes its own (which adds the
+// SOFTRDMA_* switches); nil means DefaultOpener.
+type Opener func(name, local, remote string) (verbs.Context, error)
+
+// DefaultOpener opens plain devices: shared memory by name, else a
+// RoCEv2 device that accepts Linux rxe's unverifiable ICRCs.
+func DefaultOpener(name, local, remote string) (verbs.Context, error) {
 	if strings.HasPrefix(name, "shm") {
 		return shm.Open(shm.Config{Name: name})
 	}
@@ -97,7 +100,10 @@ func parseSize(s string) (int64, error) {
 // until ctx ends.
 //
 //	softrdma nvmet -a ADDR [-s 4420] -n NQN (-f FILE | --size SIZE) [-b 4096] [-d shm0] [--allow-host NQN]...
-func RunTarget(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func RunTarget(ctx context.Context, args []string, stdout, stderr io.Writer, open Opener) error {
+	if open == nil {
+		open = DefaultOpener
+	}
 	fs := flag.NewFlagSet("nvmet", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("a", "", "`address` to listen on (IPv4 or IPv6 of a local interface; 127.0.0.1 for shm)")
@@ -153,7 +159,7 @@ func RunTarget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	vdev, err := OpenDevice(*dev, *addr, "")
+	vdev, err := open(*dev, *addr, "")
 	if err != nil {
 		return err
 	}
