@@ -109,7 +109,8 @@ func pinBase(addr netip.AddrPort) (string, error) {
 // other than theirs). It takes no lock: the answer may be stale as soon
 // as it is given.
 func Shared(addr netip.AddrPort) (bool, error) {
-	base, err := pinBase(addr)
+	// Groups are named by the unmapped address their members bound.
+	base, err := pinBase(netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port()))
 	if err != nil {
 		return false, err
 	}

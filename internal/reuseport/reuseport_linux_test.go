@@ -243,6 +243,10 @@ func TestShared(t *testing.T) {
 	check("one member", false)
 	b := join(t, addr)
 	check("two members", true)
+	mapped := netip.AddrPortFrom(netip.AddrFrom16(addr.Addr().As16()), addr.Port())
+	if got, err := Shared(mapped); !got || err != nil {
+		t.Fatalf("two members, asked as %v: Shared = %v, %v; want true", mapped, got, err)
+	}
 	a.close()
 	check("one member left", false)
 	b.close()
