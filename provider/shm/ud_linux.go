@@ -211,7 +211,8 @@ func (c *conn) acceptUDRing(fd int) bool {
 	return true
 }
 
-// closeUD unmaps both UD rings of a connection that ended, waiting for a
+// closeUD delivers what the peer published in its UD ring, then unmaps
+// both UD rings of a connection that ended, waiting for a
 // producer or consumer in them to finish.
 func (c *conn) closeUD() {
 	u := &c.ud
@@ -241,6 +242,12 @@ func (c *conn) closeUD() {
 	d.ud.inboxes.Store(&s)
 	d.ud.mu.Unlock()
 	in.mu.Lock()
+	// What the peer published before it went is delivered, as datagrams
+	// on a wire arrive after their sender exits: a process that sends its
+	// last replies and closes its device at once (udaddy's server does)
+	// loses none of them. The ring is still mapped here.
+	for in.consume() {
+	}
 	unix.Munmap(in.mem)
 	in.r, in.mem, in.lastQP = nil, nil, nil
 	in.mu.Unlock()

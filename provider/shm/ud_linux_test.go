@@ -340,3 +340,36 @@ func TestMADAfterBlockingSend(t *testing.T) {
 		t.Fatal("a MAD sent after a blocking send's deadline passed never arrived")
 	}
 }
+
+// TestUDLastDatagramsBeforeClose: datagrams a device sends just before it
+// closes still arrive, as they would on a wire (udaddy's server sends its
+// replies and exits at once).
+func TestUDLastDatagramsBeforeClose(t *testing.T) {
+	for round := range 5 {
+		a, b := newSide(t, sideOpts{typ: verbs.QPTypeUD}), newSide(t, sideOpts{typ: verbs.QPTypeUD})
+		p := cm.DefaultParams()
+		p.QKey = 0x1234
+		for _, s := range []*side{a, b} {
+			if err := cm.Connect(s.qp, s.endpoint(), cm.Endpoint{}, &p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ah, err := a.pd.CreateAH(&verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: b.dev.GID()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 16
+		for i := range n {
+			postRecv(t, b.qp, uint64(i), b.mr.SGE(4096*i, 4096))
+		}
+		for i := range n {
+			postSend(t, a.qp, *udSend(a, ah, b, uint64(i), 8))
+		}
+		poll(t, a.cq, n)
+		a.dev.Close() // at once, as a process that exits
+		if got := len(poll(t, b.cq, n)); got != n {
+			t.Fatalf("round %d: %d of %d datagrams arrived", round, got, n)
+		}
+		b.close(t)
+	}
+}
