@@ -78,6 +78,17 @@ func (c *completer) onSent(qp *QP, now time.Time, clock func() time.Time) time.T
 	return c.ackDeadline
 }
 
+// reqSent is what the requester has sent, as the completer needs it to
+// judge a response: the next PSN, one past the highest PSN ever sent, and
+// the send queue's next (the first WQE not completely sent). The QP takes
+// it from the requester before the completer runs (requester.sent); the
+// completer moves next along as it retires WQEs, as the send queue does.
+type reqSent struct {
+	psn    wire.PSN
+	maxPSN wire.PSN
+	next   uint32
+}
+
 // compState is what a response (or a timeout) asks of the QP after the
 // completer has done its part, named after rxe's completer states
 // (rxe_comp.c).
@@ -128,7 +139,7 @@ type compResult struct {
 
 // onResponse handles a response packet (ACK, READ response, atomic ACK)
 // for an RC QP.
-func (c *completer) onResponse(qp *QP, p *wire.Packet, now time.Time) compResult {
+func (c *completer) onResponse(qp *QP, s *reqSent, p *wire.Packet, now time.Time) compResult {
 	psn := p.BTH.PSN()
 	// A response is acted on only while a request is outstanding and only
 	// inside the PSNs in flight: from the oldest unacknowledged one to the
@@ -139,18 +150,18 @@ func (c *completer) onResponse(qp *QP, p *wire.Packet, now time.Time) compResult
 		qp.dev.Counters.DropUnexpected.Add(1)
 		return compResult{}
 	}
-	if psn.Less(c.psn) || !psn.Less(qp.req.maxPSN) {
+	if psn.Less(c.psn) || !psn.Less(s.maxPSN) {
 		qp.dev.Counters.DropOutOfWindow.Add(1)
 		return compResult{}
 	}
 	var r compResult
 	switch {
 	case p.BTH.Opcode() == wire.RCAck:
-		r = c.onAck(qp, psn, p.AETH.Syndrome(), now)
+		r = c.onAck(qp, s, psn, p.AETH.Syndrome(), now)
 	case p.Info.Has(wire.FlagRead):
-		r = c.onReadResponse(qp, p, psn, now)
+		r = c.onReadResponse(qp, s, p, psn, now)
 	case p.BTH.Opcode() == wire.RCAtomicAck:
-		r = c.onAtomicAck(qp, p, psn, now)
+		r = c.onAtomicAck(qp, s, p, psn, now)
 	default:
 		qp.dev.Counters.DropUnexpected.Add(1)
 		return compResult{}
@@ -159,20 +170,20 @@ func (c *completer) onResponse(qp *QP, p *wire.Packet, now time.Time) compResult
 	return r
 }
 
-func (c *completer) onAck(qp *QP, psn wire.PSN, syn uint8, now time.Time) compResult {
+func (c *completer) onAck(qp *QP, s *reqSent, psn wire.PSN, syn uint8, now time.Time) compResult {
 	switch wire.SyndromeType(syn) {
 	case wire.AckTypeACK:
-		return c.ackThrough(qp, psn, false, now)
+		return c.ackThrough(qp, s, psn, false, now)
 	case wire.AckTypeRNRNAK:
 		qp.dev.Counters.RcvdRNRErr.Add(1)
-		r := c.ackThrough(qp, psn.Add(^uint32(0)), false, now)
+		r := c.ackThrough(qp, s, psn.Add(^uint32(0)), false, now)
 		if r.next != compDone {
 			return r
 		}
 		if st := qp.stateLocked(); st != verbs.QPStateRTS && st != verbs.QPStateSQD {
 			return r
 		}
-		if qp.sq.head == qp.sq.next && !qp.sq.at(qp.sq.head).started {
+		if qp.sq.head == s.next && !qp.sq.at(qp.sq.head).started {
 			return r // nothing is outstanding
 		}
 		if c.rnrRetry == 0 {
@@ -190,15 +201,15 @@ func (c *completer) onAck(qp *QP, psn wire.PSN, syn uint8, now time.Time) compRe
 		code := wire.NAKCode(wire.SyndromeValue(syn))
 		if code == wire.NAKPSNSeqError {
 			qp.dev.Counters.RcvdSeqErr.Add(1)
-			r := c.ackThrough(qp, psn.Add(^uint32(0)), false, now)
-			if r.next != compDone || c.retrying || (qp.sq.head == qp.sq.next && !qp.sq.at(qp.sq.head).started) {
+			r := c.ackThrough(qp, s, psn.Add(^uint32(0)), false, now)
+			if r.next != compDone || c.retrying || (qp.sq.head == s.next && !qp.sq.at(qp.sq.head).started) {
 				return r
 			}
 			r.next = compRetry
 			return r
 		}
 		qp.dev.Counters.NAKsRcvd.Add(1)
-		r := c.ackThrough(qp, psn.Add(^uint32(0)), false, now)
+		r := c.ackThrough(qp, s, psn.Add(^uint32(0)), false, now)
 		st := verbs.WCRemOpErr
 		switch code {
 		case wire.NAKInvalidRequest:
@@ -219,7 +230,7 @@ func (c *completer) onAck(qp *QP, psn wire.PSN, syn uint8, now time.Time) compRe
 // last. implicit is true when a READ response or atomic ACK implies it:
 // then an outstanding READ or atomic at last is still waiting for its
 // response and is not evidence of loss.
-func (c *completer) ackThrough(qp *QP, last wire.PSN, implicit bool, now time.Time) compResult {
+func (c *completer) ackThrough(qp *QP, s *reqSent, last wire.PSN, implicit bool, now time.Time) compResult {
 	var r compResult
 	from := c.psn
 	for qp.sq.head != qp.sq.tail {
@@ -251,24 +262,25 @@ func (c *completer) ackThrough(qp *QP, last wire.PSN, implicit bool, now time.Ti
 			break
 		}
 		c.psn = w.lastPSN.Add(1)
-		c.retire(qp, w, &r)
+		c.retire(qp, s, w, &r)
 		r.progress = true
 	}
 	if r.progress {
 		r.acked = uint32(c.psn.Sub(from))
-		c.onProgress(qp, now, &r)
+		c.onProgress(qp, s, now, &r)
 	}
 	return r
 }
 
 // retire completes w, the oldest WQE, successfully, and records in r what
 // the requester must account for.
-func (c *completer) retire(qp *QP, w *sendWQE, r *compResult) {
+func (c *completer) retire(qp *QP, s *reqSent, w *sendWQE, r *compResult) {
 	if w.isReadOrAtomic() {
 		r.rdRetired++
 	}
-	if qp.sq.next == qp.sq.head {
+	if s.next == qp.sq.head {
 		r.rewound, r.rewoundEnd = true, w.lastPSN.Add(1)
+		s.next++ // completeSendLocked moves the send queue's next past w
 	}
 	qp.completeSendLocked(w, verbs.WCSuccess)
 }
@@ -276,15 +288,15 @@ func (c *completer) retire(qp *QP, w *sendWQE, r *compResult) {
 // onProgress restores the retry counters and restarts the ACK timer; it
 // stops it when everything the requester sent (as it will stand once it
 // has applied r) is acknowledged.
-func (c *completer) onProgress(qp *QP, now time.Time, r *compResult) {
+func (c *completer) onProgress(qp *QP, s *reqSent, now time.Time, r *compResult) {
 	c.retrying = false
 	c.retryCnt = qp.attr.RetryCnt
 	c.rnrRetry = qp.attr.RNRRetry
-	sent := qp.req.psn
+	sent := s.psn
 	if r.rewound && sent.Less(r.rewoundEnd) {
 		sent = r.rewoundEnd
 	}
-	if c.psn == sent && qp.sq.head == qp.sq.next {
+	if c.psn == sent && qp.sq.head == s.next {
 		c.ackDeadline = time.Time{}
 	} else {
 		c.restartAckTimer(qp, now)
@@ -319,8 +331,8 @@ func ackJitter(t time.Duration, qpn uint32, attempt uint8) time.Duration {
 	return t / 4 * time.Duration(h>>54) / 1024 // h>>54: 0..1023
 }
 
-func (c *completer) onReadResponse(qp *QP, p *wire.Packet, psn wire.PSN, now time.Time) compResult {
-	r := c.ackThrough(qp, psn.Add(^uint32(0)), true, now)
+func (c *completer) onReadResponse(qp *QP, s *reqSent, p *wire.Packet, psn wire.PSN, now time.Time) compResult {
+	r := c.ackThrough(qp, s, psn.Add(^uint32(0)), true, now)
 	if qp.sq.head == qp.sq.tail {
 		qp.dev.Counters.DropUnexpected.Add(1)
 		return r
@@ -361,8 +373,8 @@ func (c *completer) onReadResponse(qp *QP, p *wire.Packet, psn wire.PSN, now tim
 	c.retryCnt = qp.attr.RetryCnt
 	if info.Has(wire.FlagLast) {
 		c.psn = w.lastPSN.Add(1)
-		c.retire(qp, w, &r)
-		c.onProgress(qp, now, &r)
+		c.retire(qp, s, w, &r)
+		c.onProgress(qp, s, now, &r)
 		r.progress = true // READs keep the whole window: it does not grow
 	} else {
 		c.restartAckTimer(qp, now)
@@ -370,8 +382,8 @@ func (c *completer) onReadResponse(qp *QP, p *wire.Packet, psn wire.PSN, now tim
 	return r
 }
 
-func (c *completer) onAtomicAck(qp *QP, p *wire.Packet, psn wire.PSN, now time.Time) compResult {
-	r := c.ackThrough(qp, psn.Add(^uint32(0)), true, now)
+func (c *completer) onAtomicAck(qp *QP, s *reqSent, p *wire.Packet, psn wire.PSN, now time.Time) compResult {
+	r := c.ackThrough(qp, s, psn.Add(^uint32(0)), true, now)
 	if qp.sq.head == qp.sq.tail {
 		qp.dev.Counters.DropUnexpected.Add(1)
 		return r
@@ -388,8 +400,8 @@ func (c *completer) onAtomicAck(qp *QP, p *wire.Packet, psn wire.PSN, now time.T
 		return r
 	}
 	c.psn = psn.Add(1)
-	c.retire(qp, w, &r)
-	c.onProgress(qp, now, &r)
+	c.retire(qp, s, w, &r)
+	c.onProgress(qp, s, now, &r)
 	r.progress = true
 	return r
 }

@@ -301,7 +301,8 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 		c.DropQPState.Add(1)
 		return false
 	}
-	r := qp.comp.onResponse(qp, p, now)
+	s := qp.req.sent(qp.sq.next)
+	r := qp.comp.onResponse(qp, &s, p, now)
 	qp.learnPeerPortLocked(r.inWindow, pk)
 	return qp.applyCompLocked(r, now)
 }

@@ -368,6 +368,12 @@ func (qp *QP) advancePSNLocked(n uint32, ackReq bool) {
 	}
 }
 
+// sent tells the completer what the requester has sent; next is the send
+// queue's next.
+func (r *requester) sent(next uint32) reqSent {
+	return reqSent{psn: r.psn, maxPSN: r.maxPSN, next: next}
+}
+
 // pauseUntil stops the requester until t (an RNR NAK's timer).
 func (r *requester) pauseUntil(t time.Time) { r.rnrWait, r.rnrUntil = true, t }
 
