@@ -96,8 +96,8 @@ type compState uint8
 
 const (
 	compDone  compState = iota // COMPST_DONE: nothing more (dropped, duplicate, or progress only)
-	compRetry                  // COMPST_ERROR_RETRY: go back to the oldest unacknowledged PSN
-	compRNR                    // COMPST_RNR_RETRY: go back to rnrPSN once rnrUntil has come
+	compRetry                  // COMPST_ERROR_RETRY: go back to rewindPSN, the oldest unacknowledged PSN
+	compRNR                    // COMPST_RNR_RETRY: go back to rewindPSN once rnrUntil has come
 	compError                  // COMPST_ERROR: the oldest WQE failed with status; the QP goes to ERR
 )
 
@@ -115,7 +115,9 @@ func (s compState) String() string {
 	return "compState(?)"
 }
 
-// compResult is the completer's answer to one response or timeout.
+// compResult is the completer's answer to one response or timeout. The
+// QP hands it to the requester (requester.apply), which carries out its
+// part; the QP itself fails on compError.
 type compResult struct {
 	// acked is how many PSNs became acknowledged: the requester's window
 	// grows by them and it may send more. 0: no progress.
@@ -133,8 +135,12 @@ type compResult struct {
 	rewound    bool
 	rewoundEnd wire.PSN
 	status     verbs.WCStatus // compError
-	rnrPSN     wire.PSN       // compRNR
+	rewindPSN  wire.PSN       // compRetry, compRNR: where the requester goes back to
 	rnrUntil   time.Time      // compRNR
+	// timeout: a compRetry after the local ACK timer expired, which
+	// restarts the requester's window; otherwise a sequence NAK or a
+	// lost response halves it.
+	timeout bool
 }
 
 // onResponse handles a response packet (ACK, READ response, atomic ACK)
@@ -195,7 +201,7 @@ func (c *completer) onAck(qp *QP, s *reqSent, psn wire.PSN, syn uint8, now time.
 			c.rnrRetry--
 		}
 		c.ackDeadline = time.Time{} // the RNR timer runs instead
-		r.next, r.rnrPSN, r.rnrUntil = compRNR, psn, now.Add(wire.RNRTimeout(wire.SyndromeValue(syn)))
+		r.next, r.rewindPSN, r.rnrUntil = compRNR, psn, now.Add(wire.RNRTimeout(wire.SyndromeValue(syn)))
 		return r
 	case wire.AckTypeNAK:
 		code := wire.NAKCode(wire.SyndromeValue(syn))
@@ -417,7 +423,7 @@ func (c *completer) retry(qp *QP, now time.Time, timeout bool) compResult {
 	c.retryCnt--
 	c.retrying = !timeout
 	c.restartAckTimer(qp, now)
-	return compResult{next: compRetry, progress: true}
+	return compResult{next: compRetry, progress: true, rewindPSN: c.psn, timeout: timeout}
 }
 
 // onTimeout handles the local ACK timer at now.
@@ -434,51 +440,44 @@ func (c *completer) onTimeout(qp *QP, now time.Time) compResult {
 	return c.retry(qp, now, true)
 }
 
-// applyCompLocked carries out what the completer asked: the requester's
-// window grows with what was acknowledged, goes back after a loss (the
-// completer deciding whether retries are left), waits out an RNR NAK, or
-// the QP fails. It reports whether the requester may send now.
+// applyCompLocked carries out the completer's answer to a response. A
+// loss it reported (compRetry) first goes back to the completer, which
+// decides whether a retry is left; the requester then applies the answer
+// (requester.apply), and on compError the QP fails. It reports whether
+// the requester may send now.
 func (qp *QP) applyCompLocked(r compResult, now time.Time) (sendMore bool) {
-	if r.rdRetired > 0 || r.rewound {
-		qp.req.onRetired(r.rdRetired, r.rewound, r.rewoundEnd) // before any rewind below
-	}
-	if r.acked > 0 {
-		qp.req.onAcked(r.acked)
-	}
-	sendMore = r.progress
 	if r.next == compRetry {
-		if r = qp.comp.retry(qp, now, false); r.next == compRetry {
-			qp.dev.note(Note{Kind: NoteRetransmit, QPN: qp.qpn, Peer: qp.destAddr, PSN: qp.comp.psn, Reason: "sequence NAK or lost response"})
-			qp.req.onLoss(uint32(qp.req.maxPSN.Sub(qp.comp.psn)))
-			qp.req.rewind(qp, qp.comp.psn)
-			return true
+		rr := qp.comp.retry(qp, now, false)
+		r.next, r.status, r.rewindPSN, r.timeout = rr.next, rr.status, rr.rewindPSN, rr.timeout
+		if r.next == compRetry {
+			qp.dev.note(Note{Kind: NoteRetransmit, QPN: qp.qpn, Peer: qp.destAddr, PSN: r.rewindPSN, Reason: "sequence NAK or lost response"})
 		}
 	}
-	switch r.next {
-	case compRNR:
-		qp.dev.note(Note{Kind: NoteRNRWait, QPN: qp.qpn, Peer: qp.destAddr, PSN: r.rnrPSN})
-		qp.req.rewind(qp, r.rnrPSN)
-		qp.req.pauseUntil(r.rnrUntil)
-		return false
-	case compError:
+	if r.next == compRNR {
+		qp.dev.note(Note{Kind: NoteRNRWait, QPN: qp.qpn, Peer: qp.destAddr, PSN: r.rewindPSN})
+	}
+	sendMore = qp.req.apply(qp, r)
+	if r.next == compError {
 		qp.failHeadLocked(r.status)
-		return false
 	}
 	return sendMore
 }
 
 // onTimeoutLocked runs when the QP's timer fires: an RNR wait that ended
-// lets the requester go again; an ACK timeout sends it back.
+// lets the requester go again; an ACK timeout sends it back, or fails the
+// QP once the retries are used up.
 func (qp *QP) onTimeoutLocked(now time.Time) {
 	sendMore := qp.req.resume(now)
-	if r := qp.comp.onTimeout(qp, now); r.next == compRetry {
-		qp.dev.note(Note{Kind: NoteRetransmit, QPN: qp.qpn, Peer: qp.destAddr, PSN: qp.comp.psn, Reason: "timeout"})
-		qp.req.onTimeout()
-		qp.req.rewind(qp, qp.comp.psn)
-		sendMore = true
-	} else if r.next == compError {
+	r := qp.comp.onTimeout(qp, now)
+	switch r.next {
+	case compRetry:
+		qp.dev.note(Note{Kind: NoteRetransmit, QPN: qp.qpn, Peer: qp.destAddr, PSN: r.rewindPSN, Reason: "timeout"})
+	case compError:
 		qp.failHeadLocked(r.status)
 		return
+	}
+	if qp.req.apply(qp, r) {
+		sendMore = true
 	}
 	if sendMore {
 		qp.runRequesterLocked(now)

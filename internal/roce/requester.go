@@ -374,6 +374,37 @@ func (r *requester) sent(next uint32) reqSent {
 	return reqSent{psn: r.psn, maxPSN: r.maxPSN, next: next}
 }
 
+// apply carries out the requester's part of the completer's answer c:
+// it accounts for what was retired, grows the window by what was
+// acknowledged, and on a loss shrinks the window (restarts it after a
+// timeout) and goes back to c.rewindPSN; after an RNR NAK it goes back and
+// waits until c.rnrUntil. It reports whether the requester may send now.
+func (r *requester) apply(qp *QP, c compResult) (sendMore bool) {
+	if c.rdRetired > 0 || c.rewound {
+		r.onRetired(c.rdRetired, c.rewound, c.rewoundEnd) // before any rewind below
+	}
+	if c.acked > 0 {
+		r.onAcked(c.acked)
+	}
+	switch c.next {
+	case compRetry:
+		if c.timeout {
+			r.onTimeout()
+		} else {
+			r.onLoss(uint32(r.maxPSN.Sub(c.rewindPSN)))
+		}
+		r.rewind(qp, c.rewindPSN)
+		return true
+	case compRNR:
+		r.rewind(qp, c.rewindPSN)
+		r.pauseUntil(c.rnrUntil)
+		return false
+	case compError:
+		return false
+	}
+	return c.progress
+}
+
 // pauseUntil stops the requester until t (an RNR NAK's timer).
 func (r *requester) pauseUntil(t time.Time) { r.rnrWait, r.rnrUntil = true, t }
 
