@@ -288,7 +288,12 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 		proven := false
 		switch qp.typ {
 		case verbs.QPTypeRC:
-			proven = qp.resp.onRequestLocked(qp, p)
+			r := qp.resp.onRequestLocked(qp, p)
+			if r.fail {
+				qp.errorLocked()
+				qp.dev.Event(verbs.AsyncEvent{Type: r.event, QP: qp})
+			}
+			proven = r.expected
 		case verbs.QPTypeUC:
 			proven = qp.resp.onUCRequestLocked(qp, p)
 		case verbs.QPTypeUD:

@@ -63,6 +63,31 @@ type responder struct {
 
 	res     []rdRes // replay ring for READ and atomic requests
 	resNext int
+
+	// failed: a step sent a NAK that fails the QP with failEvent; the
+	// request's respResult hands it to the QP.
+	failed    bool
+	failEvent verbs.AsyncEventType
+}
+
+// respResult is what handling one RC request asks of the QP.
+type respResult struct {
+	// expected: the request had the expected PSN. Only such a packet
+	// proves to come from the peer (the responder acknowledges a
+	// duplicate of any older PSN, half the PSN space).
+	expected bool
+	// fail: the responder NAKed an error; the QP moves to ERR and raises
+	// event.
+	fail  bool
+	event verbs.AsyncEventType
+}
+
+// result ends the handling of a request: it hands over a failure a step
+// recorded, with expected.
+func (r *responder) result(expected bool) respResult {
+	res := respResult{expected: expected, fail: r.failed, event: r.failEvent}
+	r.failed = false
+	return res
 }
 
 // start makes the responder expect psn, the peer's first request, with
@@ -119,12 +144,9 @@ func (v verdict) String() string {
 	return "verdict(?)"
 }
 
-// onRequestLocked handles a request packet on an RC QP.
-//
-// It reports whether the packet had the expected PSN: only such a packet
-// proves to come from the peer (the responder acknowledges a duplicate of
-// any older PSN, half the PSN space).
-func (r *responder) onRequestLocked(qp *QP, p *wire.Packet) (expected bool) {
+// onRequestLocked handles a request packet on an RC QP and returns what
+// the QP must do about it.
+func (r *responder) onRequestLocked(qp *QP, p *wire.Packet) respResult {
 	psn := p.BTH.PSN()
 	if d := psn.Sub(r.psn); d > 0 {
 		qp.dev.Counters.OutOfSeqRequest.Add(1)
@@ -132,10 +154,10 @@ func (r *responder) onRequestLocked(qp *QP, p *wire.Packet) (expected bool) {
 			r.nakSent = true
 			r.sendNAKLocked(qp, r.psn, wire.NAKSyndrome(wire.NAKPSNSeqError))
 		}
-		return false
+		return r.result(false)
 	} else if d < 0 {
 		r.onDuplicateLocked(qp, p, psn)
-		return false
+		return r.result(false)
 	}
 	r.nakSent, r.started = false, true
 	v, recvStatus := r.executeLocked(qp, p, psn)
@@ -151,7 +173,7 @@ func (r *responder) onRequestLocked(qp *QP, p *wire.Packet) (expected bool) {
 	case vOpErr:
 		r.nakErrorLocked(qp, psn, wire.NAKRemoteOperationalError, recvStatus)
 	}
-	return true
+	return r.result(true)
 }
 
 // executeLocked checks and executes a request with the expected PSN. On
@@ -568,8 +590,10 @@ func (r *responder) flushAckLocked(qp *QP) {
 	}
 }
 
-// nakErrorLocked reports a responder error: a NAK with code, the receive
-// WQE in use (if any) completed with recvStatus, and the QP moved to ERR.
+// nakErrorLocked reports a responder error: a NAK with code and the
+// receive WQE in use (if any) completed with recvStatus. It records the
+// failure for the request's respResult: the QP moves to ERR once the
+// responder returns.
 func (r *responder) nakErrorLocked(qp *QP, psn wire.PSN, code wire.NAKCode, recvStatus verbs.WCStatus) {
 	qp.dev.Counters.NAKsSent.Add(1)
 	r.sendNAKLocked(qp, psn, wire.NAKSyndrome(code))
@@ -581,7 +605,6 @@ func (r *responder) nakErrorLocked(qp *QP, psn wire.PSN, code wire.NAKCode, recv
 		qp.completeRecvLocked(&r.cur, recvStatus, 0, 0, 0, 0, false)
 	}
 	r.inMsg = false
-	qp.errorLocked()
 	ev := verbs.EventQPFatal
 	switch code {
 	case wire.NAKInvalidRequest:
@@ -589,7 +612,7 @@ func (r *responder) nakErrorLocked(qp *QP, psn wire.PSN, code wire.NAKCode, recv
 	case wire.NAKRemoteAccessError:
 		ev = verbs.EventQPAccessErr
 	}
-	qp.dev.Event(verbs.AsyncEvent{Type: ev, QP: qp})
+	r.failed, r.failEvent = true, ev
 }
 
 // onUCRequestLocked handles a request on a UC QP: no acknowledgements; a
