@@ -244,28 +244,29 @@ func (r *responder) executeLocked(qp *QP, p *wire.Packet, psn wire.PSN) (v verdi
 	return vOK, 0
 }
 
-// takeRecvWQELocked moves the next receive WQE (from the SRQ or the QP's
-// own queue) into resp.cur. It returns false if there is none.
-func (r *responder) takeRecvWQELocked(qp *QP) bool {
+// takeRecvWQELocked moves the next receive WQE (from srq if the QP has
+// one, else from rq, the QP's own queue) into r.cur. It returns false if
+// there is none.
+func (r *responder) takeRecvWQELocked(rq *recvQueue, srq *SRQ) bool {
 	if r.haveCur {
 		r.recvOff = 0 // kept from a UC message that was cut short: start over
 		return true
 	}
-	if qp.srq != nil {
-		if !qp.srq.pop(&r.cur) {
+	if srq != nil {
+		if !srq.pop(&r.cur) {
 			return false
 		}
 	} else {
-		if qp.rq.head == qp.rq.tail {
+		if rq.head == rq.tail {
 			return false
 		}
-		w := qp.rq.at(qp.rq.head)
+		w := rq.at(rq.head)
 		r.cur.wrID, r.cur.length, r.cur.bad = w.wrID, w.length, w.bad
 		r.cur.sgl.reset()
 		r.cur.sgl.sges = append(r.cur.sgl.sges, w.sgl.sges...)
 		r.cur.sgl.mrs = append(r.cur.sgl.mrs, w.sgl.mrs...)
 		w.sgl.reset()
-		qp.rq.head++
+		rq.head++
 	}
 	r.haveCur = true
 	r.recvOff = 0
@@ -274,7 +275,7 @@ func (r *responder) takeRecvWQELocked(qp *QP) bool {
 
 func (r *responder) recvSendLocked(qp *QP, p *wire.Packet, first, last bool) (verdict, verbs.WCStatus) {
 	if first {
-		if !r.takeRecvWQELocked(qp) {
+		if !r.takeRecvWQELocked(&qp.rq, qp.srq) {
 			return vRNR, 0
 		}
 		if r.cur.bad {
@@ -285,7 +286,7 @@ func (r *responder) recvSendLocked(qp *QP, p *wire.Packet, first, last bool) (ve
 	if n > r.cur.length-r.recvOff {
 		return vInvalid, verbs.WCLocLenErr
 	}
-	if p.IETH != nil && !r.canInvalidateLocked(qp, p.IETH.RKey()) {
+	if p.IETH != nil && !canInvalidate(qp.pd, p.IETH.RKey()) {
 		qp.dev.Counters.DropBadInvalidate.Add(1)
 		return vInvalid, verbs.WCRemInvReqErr
 	}
@@ -301,7 +302,7 @@ func (r *responder) recvSendLocked(qp *QP, p *wire.Packet, first, last bool) (ve
 		}
 		if p.IETH != nil {
 			flags, imm = verbs.WCWithInv, p.IETH.RKey()
-			r.invalidateLocked(qp, imm)
+			invalidate(qp.pd, imm)
 		}
 		r.haveCur = false
 		qp.completeRecvLocked(&r.cur, verbs.WCSuccess, verbs.WCRecv, uint32(r.recvOff), imm, flags, p.BTH.SolicitedEvent())
@@ -310,22 +311,21 @@ func (r *responder) recvSendLocked(qp *QP, p *wire.Packet, first, last bool) (ve
 	return vOK, 0
 }
 
-// canInvalidateLocked says whether a SEND_WITH_INV may revoke rkey. IBTA
+// canInvalidate says whether a SEND_WITH_INV may revoke rkey. IBTA
 // (10.6.7, o10-37) lets it invalidate memory windows and fast-registered
 // regions of the QP's PD, never a region registered with RegMR (rxe
 // refuses those too: "mr type is not MEM_REG"); softrdma has neither
 // windows nor fast registration yet, so no key qualifies and the SEND
-// fails as an invalid request. (It used to revoke any MR of the PD,
-// for good, from any peer that named its rkey.)
-func (r *responder) canInvalidateLocked(qp *QP, rkey uint32) bool {
-	mr := qp.dev.lookupKey(rkey)
-	return mr != nil && mr.rkey == rkey && mr.pd == qp.pd && mr.invalidatable
+// fails as an invalid request. pd is the QP's.
+func canInvalidate(pd *PD, rkey uint32) bool {
+	mr := pd.dev.lookupKey(rkey)
+	return mr != nil && mr.rkey == rkey && mr.pd == pd && mr.invalidatable
 }
 
-// invalidateLocked revokes remote access through rkey, for SEND_WITH_INV.
-// Precondition: canInvalidateLocked(rkey).
-func (r *responder) invalidateLocked(qp *QP, rkey uint32) {
-	mr := qp.dev.lookupKey(rkey)
+// invalidate revokes remote access through rkey, for SEND_WITH_INV.
+// Precondition: canInvalidate(pd, rkey).
+func invalidate(pd *PD, rkey uint32) {
+	mr := pd.dev.lookupKey(rkey)
 	if mr == nil || !mr.invalidatable {
 		return
 	}
@@ -346,7 +346,7 @@ func (r *responder) recvWriteLocked(qp *QP, p *wire.Packet, first, last bool) (v
 		}
 		r.writeVA, r.writeRKey, r.writeLeft, r.writeLen = va, rkey, dlen, dlen
 	}
-	if p.ImmDt != nil && !r.takeRecvWQELocked(qp) {
+	if p.ImmDt != nil && !r.takeRecvWQELocked(&qp.rq, qp.srq) {
 		return vRNR, 0 // checked before any byte is written
 	}
 	n := uint64(len(p.Payload))
@@ -375,7 +375,7 @@ func (r *responder) recvReadLocked(qp *QP, p *wire.Packet, psn wire.PSN) verdict
 		return vInvalid // max_dest_rd_atomic is 0
 	}
 	va, rkey, dlen := p.RETH.VA(), p.RETH.RKey(), uint64(p.RETH.DMALen())
-	if dlen > maxMsgSize || r.packetsFor(qp, dlen) > maxReadPSNs {
+	if dlen > maxMsgSize || packetsFor(dlen, qp.pmtu) > maxReadPSNs {
 		// Longer than a message may be (IBTA: 2^31), or so many
 		// responses that their PSNs would cover a quarter of the PSN
 		// space (a 2 GiB READ at MTU 256 covers half, where "older" and
@@ -390,8 +390,8 @@ func (r *responder) recvReadLocked(qp *QP, p *wire.Packet, psn wire.PSN) verdict
 		}
 		mr.mu.RUnlock()
 	}
-	npkts := r.packetsFor(qp, dlen)
-	slot := r.nextResLocked(qp)
+	npkts := packetsFor(dlen, qp.pmtu)
+	slot := r.nextResLocked()
 	*slot = rdRes{used: true, first: psn, last: psn.Add(npkts - 1), va: va, rkey: rkey, len: dlen}
 	r.psn = psn.Add(npkts)
 	r.msn++
@@ -399,14 +399,16 @@ func (r *responder) recvReadLocked(qp *QP, p *wire.Packet, psn wire.PSN) verdict
 	return vOK
 }
 
-func (r *responder) packetsFor(qp *QP, n uint64) uint32 {
+// packetsFor is how many packets of pmtu bytes carry n bytes (one for 0).
+func packetsFor(n uint64, pmtu int) uint32 {
 	if n == 0 {
 		return 1
 	}
-	return uint32((n + uint64(qp.pmtu) - 1) / uint64(qp.pmtu))
+	return uint32((n + uint64(pmtu) - 1) / uint64(pmtu))
 }
 
-func (r *responder) nextResLocked(qp *QP) *rdRes {
+// nextResLocked returns the replay ring's next slot, the oldest record.
+func (r *responder) nextResLocked() *rdRes {
 	slot := &r.res[r.resNext]
 	r.resNext++
 	if r.resNext == len(r.res) {
@@ -420,7 +422,7 @@ func (r *responder) nextResLocked(qp *QP) *rdRes {
 // remote access NAK instead and fails the QP.
 func (r *responder) sendReadResponsesLocked(qp *QP, va uint64, rkey uint32, dlen uint64, psn wire.PSN) {
 	r.flushAckLocked(qp)
-	npkts := r.packetsFor(qp, dlen)
+	npkts := packetsFor(dlen, qp.pmtu)
 	for i := uint32(0); i < npkts; i++ {
 		off := uint64(i) * uint64(qp.pmtu)
 		n := min(uint64(qp.pmtu), dlen-off)
@@ -499,7 +501,7 @@ func (r *responder) recvAtomicLocked(qp *QP, p *wire.Packet, psn wire.PSN) verdi
 		}
 	}
 	mr.mu.RUnlock()
-	slot := r.nextResLocked(qp)
+	slot := r.nextResLocked()
 	*slot = rdRes{used: true, atomic: true, first: psn, last: psn, orig: orig, va: va, rkey: a.RKey(), len: 8}
 	r.psn = psn.Add(1)
 	r.msn++
@@ -663,7 +665,7 @@ func (r *responder) onUDRequestLocked(qp *QP, p *wire.Packet, pk *transport.Data
 		qp.dev.Counters.DropTooLong.Add(1) // a UD message is one packet of at most the path MTU
 		return
 	}
-	if !r.takeRecvWQELocked(qp) {
+	if !r.takeRecvWQELocked(&qp.rq, qp.srq) {
 		qp.dev.Counters.DropNoRecvWQE.Add(1)
 		return
 	}
