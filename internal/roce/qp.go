@@ -627,12 +627,17 @@ func (qp *QP) completeSendLocked(w *sendWQE, st verbs.WCStatus) {
 // completeRecvLocked completes the receive WQE w; solicited says whether
 // the message asked for a solicited event.
 func (qp *QP) completeRecvLocked(w *recvWQE, st verbs.WCStatus, op verbs.WCOpcode, n uint32, imm uint32, flags verbs.WCFlags, solicited bool) {
-	wc := verbs.WC{WRID: w.wrID, Status: st, Opcode: op, ByteLen: n, ImmData: imm, WCFlags: flags, QPNum: qp.qpn}
+	completeRecv(qp.recvCQ, qp.qpn, w, st, op, n, imm, flags, solicited)
+}
+
+// completeRecv completes the receive WQE w of QP qpn into cq.
+func completeRecv(cq *CQ, qpn uint32, w *recvWQE, st verbs.WCStatus, op verbs.WCOpcode, n uint32, imm uint32, flags verbs.WCFlags, solicited bool) {
+	wc := verbs.WC{WRID: w.wrID, Status: st, Opcode: op, ByteLen: n, ImmData: imm, WCFlags: flags, QPNum: qpn}
 	if st != verbs.WCSuccess {
 		wc.Opcode = verbs.WCRecv
 		wc.ByteLen = 0
 	}
-	qp.recvCQ.push(&wc, st != verbs.WCSuccess || solicited)
+	cq.push(&wc, st != verbs.WCSuccess || solicited)
 	w.sgl.reset()
 }
 

@@ -297,7 +297,7 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 		case verbs.QPTypeUC:
 			proven = qp.resp.onUCRequestLocked(qp, p)
 		case verbs.QPTypeUD:
-			qp.resp.onUDRequestLocked(qp, p, pk)
+			qp.resp.onUDRequestLocked(qp.recvRes(), p, pk)
 		}
 		qp.learnPeerPortLocked(proven, pk)
 		return false

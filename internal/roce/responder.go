@@ -208,12 +208,12 @@ func (r *responder) executeLocked(qp *QP, p *wire.Packet, psn wire.PSN) (v verdi
 	access := qp.attr.QPAccessFlags
 	switch {
 	case info.Has(wire.FlagSend):
-		v, recvStatus = r.recvSendLocked(qp, p, first, last)
+		v, recvStatus = r.recvSendLocked(qp.recvRes(), p, first, last)
 	case info.Has(wire.FlagWrite):
 		if access&verbs.AccessRemoteWrite == 0 {
 			return vInvalid, verbs.WCRemInvReqErr
 		}
-		v, recvStatus = r.recvWriteLocked(qp, p, first, last)
+		v, recvStatus = r.recvWriteLocked(qp.recvRes(), p, first, last)
 	case info.Has(wire.FlagRead) && rc:
 		if access&verbs.AccessRemoteRead == 0 {
 			return vInvalid, verbs.WCRemInvReqErr
@@ -242,6 +242,31 @@ func (r *responder) executeLocked(qp *QP, p *wire.Packet, psn wire.PSN) (v verdi
 		r.ackPending, r.ackPSN = true, psn
 	}
 	return vOK, 0
+}
+
+// recvRes is what the responder's receive steps use of the QP: its
+// receive queue or SRQ, its PD (the MRs a WRITE or SEND_WITH_INV names),
+// its receive CQ and QPN, the path MTU and Q_Key, and the device's
+// counters.
+type recvRes struct {
+	rq   *recvQueue
+	srq  *SRQ
+	pd   *PD
+	cq   *CQ
+	qpn  uint32
+	pmtu int
+	qkey uint32
+	c    *Counters
+}
+
+// recvRes returns the QP's resources for the responder's receive steps.
+func (qp *QP) recvRes() *recvRes {
+	return &recvRes{rq: &qp.rq, srq: qp.srq, pd: qp.pd, cq: qp.recvCQ, qpn: qp.qpn, pmtu: qp.pmtu, qkey: qp.attr.QKey, c: &qp.dev.Counters}
+}
+
+// complete completes the receive WQE w (completeRecv).
+func (s *recvRes) complete(w *recvWQE, st verbs.WCStatus, op verbs.WCOpcode, n uint32, imm uint32, flags verbs.WCFlags, solicited bool) {
+	completeRecv(s.cq, s.qpn, w, st, op, n, imm, flags, solicited)
 }
 
 // takeRecvWQELocked moves the next receive WQE (from srq if the QP has
@@ -273,9 +298,9 @@ func (r *responder) takeRecvWQELocked(rq *recvQueue, srq *SRQ) bool {
 	return true
 }
 
-func (r *responder) recvSendLocked(qp *QP, p *wire.Packet, first, last bool) (verdict, verbs.WCStatus) {
+func (r *responder) recvSendLocked(s *recvRes, p *wire.Packet, first, last bool) (verdict, verbs.WCStatus) {
 	if first {
-		if !r.takeRecvWQELocked(&qp.rq, qp.srq) {
+		if !r.takeRecvWQELocked(s.rq, s.srq) {
 			return vRNR, 0
 		}
 		if r.cur.bad {
@@ -286,8 +311,8 @@ func (r *responder) recvSendLocked(qp *QP, p *wire.Packet, first, last bool) (ve
 	if n > r.cur.length-r.recvOff {
 		return vInvalid, verbs.WCLocLenErr
 	}
-	if p.IETH != nil && !canInvalidate(qp.pd, p.IETH.RKey()) {
-		qp.dev.Counters.DropBadInvalidate.Add(1)
+	if p.IETH != nil && !canInvalidate(s.pd, p.IETH.RKey()) {
+		s.c.DropBadInvalidate.Add(1)
 		return vInvalid, verbs.WCRemInvReqErr
 	}
 	if !r.cur.sgl.copyIn(p.Payload, r.recvOff) {
@@ -302,11 +327,11 @@ func (r *responder) recvSendLocked(qp *QP, p *wire.Packet, first, last bool) (ve
 		}
 		if p.IETH != nil {
 			flags, imm = verbs.WCWithInv, p.IETH.RKey()
-			invalidate(qp.pd, imm)
+			invalidate(s.pd, imm)
 		}
 		r.haveCur = false
-		qp.completeRecvLocked(&r.cur, verbs.WCSuccess, verbs.WCRecv, uint32(r.recvOff), imm, flags, p.BTH.SolicitedEvent())
-		qp.dev.Counters.RDMARecvs.Add(1)
+		s.complete(&r.cur, verbs.WCSuccess, verbs.WCRecv, uint32(r.recvOff), imm, flags, p.BTH.SolicitedEvent())
+		s.c.RDMARecvs.Add(1)
 	}
 	return vOK, 0
 }
@@ -334,11 +359,11 @@ func invalidate(pd *PD, rkey uint32) {
 	mr.mu.Unlock()
 }
 
-func (r *responder) recvWriteLocked(qp *QP, p *wire.Packet, first, last bool) (verdict, verbs.WCStatus) {
+func (r *responder) recvWriteLocked(s *recvRes, p *wire.Packet, first, last bool) (verdict, verbs.WCStatus) {
 	if first {
 		va, rkey, dlen := p.RETH.VA(), p.RETH.RKey(), uint64(p.RETH.DMALen())
 		if dlen > 0 {
-			mr, _, ok := qp.pd.remoteMR(rkey, va, dlen, verbs.AccessRemoteWrite)
+			mr, _, ok := s.pd.remoteMR(rkey, va, dlen, verbs.AccessRemoteWrite)
 			if !ok {
 				return vAccess, verbs.WCRemAccessErr
 			}
@@ -346,7 +371,7 @@ func (r *responder) recvWriteLocked(qp *QP, p *wire.Packet, first, last bool) (v
 		}
 		r.writeVA, r.writeRKey, r.writeLeft, r.writeLen = va, rkey, dlen, dlen
 	}
-	if p.ImmDt != nil && !r.takeRecvWQELocked(&qp.rq, qp.srq) {
+	if p.ImmDt != nil && !r.takeRecvWQELocked(s.rq, s.srq) {
 		return vRNR, 0 // checked before any byte is written
 	}
 	n := uint64(len(p.Payload))
@@ -354,7 +379,7 @@ func (r *responder) recvWriteLocked(qp *QP, p *wire.Packet, first, last bool) (v
 		return vInvalid, verbs.WCLocLenErr
 	}
 	if n > 0 {
-		mr, b, ok := qp.pd.remoteMR(r.writeRKey, r.writeVA, n, verbs.AccessRemoteWrite)
+		mr, b, ok := s.pd.remoteMR(r.writeRKey, r.writeVA, n, verbs.AccessRemoteWrite)
 		if !ok {
 			return vAccess, verbs.WCRemAccessErr
 		}
@@ -365,7 +390,7 @@ func (r *responder) recvWriteLocked(qp *QP, p *wire.Packet, first, last bool) (v
 	r.writeLeft -= n
 	if last && p.ImmDt != nil {
 		r.haveCur = false
-		qp.completeRecvLocked(&r.cur, verbs.WCSuccess, verbs.WCRecvRDMAWithImm, uint32(r.writeLen), p.ImmDt.Imm(), verbs.WCWithImm, p.BTH.SolicitedEvent())
+		s.complete(&r.cur, verbs.WCSuccess, verbs.WCRecvRDMAWithImm, uint32(r.writeLen), p.ImmDt.Imm(), verbs.WCWithImm, p.BTH.SolicitedEvent())
 	}
 	return vOK, 0
 }
@@ -656,23 +681,23 @@ func (r *responder) onUCRequestLocked(qp *QP, p *wire.Packet) (expected bool) {
 
 // onUDRequestLocked delivers a UD SEND: Q_Key check, a receive WQE, the
 // 40-byte network header, then the payload.
-func (r *responder) onUDRequestLocked(qp *QP, p *wire.Packet, pk *transport.Datagram) {
-	if p.DETH == nil || p.DETH.QKey() != qp.attr.QKey {
-		qp.dev.Counters.DropQKey.Add(1)
+func (r *responder) onUDRequestLocked(s *recvRes, p *wire.Packet, pk *transport.Datagram) {
+	if p.DETH == nil || p.DETH.QKey() != s.qkey {
+		s.c.DropQKey.Add(1)
 		return
 	}
-	if len(p.Payload) > qp.pmtu {
-		qp.dev.Counters.DropTooLong.Add(1) // a UD message is one packet of at most the path MTU
+	if len(p.Payload) > s.pmtu {
+		s.c.DropTooLong.Add(1) // a UD message is one packet of at most the path MTU
 		return
 	}
-	if !r.takeRecvWQELocked(&qp.rq, qp.srq) {
-		qp.dev.Counters.DropNoRecvWQE.Add(1)
+	if !r.takeRecvWQELocked(s.rq, s.srq) {
+		s.c.DropNoRecvWQE.Add(1)
 		return
 	}
 	r.haveCur = false
 	w := &r.cur
 	n := uint64(grhLen + len(p.Payload))
-	wc := verbs.WC{WRID: w.wrID, QPNum: qp.qpn, Opcode: verbs.WCRecv, SrcQP: p.DETH.SrcQP(), WCFlags: verbs.WCWithGRH}
+	wc := verbs.WC{WRID: w.wrID, QPNum: s.qpn, Opcode: verbs.WCRecv, SrcQP: p.DETH.SrcQP(), WCFlags: verbs.WCWithGRH}
 	switch {
 	case w.bad:
 		wc.Status = verbs.WCLocProtErr
@@ -690,11 +715,11 @@ func (r *responder) onUDRequestLocked(qp *QP, p *wire.Packet, pk *transport.Data
 			wc.WCFlags |= verbs.WCWithImm
 			wc.ImmData = p.ImmDt.Imm()
 		}
-		qp.dev.Counters.RDMARecvs.Add(1)
+		s.c.RDMARecvs.Add(1)
 	}
 	if wc.Status != verbs.WCSuccess {
 		wc.Opcode, wc.ByteLen, wc.WCFlags = verbs.WCRecv, 0, 0
 	}
-	qp.recvCQ.push(&wc, wc.Status != verbs.WCSuccess || p.BTH.SolicitedEvent())
+	s.cq.push(&wc, wc.Status != verbs.WCSuccess || p.BTH.SolicitedEvent())
 	w.sgl.reset()
 }
