@@ -27,8 +27,10 @@ package roce
 // the ACK deadline) and retires WQEs from the head of the send queue into
 // the send CQ. It writes no requester state: what the requester must do
 // next — account for what was retired, send more, go back, wait out an
-// RNR NAK, or fail — comes back as a compResult, which the QP applies
-// (applyCompLocked).
+// RNR NAK, or fail — comes back as a compResult, which the requester
+// applies (requester.apply; the QP fails on compError). What it needs of
+// the requester (the PSNs sent, the send queue's next) comes in as a
+// reqSent.
 
 import (
 	"encoding/binary"

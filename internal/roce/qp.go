@@ -24,17 +24,18 @@ const defaultPKey = 0xFFFF
 // what it has received; the send queue's WQEs are shared, the requester
 // moving sq.next and the completer sq.head. ModifyQP starts each role
 // with its own method. Between the requester and the completer, what one
-// must do for the other is handed over, not written into its fields: the
-// completer's answer to a response or timeout is a compResult that
-// applyCompLocked carries out on the requester, and the requester tells
-// the completer that it sent (completer.onSent), which returns the
-// deadline to queue; what the completer retired (READs and atomics no
-// longer outstanding, a WQE the requester had been rewound into) comes
-// back in the compResult too, for requester.onRetired. The responder's
-// steps are
-// methods of responder that take the QP for what they share with the
-// other roles: the receive queue, the MRs, the transmit queue, the
-// counters.
+// must do for the other is handed over, not written into its fields:
+// before the completer judges a response, the QP gives it a snapshot of
+// what the requester has sent (requester.sent, a reqSent); the
+// completer's answer to a response or timeout is a compResult, which the
+// requester carries out through requester.apply (what was retired and
+// acknowledged, a go-back after a loss, an RNR wait); and the requester
+// tells the completer that it sent (completer.onSent), which returns the
+// deadline to queue. The responder's steps are methods of responder: the
+// receive steps take the QP's receive resources (recvRes), the steps
+// that answer take the QP to queue packets on its transmit queue, and an
+// error that fails the QP comes back in a respResult, which the receive
+// path applies (errorLocked and the async event).
 type QP struct {
 	dev    *Device
 	pd     *PD

@@ -32,9 +32,13 @@ import (
 )
 
 // responder is the receiving half of a QP's protocol state. Its steps are
-// its methods; each takes the QP for what the roles share (the receive
-// queue or SRQ, the PD's MRs, the transmit queue, the counters), and the
-// QP's mu must be held.
+// its methods, run with the QP's mu held. The steps that place a message
+// (SEND, WRITE, UD) take a recvRes: the receive queue or SRQ, the PD, the
+// receive CQ, the counters. The steps that answer (ACKs, NAKs, READ
+// responses, atomic ACKs) take the QP, whose transmit queue the answer
+// goes on. None of them touches the requester's or the completer's state
+// or moves the QP to ERR: an error that fails the QP is recorded and
+// handed back in the request's respResult.
 type responder struct {
 	psn       wire.PSN // expected PSN
 	msn       uint32   // message sequence number (24 bits on the wire)
