@@ -436,8 +436,7 @@ func (qp *QP) applyLocked(attr *verbs.QPAttr, mask verbs.QPAttrMask) {
 	}
 	if mask&verbs.QPAttrMaxDestRdAtomic != 0 {
 		a.MaxDestRdAtomic = attr.MaxDestRdAtomic
-		qp.resp.res = make([]rdRes, attr.MaxDestRdAtomic)
-		qp.resp.resNext = 0
+		qp.resp.setReplayRing(int(attr.MaxDestRdAtomic))
 	}
 	if mask&verbs.QPAttrMinRNRTimer != 0 {
 		a.MinRNRTimer = attr.MinRNRTimer
@@ -520,11 +519,7 @@ func (qp *QP) resetLocked() {
 	qp.req = requester{}
 	qp.comp = completer{}
 	qp.commEst, qp.sqdNotify, qp.peerPort = false, false, 0
-	res := qp.resp.res
-	clear(res)
-	cur := qp.resp.cur
-	qp.resp = responder{res: res, cur: cur}
-	qp.resp.cur.sgl.reset()
+	qp.resp.reset()
 	qp.tx.drop(qp.dev)
 }
 
@@ -560,7 +555,7 @@ func (qp *QP) errorLocked() {
 	qp.tx.keepResponses(qp.dev)
 	qp.flushLocked()
 	qp.flushSendLocked()
-	qp.flushRecvLocked()
+	qp.resp.flushLocked(qp.recvRes())
 	if qp.srq != nil {
 		// IBTA 11.6.3.1: a QP on an SRQ that went to ERR takes no more
 		// of its WQEs; the application may now destroy it.
@@ -583,21 +578,6 @@ func (qp *QP) flushSendLocked() {
 		qp.completeSendLocked(w, st)
 	}
 	qp.sq.next = qp.sq.head
-}
-
-func (qp *QP) flushRecvLocked() {
-	if qp.resp.inMsg && qp.resp.haveCur {
-		qp.completeRecvLocked(&qp.resp.cur, verbs.WCWRFlushErr, 0, 0, 0, 0, false)
-		qp.resp.haveCur = false
-	}
-	if qp.srq != nil {
-		return // the SRQ's WQEs belong to the SRQ
-	}
-	for qp.rq.head != qp.rq.tail {
-		w := qp.rq.at(qp.rq.head)
-		qp.rq.head++
-		qp.completeRecvLocked(w, verbs.WCWRFlushErr, 0, 0, 0, 0, false)
-	}
 }
 
 // completeSendLocked retires the oldest send WQE with status st, posting a
@@ -625,13 +605,8 @@ func (qp *QP) completeSendLocked(w *sendWQE, st verbs.WCStatus) {
 	qp.sq.head++
 }
 
-// completeRecvLocked completes the receive WQE w; solicited says whether
-// the message asked for a solicited event.
-func (qp *QP) completeRecvLocked(w *recvWQE, st verbs.WCStatus, op verbs.WCOpcode, n uint32, imm uint32, flags verbs.WCFlags, solicited bool) {
-	completeRecv(qp.recvCQ, qp.qpn, w, st, op, n, imm, flags, solicited)
-}
-
-// completeRecv completes the receive WQE w of QP qpn into cq.
+// completeRecv completes the receive WQE w of QP qpn into cq; solicited
+// says whether the message asked for a solicited event.
 func completeRecv(cq *CQ, qpn uint32, w *recvWQE, st verbs.WCStatus, op verbs.WCOpcode, n uint32, imm uint32, flags verbs.WCFlags, solicited bool) {
 	wc := verbs.WC{WRID: w.wrID, Status: st, Opcode: op, ByteLen: n, ImmData: imm, WCFlags: flags, QPNum: qpn}
 	if st != verbs.WCSuccess {
@@ -874,7 +849,7 @@ func (qp *QP) PostRecv(wr *verbs.RecvWR) error {
 		i++
 	}
 	if qp.stateLocked() == verbs.QPStateErr {
-		qp.flushRecvLocked()
+		qp.resp.flushLocked(qp.recvRes())
 	}
 	return nil
 }

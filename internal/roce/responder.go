@@ -98,6 +98,41 @@ func (r *responder) result(expected bool) respResult {
 // the message sequence number at 0 (INIT → RTR).
 func (r *responder) start(psn wire.PSN) { r.psn, r.msn = psn, 0 }
 
+// setReplayRing gives the responder an empty replay ring of n records
+// (max_dest_rd_atomic).
+func (r *responder) setReplayRing(n int) {
+	r.res = make([]rdRes, n)
+	r.resNext = 0
+}
+
+// reset empties the responder (the QP went to RESET), keeping the storage
+// of its replay ring and of cur.
+func (r *responder) reset() {
+	res := r.res
+	clear(res)
+	cur := r.cur
+	*r = responder{res: res, cur: cur}
+	r.cur.sgl.reset()
+}
+
+// flushLocked completes with a flush error the receive WQE of the message
+// in progress, if any, and every WQE of the QP's receive queue (the QP
+// moved to ERR); an SRQ's WQEs belong to the SRQ and stay.
+func (r *responder) flushLocked(s *recvRes) {
+	if r.inMsg && r.haveCur {
+		s.complete(&r.cur, verbs.WCWRFlushErr, 0, 0, 0, 0, false)
+		r.haveCur = false
+	}
+	if s.srq != nil {
+		return
+	}
+	for s.rq.head != s.rq.tail {
+		w := s.rq.at(s.rq.head)
+		s.rq.head++
+		s.complete(w, verbs.WCWRFlushErr, 0, 0, 0, 0, false)
+	}
+}
+
 // rdRes records an executed READ or atomic request so a duplicate of it is
 // answered again without executing it again.
 type rdRes struct {
@@ -633,7 +668,7 @@ func (r *responder) nakErrorLocked(qp *QP, psn wire.PSN, code wire.NAKCode, recv
 			recvStatus = verbs.WCRemInvReqErr
 		}
 		r.haveCur = false
-		qp.completeRecvLocked(&r.cur, recvStatus, 0, 0, 0, 0, false)
+		qp.recvRes().complete(&r.cur, recvStatus, 0, 0, 0, 0, false)
 	}
 	r.inMsg = false
 	ev := verbs.EventQPFatal
