@@ -670,8 +670,7 @@ func (qp *QP) kickLocked(now time.Time) {
 		if qp.resp.ackPending {
 			// An ACK waits for this goroutine (Config.NoDeferredAck): it
 			// leaves with the requests, in the same system call.
-			qp.resp.deferMisses = 0
-			qp.resp.flushAckLocked(qp)
+			qp.resp.flushAckWithPostLocked(qp)
 			qp.flushLocked()
 			return
 		}
