@@ -458,7 +458,7 @@ func (qp *QP) applyCompLocked(r compResult, now time.Time) (sendMore bool) {
 	if r.next == compRNR {
 		qp.dev.note(Note{Kind: NoteRNRWait, QPN: qp.qpn, Peer: qp.destAddr, PSN: r.rewindPSN})
 	}
-	sendMore = qp.req.apply(qp, r)
+	sendMore = qp.req.apply(&qp.sq, r)
 	if r.next == compError {
 		qp.failHeadLocked(r.status)
 	}
@@ -478,7 +478,7 @@ func (qp *QP) onTimeoutLocked(now time.Time) {
 		qp.failHeadLocked(r.status)
 		return
 	}
-	if qp.req.apply(qp, r) {
+	if qp.req.apply(&qp.sq, r) {
 		sendMore = true
 	}
 	if sendMore {

@@ -378,8 +378,9 @@ func (r *requester) sent(next uint32) reqSent {
 // it accounts for what was retired, grows the window by what was
 // acknowledged, and on a loss shrinks the window (restarts it after a
 // timeout) and goes back to c.rewindPSN; after an RNR NAK it goes back and
-// waits until c.rnrUntil. It reports whether the requester may send now.
-func (r *requester) apply(qp *QP, c compResult) (sendMore bool) {
+// waits until c.rnrUntil. sq is the QP's send queue. It reports whether
+// the requester may send now.
+func (r *requester) apply(sq *sendQueue, c compResult) (sendMore bool) {
 	if c.rdRetired > 0 || c.rewound {
 		r.onRetired(c.rdRetired, c.rewound, c.rewoundEnd) // before any rewind below
 	}
@@ -393,10 +394,10 @@ func (r *requester) apply(qp *QP, c compResult) (sendMore bool) {
 		} else {
 			r.onLoss(uint32(r.maxPSN.Sub(c.rewindPSN)))
 		}
-		r.rewind(qp, c.rewindPSN)
+		r.rewind(sq, c.rewindPSN)
 		return true
 	case compRNR:
-		r.rewind(qp, c.rewindPSN)
+		r.rewind(sq, c.rewindPSN)
 		r.pauseUntil(c.rnrUntil)
 		return false
 	case compError:
@@ -433,25 +434,26 @@ func (r *requester) onRetired(rd uint32, rewound bool, end wire.PSN) {
 // rewind goes back to PSN psn, the oldest unacknowledged packet, to
 // retransmit everything from there (go-back-N, IBTA 9.7.5.1.4). A SEND or
 // WRITE resumes mid-message at psn; a READ or atomic is requested again
-// whole, which the responder answers from its replay ring.
-func (r *requester) rewind(qp *QP, psn wire.PSN) {
-	if qp.sq.head == qp.sq.tail {
+// whole, which the responder answers from its replay ring. sq is the
+// QP's send queue, whose WQEs from head on are sent again.
+func (r *requester) rewind(sq *sendQueue, psn wire.PSN) {
+	if sq.head == sq.tail {
 		return
 	}
-	head := qp.sq.at(qp.sq.head)
+	head := sq.at(sq.head)
 	if !head.started {
 		return // nothing was sent
 	}
 	r.rdOutstanding = 0
-	end := qp.sq.next
-	if end != qp.sq.tail {
+	end := sq.next
+	if end != sq.tail {
 		end++ // include the partly sent WQE
 	}
-	for i := qp.sq.head; i != end; i++ {
-		w := qp.sq.at(i)
+	for i := sq.head; i != end; i++ {
+		w := sq.at(i)
 		w.started = false
 	}
-	qp.sq.next = qp.sq.head
+	sq.next = sq.head
 	switch {
 	case !head.isReadOrAtomic() && head.npkts > 0 && psn.InWindow(head.firstPSN, head.npkts):
 		head.started = true
