@@ -27,8 +27,10 @@ package roce
 // the ACK deadline) and retires WQEs from the head of the send queue into
 // the send CQ. It writes no requester state: what the requester must do
 // next — account for what was retired, send more, go back, wait out an
-// RNR NAK, or fail — comes back as a compResult, which the QP applies
-// (applyCompLocked).
+// RNR NAK, or fail — comes back as a compResult, which the requester
+// applies (requester.apply; the QP fails on compError). What it needs of
+// the requester (the PSNs sent, the send queue's next) comes in as a
+// reqSent.
 
 import (
 	"encoding/binary"
@@ -78,6 +80,17 @@ func (c *completer) onSent(qp *QP, now time.Time, clock func() time.Time) time.T
 	return c.ackDeadline
 }
 
+// reqSent is what the requester has sent, as the completer needs it to
+// judge a response: the next PSN, one past the highest PSN ever sent, and
+// the send queue's next (the first WQE not completely sent). The QP takes
+// it from the requester before the completer runs (requester.sent); the
+// completer moves next along as it retires WQEs, as the send queue does.
+type reqSent struct {
+	psn    wire.PSN
+	maxPSN wire.PSN
+	next   uint32
+}
+
 // compState is what a response (or a timeout) asks of the QP after the
 // completer has done its part, named after rxe's completer states
 // (rxe_comp.c).
@@ -85,8 +98,8 @@ type compState uint8
 
 const (
 	compDone  compState = iota // COMPST_DONE: nothing more (dropped, duplicate, or progress only)
-	compRetry                  // COMPST_ERROR_RETRY: go back to the oldest unacknowledged PSN
-	compRNR                    // COMPST_RNR_RETRY: go back to rnrPSN once rnrUntil has come
+	compRetry                  // COMPST_ERROR_RETRY: go back to rewindPSN, the oldest unacknowledged PSN
+	compRNR                    // COMPST_RNR_RETRY: go back to rewindPSN once rnrUntil has come
 	compError                  // COMPST_ERROR: the oldest WQE failed with status; the QP goes to ERR
 )
 
@@ -104,7 +117,9 @@ func (s compState) String() string {
 	return "compState(?)"
 }
 
-// compResult is the completer's answer to one response or timeout.
+// compResult is the completer's answer to one response or timeout. The
+// QP hands it to the requester (requester.apply), which carries out its
+// part; the QP itself fails on compError.
 type compResult struct {
 	// acked is how many PSNs became acknowledged: the requester's window
 	// grows by them and it may send more. 0: no progress.
@@ -122,13 +137,17 @@ type compResult struct {
 	rewound    bool
 	rewoundEnd wire.PSN
 	status     verbs.WCStatus // compError
-	rnrPSN     wire.PSN       // compRNR
+	rewindPSN  wire.PSN       // compRetry, compRNR: where the requester goes back to
 	rnrUntil   time.Time      // compRNR
+	// timeout: a compRetry after the local ACK timer expired, which
+	// restarts the requester's window; otherwise a sequence NAK or a
+	// lost response halves it.
+	timeout bool
 }
 
 // onResponse handles a response packet (ACK, READ response, atomic ACK)
 // for an RC QP.
-func (c *completer) onResponse(qp *QP, p *wire.Packet, now time.Time) compResult {
+func (c *completer) onResponse(qp *QP, s *reqSent, p *wire.Packet, now time.Time) compResult {
 	psn := p.BTH.PSN()
 	// A response is acted on only while a request is outstanding and only
 	// inside the PSNs in flight: from the oldest unacknowledged one to the
@@ -139,18 +158,18 @@ func (c *completer) onResponse(qp *QP, p *wire.Packet, now time.Time) compResult
 		qp.dev.Counters.DropUnexpected.Add(1)
 		return compResult{}
 	}
-	if psn.Less(c.psn) || !psn.Less(qp.req.maxPSN) {
+	if psn.Less(c.psn) || !psn.Less(s.maxPSN) {
 		qp.dev.Counters.DropOutOfWindow.Add(1)
 		return compResult{}
 	}
 	var r compResult
 	switch {
 	case p.BTH.Opcode() == wire.RCAck:
-		r = c.onAck(qp, psn, p.AETH.Syndrome(), now)
+		r = c.onAck(qp, s, psn, p.AETH.Syndrome(), now)
 	case p.Info.Has(wire.FlagRead):
-		r = c.onReadResponse(qp, p, psn, now)
+		r = c.onReadResponse(qp, s, p, psn, now)
 	case p.BTH.Opcode() == wire.RCAtomicAck:
-		r = c.onAtomicAck(qp, p, psn, now)
+		r = c.onAtomicAck(qp, s, p, psn, now)
 	default:
 		qp.dev.Counters.DropUnexpected.Add(1)
 		return compResult{}
@@ -159,20 +178,20 @@ func (c *completer) onResponse(qp *QP, p *wire.Packet, now time.Time) compResult
 	return r
 }
 
-func (c *completer) onAck(qp *QP, psn wire.PSN, syn uint8, now time.Time) compResult {
+func (c *completer) onAck(qp *QP, s *reqSent, psn wire.PSN, syn uint8, now time.Time) compResult {
 	switch wire.SyndromeType(syn) {
 	case wire.AckTypeACK:
-		return c.ackThrough(qp, psn, false, now)
+		return c.ackThrough(qp, s, psn, false, now)
 	case wire.AckTypeRNRNAK:
 		qp.dev.Counters.RcvdRNRErr.Add(1)
-		r := c.ackThrough(qp, psn.Add(^uint32(0)), false, now)
+		r := c.ackThrough(qp, s, psn.Add(^uint32(0)), false, now)
 		if r.next != compDone {
 			return r
 		}
 		if st := qp.stateLocked(); st != verbs.QPStateRTS && st != verbs.QPStateSQD {
 			return r
 		}
-		if qp.sq.head == qp.sq.next && !qp.sq.at(qp.sq.head).started {
+		if qp.sq.head == s.next && !qp.sq.at(qp.sq.head).started {
 			return r // nothing is outstanding
 		}
 		if c.rnrRetry == 0 {
@@ -184,21 +203,21 @@ func (c *completer) onAck(qp *QP, psn wire.PSN, syn uint8, now time.Time) compRe
 			c.rnrRetry--
 		}
 		c.ackDeadline = time.Time{} // the RNR timer runs instead
-		r.next, r.rnrPSN, r.rnrUntil = compRNR, psn, now.Add(wire.RNRTimeout(wire.SyndromeValue(syn)))
+		r.next, r.rewindPSN, r.rnrUntil = compRNR, psn, now.Add(wire.RNRTimeout(wire.SyndromeValue(syn)))
 		return r
 	case wire.AckTypeNAK:
 		code := wire.NAKCode(wire.SyndromeValue(syn))
 		if code == wire.NAKPSNSeqError {
 			qp.dev.Counters.RcvdSeqErr.Add(1)
-			r := c.ackThrough(qp, psn.Add(^uint32(0)), false, now)
-			if r.next != compDone || c.retrying || (qp.sq.head == qp.sq.next && !qp.sq.at(qp.sq.head).started) {
+			r := c.ackThrough(qp, s, psn.Add(^uint32(0)), false, now)
+			if r.next != compDone || c.retrying || (qp.sq.head == s.next && !qp.sq.at(qp.sq.head).started) {
 				return r
 			}
 			r.next = compRetry
 			return r
 		}
 		qp.dev.Counters.NAKsRcvd.Add(1)
-		r := c.ackThrough(qp, psn.Add(^uint32(0)), false, now)
+		r := c.ackThrough(qp, s, psn.Add(^uint32(0)), false, now)
 		st := verbs.WCRemOpErr
 		switch code {
 		case wire.NAKInvalidRequest:
@@ -219,7 +238,7 @@ func (c *completer) onAck(qp *QP, psn wire.PSN, syn uint8, now time.Time) compRe
 // last. implicit is true when a READ response or atomic ACK implies it:
 // then an outstanding READ or atomic at last is still waiting for its
 // response and is not evidence of loss.
-func (c *completer) ackThrough(qp *QP, last wire.PSN, implicit bool, now time.Time) compResult {
+func (c *completer) ackThrough(qp *QP, s *reqSent, last wire.PSN, implicit bool, now time.Time) compResult {
 	var r compResult
 	from := c.psn
 	for qp.sq.head != qp.sq.tail {
@@ -251,24 +270,25 @@ func (c *completer) ackThrough(qp *QP, last wire.PSN, implicit bool, now time.Ti
 			break
 		}
 		c.psn = w.lastPSN.Add(1)
-		c.retire(qp, w, &r)
+		c.retire(qp, s, w, &r)
 		r.progress = true
 	}
 	if r.progress {
 		r.acked = uint32(c.psn.Sub(from))
-		c.onProgress(qp, now, &r)
+		c.onProgress(qp, s, now, &r)
 	}
 	return r
 }
 
 // retire completes w, the oldest WQE, successfully, and records in r what
 // the requester must account for.
-func (c *completer) retire(qp *QP, w *sendWQE, r *compResult) {
+func (c *completer) retire(qp *QP, s *reqSent, w *sendWQE, r *compResult) {
 	if w.isReadOrAtomic() {
 		r.rdRetired++
 	}
-	if qp.sq.next == qp.sq.head {
+	if s.next == qp.sq.head {
 		r.rewound, r.rewoundEnd = true, w.lastPSN.Add(1)
+		s.next++ // completeSendLocked moves the send queue's next past w
 	}
 	qp.completeSendLocked(w, verbs.WCSuccess)
 }
@@ -276,15 +296,15 @@ func (c *completer) retire(qp *QP, w *sendWQE, r *compResult) {
 // onProgress restores the retry counters and restarts the ACK timer; it
 // stops it when everything the requester sent (as it will stand once it
 // has applied r) is acknowledged.
-func (c *completer) onProgress(qp *QP, now time.Time, r *compResult) {
+func (c *completer) onProgress(qp *QP, s *reqSent, now time.Time, r *compResult) {
 	c.retrying = false
 	c.retryCnt = qp.attr.RetryCnt
 	c.rnrRetry = qp.attr.RNRRetry
-	sent := qp.req.psn
+	sent := s.psn
 	if r.rewound && sent.Less(r.rewoundEnd) {
 		sent = r.rewoundEnd
 	}
-	if c.psn == sent && qp.sq.head == qp.sq.next {
+	if c.psn == sent && qp.sq.head == s.next {
 		c.ackDeadline = time.Time{}
 	} else {
 		c.restartAckTimer(qp, now)
@@ -319,8 +339,8 @@ func ackJitter(t time.Duration, qpn uint32, attempt uint8) time.Duration {
 	return t / 4 * time.Duration(h>>54) / 1024 // h>>54: 0..1023
 }
 
-func (c *completer) onReadResponse(qp *QP, p *wire.Packet, psn wire.PSN, now time.Time) compResult {
-	r := c.ackThrough(qp, psn.Add(^uint32(0)), true, now)
+func (c *completer) onReadResponse(qp *QP, s *reqSent, p *wire.Packet, psn wire.PSN, now time.Time) compResult {
+	r := c.ackThrough(qp, s, psn.Add(^uint32(0)), true, now)
 	if qp.sq.head == qp.sq.tail {
 		qp.dev.Counters.DropUnexpected.Add(1)
 		return r
@@ -361,8 +381,8 @@ func (c *completer) onReadResponse(qp *QP, p *wire.Packet, psn wire.PSN, now tim
 	c.retryCnt = qp.attr.RetryCnt
 	if info.Has(wire.FlagLast) {
 		c.psn = w.lastPSN.Add(1)
-		c.retire(qp, w, &r)
-		c.onProgress(qp, now, &r)
+		c.retire(qp, s, w, &r)
+		c.onProgress(qp, s, now, &r)
 		r.progress = true // READs keep the whole window: it does not grow
 	} else {
 		c.restartAckTimer(qp, now)
@@ -370,8 +390,8 @@ func (c *completer) onReadResponse(qp *QP, p *wire.Packet, psn wire.PSN, now tim
 	return r
 }
 
-func (c *completer) onAtomicAck(qp *QP, p *wire.Packet, psn wire.PSN, now time.Time) compResult {
-	r := c.ackThrough(qp, psn.Add(^uint32(0)), true, now)
+func (c *completer) onAtomicAck(qp *QP, s *reqSent, p *wire.Packet, psn wire.PSN, now time.Time) compResult {
+	r := c.ackThrough(qp, s, psn.Add(^uint32(0)), true, now)
 	if qp.sq.head == qp.sq.tail {
 		qp.dev.Counters.DropUnexpected.Add(1)
 		return r
@@ -388,8 +408,8 @@ func (c *completer) onAtomicAck(qp *QP, p *wire.Packet, psn wire.PSN, now time.T
 		return r
 	}
 	c.psn = psn.Add(1)
-	c.retire(qp, w, &r)
-	c.onProgress(qp, now, &r)
+	c.retire(qp, s, w, &r)
+	c.onProgress(qp, s, now, &r)
 	r.progress = true
 	return r
 }
@@ -405,7 +425,7 @@ func (c *completer) retry(qp *QP, now time.Time, timeout bool) compResult {
 	c.retryCnt--
 	c.retrying = !timeout
 	c.restartAckTimer(qp, now)
-	return compResult{next: compRetry, progress: true}
+	return compResult{next: compRetry, progress: true, rewindPSN: c.psn, timeout: timeout}
 }
 
 // onTimeout handles the local ACK timer at now.
@@ -422,51 +442,44 @@ func (c *completer) onTimeout(qp *QP, now time.Time) compResult {
 	return c.retry(qp, now, true)
 }
 
-// applyCompLocked carries out what the completer asked: the requester's
-// window grows with what was acknowledged, goes back after a loss (the
-// completer deciding whether retries are left), waits out an RNR NAK, or
-// the QP fails. It reports whether the requester may send now.
+// applyCompLocked carries out the completer's answer to a response. A
+// loss it reported (compRetry) first goes back to the completer, which
+// decides whether a retry is left; the requester then applies the answer
+// (requester.apply), and on compError the QP fails. It reports whether
+// the requester may send now.
 func (qp *QP) applyCompLocked(r compResult, now time.Time) (sendMore bool) {
-	if r.rdRetired > 0 || r.rewound {
-		qp.req.onRetired(r.rdRetired, r.rewound, r.rewoundEnd) // before any rewind below
-	}
-	if r.acked > 0 {
-		qp.req.onAcked(r.acked)
-	}
-	sendMore = r.progress
 	if r.next == compRetry {
-		if r = qp.comp.retry(qp, now, false); r.next == compRetry {
-			qp.dev.note(Note{Kind: NoteRetransmit, QPN: qp.qpn, Peer: qp.destAddr, PSN: qp.comp.psn, Reason: "sequence NAK or lost response"})
-			qp.req.onLoss(uint32(qp.req.maxPSN.Sub(qp.comp.psn)))
-			qp.req.rewind(qp, qp.comp.psn)
-			return true
+		rr := qp.comp.retry(qp, now, false)
+		r.next, r.status, r.rewindPSN, r.timeout = rr.next, rr.status, rr.rewindPSN, rr.timeout
+		if r.next == compRetry {
+			qp.dev.note(Note{Kind: NoteRetransmit, QPN: qp.qpn, Peer: qp.destAddr, PSN: r.rewindPSN, Reason: "sequence NAK or lost response"})
 		}
 	}
-	switch r.next {
-	case compRNR:
-		qp.dev.note(Note{Kind: NoteRNRWait, QPN: qp.qpn, Peer: qp.destAddr, PSN: r.rnrPSN})
-		qp.req.rewind(qp, r.rnrPSN)
-		qp.req.pauseUntil(r.rnrUntil)
-		return false
-	case compError:
+	if r.next == compRNR {
+		qp.dev.note(Note{Kind: NoteRNRWait, QPN: qp.qpn, Peer: qp.destAddr, PSN: r.rewindPSN})
+	}
+	sendMore = qp.req.apply(&qp.sq, r)
+	if r.next == compError {
 		qp.failHeadLocked(r.status)
-		return false
 	}
 	return sendMore
 }
 
 // onTimeoutLocked runs when the QP's timer fires: an RNR wait that ended
-// lets the requester go again; an ACK timeout sends it back.
+// lets the requester go again; an ACK timeout sends it back, or fails the
+// QP once the retries are used up.
 func (qp *QP) onTimeoutLocked(now time.Time) {
 	sendMore := qp.req.resume(now)
-	if r := qp.comp.onTimeout(qp, now); r.next == compRetry {
-		qp.dev.note(Note{Kind: NoteRetransmit, QPN: qp.qpn, Peer: qp.destAddr, PSN: qp.comp.psn, Reason: "timeout"})
-		qp.req.onTimeout()
-		qp.req.rewind(qp, qp.comp.psn)
-		sendMore = true
-	} else if r.next == compError {
+	r := qp.comp.onTimeout(qp, now)
+	switch r.next {
+	case compRetry:
+		qp.dev.note(Note{Kind: NoteRetransmit, QPN: qp.qpn, Peer: qp.destAddr, PSN: r.rewindPSN, Reason: "timeout"})
+	case compError:
 		qp.failHeadLocked(r.status)
 		return
+	}
+	if qp.req.apply(&qp.sq, r) {
+		sendMore = true
 	}
 	if sendMore {
 		qp.runRequesterLocked(now)

@@ -24,17 +24,18 @@ const defaultPKey = 0xFFFF
 // what it has received; the send queue's WQEs are shared, the requester
 // moving sq.next and the completer sq.head. ModifyQP starts each role
 // with its own method. Between the requester and the completer, what one
-// must do for the other is handed over, not written into its fields: the
-// completer's answer to a response or timeout is a compResult that
-// applyCompLocked carries out on the requester, and the requester tells
-// the completer that it sent (completer.onSent), which returns the
-// deadline to queue; what the completer retired (READs and atomics no
-// longer outstanding, a WQE the requester had been rewound into) comes
-// back in the compResult too, for requester.onRetired. The responder's
-// steps are
-// methods of responder that take the QP for what they share with the
-// other roles: the receive queue, the MRs, the transmit queue, the
-// counters.
+// must do for the other is handed over, not written into its fields:
+// before the completer judges a response, the QP gives it a snapshot of
+// what the requester has sent (requester.sent, a reqSent); the
+// completer's answer to a response or timeout is a compResult, which the
+// requester carries out through requester.apply (what was retired and
+// acknowledged, a go-back after a loss, an RNR wait); and the requester
+// tells the completer that it sent (completer.onSent), which returns the
+// deadline to queue. The responder's steps are methods of responder: the
+// receive steps take the QP's receive resources (recvRes), the steps
+// that answer take the QP to queue packets on its transmit queue, and an
+// error that fails the QP comes back in a respResult, which the receive
+// path applies (errorLocked and the async event).
 type QP struct {
 	dev    *Device
 	pd     *PD
@@ -435,8 +436,7 @@ func (qp *QP) applyLocked(attr *verbs.QPAttr, mask verbs.QPAttrMask) {
 	}
 	if mask&verbs.QPAttrMaxDestRdAtomic != 0 {
 		a.MaxDestRdAtomic = attr.MaxDestRdAtomic
-		qp.resp.res = make([]rdRes, attr.MaxDestRdAtomic)
-		qp.resp.resNext = 0
+		qp.resp.setReplayRing(int(attr.MaxDestRdAtomic))
 	}
 	if mask&verbs.QPAttrMinRNRTimer != 0 {
 		a.MinRNRTimer = attr.MinRNRTimer
@@ -519,11 +519,7 @@ func (qp *QP) resetLocked() {
 	qp.req = requester{}
 	qp.comp = completer{}
 	qp.commEst, qp.sqdNotify, qp.peerPort = false, false, 0
-	res := qp.resp.res
-	clear(res)
-	cur := qp.resp.cur
-	qp.resp = responder{res: res, cur: cur}
-	qp.resp.cur.sgl.reset()
+	qp.resp.reset()
 	qp.tx.drop(qp.dev)
 }
 
@@ -559,7 +555,7 @@ func (qp *QP) errorLocked() {
 	qp.tx.keepResponses(qp.dev)
 	qp.flushLocked()
 	qp.flushSendLocked()
-	qp.flushRecvLocked()
+	qp.resp.flushLocked(qp.recvRes())
 	if qp.srq != nil {
 		// IBTA 11.6.3.1: a QP on an SRQ that went to ERR takes no more
 		// of its WQEs; the application may now destroy it.
@@ -582,21 +578,6 @@ func (qp *QP) flushSendLocked() {
 		qp.completeSendLocked(w, st)
 	}
 	qp.sq.next = qp.sq.head
-}
-
-func (qp *QP) flushRecvLocked() {
-	if qp.resp.inMsg && qp.resp.haveCur {
-		qp.completeRecvLocked(&qp.resp.cur, verbs.WCWRFlushErr, 0, 0, 0, 0, false)
-		qp.resp.haveCur = false
-	}
-	if qp.srq != nil {
-		return // the SRQ's WQEs belong to the SRQ
-	}
-	for qp.rq.head != qp.rq.tail {
-		w := qp.rq.at(qp.rq.head)
-		qp.rq.head++
-		qp.completeRecvLocked(w, verbs.WCWRFlushErr, 0, 0, 0, 0, false)
-	}
 }
 
 // completeSendLocked retires the oldest send WQE with status st, posting a
@@ -624,15 +605,15 @@ func (qp *QP) completeSendLocked(w *sendWQE, st verbs.WCStatus) {
 	qp.sq.head++
 }
 
-// completeRecvLocked completes the receive WQE w; solicited says whether
-// the message asked for a solicited event.
-func (qp *QP) completeRecvLocked(w *recvWQE, st verbs.WCStatus, op verbs.WCOpcode, n uint32, imm uint32, flags verbs.WCFlags, solicited bool) {
-	wc := verbs.WC{WRID: w.wrID, Status: st, Opcode: op, ByteLen: n, ImmData: imm, WCFlags: flags, QPNum: qp.qpn}
+// completeRecv completes the receive WQE w of QP qpn into cq; solicited
+// says whether the message asked for a solicited event.
+func completeRecv(cq *CQ, qpn uint32, w *recvWQE, st verbs.WCStatus, op verbs.WCOpcode, n uint32, imm uint32, flags verbs.WCFlags, solicited bool) {
+	wc := verbs.WC{WRID: w.wrID, Status: st, Opcode: op, ByteLen: n, ImmData: imm, WCFlags: flags, QPNum: qpn}
 	if st != verbs.WCSuccess {
 		wc.Opcode = verbs.WCRecv
 		wc.ByteLen = 0
 	}
-	qp.recvCQ.push(&wc, st != verbs.WCSuccess || solicited)
+	cq.push(&wc, st != verbs.WCSuccess || solicited)
 	w.sgl.reset()
 }
 
@@ -689,8 +670,7 @@ func (qp *QP) kickLocked(now time.Time) {
 		if qp.resp.ackPending {
 			// An ACK waits for this goroutine (Config.NoDeferredAck): it
 			// leaves with the requests, in the same system call.
-			qp.resp.deferMisses = 0
-			qp.resp.flushAckLocked(qp)
+			qp.resp.flushAckWithPostLocked(qp)
 			qp.flushLocked()
 			return
 		}
@@ -868,7 +848,7 @@ func (qp *QP) PostRecv(wr *verbs.RecvWR) error {
 		i++
 	}
 	if qp.stateLocked() == verbs.QPStateErr {
-		qp.flushRecvLocked()
+		qp.resp.flushLocked(qp.recvRes())
 	}
 	return nil
 }

@@ -108,6 +108,39 @@ func (r *responder) deferWorthIt() bool {
 	return true
 }
 
+// deferAck makes the pending ACK wait for the poller; it reports whether
+// it was not waiting yet (the caller lists the QP for StageDeferredAcks).
+func (r *responder) deferAck() bool {
+	if r.ackDeferred {
+		return false
+	}
+	r.ackDeferred = true
+	return true
+}
+
+// endDefer ends the ACK's wait for the poller; it reports whether the ACK
+// is still pending.
+func (r *responder) endDefer() bool {
+	r.ackDeferred = false
+	return r.ackPending
+}
+
+// deferMissed counts a wait for the poller that ended with the ACK still
+// pending, up to deferMissLimit (deferWorthIt).
+func (r *responder) deferMissed() {
+	if r.deferMisses < deferMissLimit {
+		r.deferMisses++
+	}
+}
+
+// flushAckWithPostLocked sends the pending ACK with requests the
+// application just posted: the wait for the poller paid, so the miss
+// count starts over.
+func (r *responder) flushAckWithPostLocked(qp *QP) {
+	r.deferMisses = 0
+	r.flushAckLocked(qp)
+}
+
 // StageDeferredAcks moves the ACKs that still wait into the batch's
 // stage: they leave with the next batch's responses (HandleBatch), or
 // with FlushStage.
@@ -118,12 +151,8 @@ func (rx *RxBatch) StageDeferredAcks() {
 	for i, qp := range rx.deferred {
 		rx.deferred[i] = nil
 		qp.mu.Lock()
-		qp.resp.ackDeferred = false
-		if qp.resp.ackPending && !qp.destroyed {
-			// The poller did not post: the wait bought nothing.
-			if qp.resp.deferMisses < deferMissLimit {
-				qp.resp.deferMisses++
-			}
+		if qp.resp.endDefer() && !qp.destroyed {
+			qp.resp.deferMissed() // the poller did not post: the wait bought nothing
 			qp.tx.attach(rx.stage)
 			qp.resp.flushAckLocked(qp)
 			qp.flushLocked()
@@ -288,11 +317,16 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 		proven := false
 		switch qp.typ {
 		case verbs.QPTypeRC:
-			proven = qp.resp.onRequestLocked(qp, p)
+			r := qp.resp.onRequestLocked(qp, p)
+			if r.fail {
+				qp.errorLocked()
+				qp.dev.Event(verbs.AsyncEvent{Type: r.event, QP: qp})
+			}
+			proven = r.expected
 		case verbs.QPTypeUC:
 			proven = qp.resp.onUCRequestLocked(qp, p)
 		case verbs.QPTypeUD:
-			qp.resp.onUDRequestLocked(qp, p, pk)
+			qp.resp.onUDRequestLocked(qp.recvRes(), p, pk)
 		}
 		qp.learnPeerPortLocked(proven, pk)
 		return false
@@ -301,7 +335,8 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 		c.DropQPState.Add(1)
 		return false
 	}
-	r := qp.comp.onResponse(qp, p, now)
+	s := qp.req.sent(qp.sq.next)
+	r := qp.comp.onResponse(qp, &s, p, now)
 	qp.learnPeerPortLocked(r.inWindow, pk)
 	return qp.applyCompLocked(r, now)
 }
@@ -337,8 +372,7 @@ func (qp *QP) endRxLocked(rx *RxBatch, now time.Time, sendMore bool) {
 	case rx.deferAck && qp.tx.n == 0 && qp.resp.deferWorthIt():
 		// Nothing leaves now: the ACK waits for the poller (see
 		// Config.NoDeferredAck).
-		if !qp.resp.ackDeferred {
-			qp.resp.ackDeferred = true
+		if qp.resp.deferAck() {
 			rx.deferred = append(rx.deferred, qp)
 		}
 	default:

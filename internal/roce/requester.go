@@ -368,6 +368,44 @@ func (qp *QP) advancePSNLocked(n uint32, ackReq bool) {
 	}
 }
 
+// sent tells the completer what the requester has sent; next is the send
+// queue's next.
+func (r *requester) sent(next uint32) reqSent {
+	return reqSent{psn: r.psn, maxPSN: r.maxPSN, next: next}
+}
+
+// apply carries out the requester's part of the completer's answer c:
+// it accounts for what was retired, grows the window by what was
+// acknowledged, and on a loss shrinks the window (restarts it after a
+// timeout) and goes back to c.rewindPSN; after an RNR NAK it goes back and
+// waits until c.rnrUntil. sq is the QP's send queue. It reports whether
+// the requester may send now.
+func (r *requester) apply(sq *sendQueue, c compResult) (sendMore bool) {
+	if c.rdRetired > 0 || c.rewound {
+		r.onRetired(c.rdRetired, c.rewound, c.rewoundEnd) // before any rewind below
+	}
+	if c.acked > 0 {
+		r.onAcked(c.acked)
+	}
+	switch c.next {
+	case compRetry:
+		if c.timeout {
+			r.onTimeout()
+		} else {
+			r.onLoss(uint32(r.maxPSN.Sub(c.rewindPSN)))
+		}
+		r.rewind(sq, c.rewindPSN)
+		return true
+	case compRNR:
+		r.rewind(sq, c.rewindPSN)
+		r.pauseUntil(c.rnrUntil)
+		return false
+	case compError:
+		return false
+	}
+	return c.progress
+}
+
 // pauseUntil stops the requester until t (an RNR NAK's timer).
 func (r *requester) pauseUntil(t time.Time) { r.rnrWait, r.rnrUntil = true, t }
 
@@ -396,25 +434,26 @@ func (r *requester) onRetired(rd uint32, rewound bool, end wire.PSN) {
 // rewind goes back to PSN psn, the oldest unacknowledged packet, to
 // retransmit everything from there (go-back-N, IBTA 9.7.5.1.4). A SEND or
 // WRITE resumes mid-message at psn; a READ or atomic is requested again
-// whole, which the responder answers from its replay ring.
-func (r *requester) rewind(qp *QP, psn wire.PSN) {
-	if qp.sq.head == qp.sq.tail {
+// whole, which the responder answers from its replay ring. sq is the
+// QP's send queue, whose WQEs from head on are sent again.
+func (r *requester) rewind(sq *sendQueue, psn wire.PSN) {
+	if sq.head == sq.tail {
 		return
 	}
-	head := qp.sq.at(qp.sq.head)
+	head := sq.at(sq.head)
 	if !head.started {
 		return // nothing was sent
 	}
 	r.rdOutstanding = 0
-	end := qp.sq.next
-	if end != qp.sq.tail {
+	end := sq.next
+	if end != sq.tail {
 		end++ // include the partly sent WQE
 	}
-	for i := qp.sq.head; i != end; i++ {
-		w := qp.sq.at(i)
+	for i := sq.head; i != end; i++ {
+		w := sq.at(i)
 		w.started = false
 	}
-	qp.sq.next = qp.sq.head
+	sq.next = sq.head
 	switch {
 	case !head.isReadOrAtomic() && head.npkts > 0 && psn.InWindow(head.firstPSN, head.npkts):
 		head.started = true

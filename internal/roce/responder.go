@@ -32,9 +32,13 @@ import (
 )
 
 // responder is the receiving half of a QP's protocol state. Its steps are
-// its methods; each takes the QP for what the roles share (the receive
-// queue or SRQ, the PD's MRs, the transmit queue, the counters), and the
-// QP's mu must be held.
+// its methods, run with the QP's mu held. The steps that place a message
+// (SEND, WRITE, UD) take a recvRes: the receive queue or SRQ, the PD, the
+// receive CQ, the counters. The steps that answer (ACKs, NAKs, READ
+// responses, atomic ACKs) take the QP, whose transmit queue the answer
+// goes on. None of them touches the requester's or the completer's state
+// or moves the QP to ERR: an error that fails the QP is recorded and
+// handed back in the request's respResult.
 type responder struct {
 	psn       wire.PSN // expected PSN
 	msn       uint32   // message sequence number (24 bits on the wire)
@@ -63,11 +67,71 @@ type responder struct {
 
 	res     []rdRes // replay ring for READ and atomic requests
 	resNext int
+
+	// failed: a step sent a NAK that fails the QP with failEvent; the
+	// request's respResult hands it to the QP.
+	failed    bool
+	failEvent verbs.AsyncEventType
+}
+
+// respResult is what handling one RC request asks of the QP.
+type respResult struct {
+	// expected: the request had the expected PSN. Only such a packet
+	// proves to come from the peer (the responder acknowledges a
+	// duplicate of any older PSN, half the PSN space).
+	expected bool
+	// fail: the responder NAKed an error; the QP moves to ERR and raises
+	// event.
+	fail  bool
+	event verbs.AsyncEventType
+}
+
+// result ends the handling of a request: it hands over a failure a step
+// recorded, with expected.
+func (r *responder) result(expected bool) respResult {
+	res := respResult{expected: expected, fail: r.failed, event: r.failEvent}
+	r.failed = false
+	return res
 }
 
 // start makes the responder expect psn, the peer's first request, with
 // the message sequence number at 0 (INIT → RTR).
 func (r *responder) start(psn wire.PSN) { r.psn, r.msn = psn, 0 }
+
+// setReplayRing gives the responder an empty replay ring of n records
+// (max_dest_rd_atomic).
+func (r *responder) setReplayRing(n int) {
+	r.res = make([]rdRes, n)
+	r.resNext = 0
+}
+
+// reset empties the responder (the QP went to RESET), keeping the storage
+// of its replay ring and of cur.
+func (r *responder) reset() {
+	res := r.res
+	clear(res)
+	cur := r.cur
+	*r = responder{res: res, cur: cur}
+	r.cur.sgl.reset()
+}
+
+// flushLocked completes with a flush error the receive WQE of the message
+// in progress, if any, and every WQE of the QP's receive queue (the QP
+// moved to ERR); an SRQ's WQEs belong to the SRQ and stay.
+func (r *responder) flushLocked(s *recvRes) {
+	if r.inMsg && r.haveCur {
+		s.complete(&r.cur, verbs.WCWRFlushErr, 0, 0, 0, 0, false)
+		r.haveCur = false
+	}
+	if s.srq != nil {
+		return
+	}
+	for s.rq.head != s.rq.tail {
+		w := s.rq.at(s.rq.head)
+		s.rq.head++
+		s.complete(w, verbs.WCWRFlushErr, 0, 0, 0, 0, false)
+	}
+}
 
 // rdRes records an executed READ or atomic request so a duplicate of it is
 // answered again without executing it again.
@@ -119,12 +183,9 @@ func (v verdict) String() string {
 	return "verdict(?)"
 }
 
-// onRequestLocked handles a request packet on an RC QP.
-//
-// It reports whether the packet had the expected PSN: only such a packet
-// proves to come from the peer (the responder acknowledges a duplicate of
-// any older PSN, half the PSN space).
-func (r *responder) onRequestLocked(qp *QP, p *wire.Packet) (expected bool) {
+// onRequestLocked handles a request packet on an RC QP and returns what
+// the QP must do about it.
+func (r *responder) onRequestLocked(qp *QP, p *wire.Packet) respResult {
 	psn := p.BTH.PSN()
 	if d := psn.Sub(r.psn); d > 0 {
 		qp.dev.Counters.OutOfSeqRequest.Add(1)
@@ -132,10 +193,10 @@ func (r *responder) onRequestLocked(qp *QP, p *wire.Packet) (expected bool) {
 			r.nakSent = true
 			r.sendNAKLocked(qp, r.psn, wire.NAKSyndrome(wire.NAKPSNSeqError))
 		}
-		return false
+		return r.result(false)
 	} else if d < 0 {
 		r.onDuplicateLocked(qp, p, psn)
-		return false
+		return r.result(false)
 	}
 	r.nakSent, r.started = false, true
 	v, recvStatus := r.executeLocked(qp, p, psn)
@@ -151,7 +212,7 @@ func (r *responder) onRequestLocked(qp *QP, p *wire.Packet) (expected bool) {
 	case vOpErr:
 		r.nakErrorLocked(qp, psn, wire.NAKRemoteOperationalError, recvStatus)
 	}
-	return true
+	return r.result(true)
 }
 
 // executeLocked checks and executes a request with the expected PSN. On
@@ -186,12 +247,12 @@ func (r *responder) executeLocked(qp *QP, p *wire.Packet, psn wire.PSN) (v verdi
 	access := qp.attr.QPAccessFlags
 	switch {
 	case info.Has(wire.FlagSend):
-		v, recvStatus = r.recvSendLocked(qp, p, first, last)
+		v, recvStatus = r.recvSendLocked(qp.recvRes(), p, first, last)
 	case info.Has(wire.FlagWrite):
 		if access&verbs.AccessRemoteWrite == 0 {
 			return vInvalid, verbs.WCRemInvReqErr
 		}
-		v, recvStatus = r.recvWriteLocked(qp, p, first, last)
+		v, recvStatus = r.recvWriteLocked(qp.recvRes(), p, first, last)
 	case info.Has(wire.FlagRead) && rc:
 		if access&verbs.AccessRemoteRead == 0 {
 			return vInvalid, verbs.WCRemInvReqErr
@@ -222,37 +283,63 @@ func (r *responder) executeLocked(qp *QP, p *wire.Packet, psn wire.PSN) (v verdi
 	return vOK, 0
 }
 
-// takeRecvWQELocked moves the next receive WQE (from the SRQ or the QP's
-// own queue) into resp.cur. It returns false if there is none.
-func (r *responder) takeRecvWQELocked(qp *QP) bool {
+// recvRes is what the responder's receive steps use of the QP: its
+// receive queue or SRQ, its PD (the MRs a WRITE or SEND_WITH_INV names),
+// its receive CQ and QPN, the path MTU and Q_Key, and the device's
+// counters.
+type recvRes struct {
+	rq   *recvQueue
+	srq  *SRQ
+	pd   *PD
+	cq   *CQ
+	qpn  uint32
+	pmtu int
+	qkey uint32
+	c    *Counters
+}
+
+// recvRes returns the QP's resources for the responder's receive steps.
+func (qp *QP) recvRes() *recvRes {
+	return &recvRes{rq: &qp.rq, srq: qp.srq, pd: qp.pd, cq: qp.recvCQ, qpn: qp.qpn, pmtu: qp.pmtu, qkey: qp.attr.QKey, c: &qp.dev.Counters}
+}
+
+// complete completes the receive WQE w (completeRecv).
+func (s *recvRes) complete(w *recvWQE, st verbs.WCStatus, op verbs.WCOpcode, n uint32, imm uint32, flags verbs.WCFlags, solicited bool) {
+	completeRecv(s.cq, s.qpn, w, st, op, n, imm, flags, solicited)
+}
+
+// takeRecvWQELocked moves the next receive WQE (from srq if the QP has
+// one, else from rq, the QP's own queue) into r.cur. It returns false if
+// there is none.
+func (r *responder) takeRecvWQELocked(rq *recvQueue, srq *SRQ) bool {
 	if r.haveCur {
 		r.recvOff = 0 // kept from a UC message that was cut short: start over
 		return true
 	}
-	if qp.srq != nil {
-		if !qp.srq.pop(&r.cur) {
+	if srq != nil {
+		if !srq.pop(&r.cur) {
 			return false
 		}
 	} else {
-		if qp.rq.head == qp.rq.tail {
+		if rq.head == rq.tail {
 			return false
 		}
-		w := qp.rq.at(qp.rq.head)
+		w := rq.at(rq.head)
 		r.cur.wrID, r.cur.length, r.cur.bad = w.wrID, w.length, w.bad
 		r.cur.sgl.reset()
 		r.cur.sgl.sges = append(r.cur.sgl.sges, w.sgl.sges...)
 		r.cur.sgl.mrs = append(r.cur.sgl.mrs, w.sgl.mrs...)
 		w.sgl.reset()
-		qp.rq.head++
+		rq.head++
 	}
 	r.haveCur = true
 	r.recvOff = 0
 	return true
 }
 
-func (r *responder) recvSendLocked(qp *QP, p *wire.Packet, first, last bool) (verdict, verbs.WCStatus) {
+func (r *responder) recvSendLocked(s *recvRes, p *wire.Packet, first, last bool) (verdict, verbs.WCStatus) {
 	if first {
-		if !r.takeRecvWQELocked(qp) {
+		if !r.takeRecvWQELocked(s.rq, s.srq) {
 			return vRNR, 0
 		}
 		if r.cur.bad {
@@ -263,8 +350,8 @@ func (r *responder) recvSendLocked(qp *QP, p *wire.Packet, first, last bool) (ve
 	if n > r.cur.length-r.recvOff {
 		return vInvalid, verbs.WCLocLenErr
 	}
-	if p.IETH != nil && !r.canInvalidateLocked(qp, p.IETH.RKey()) {
-		qp.dev.Counters.DropBadInvalidate.Add(1)
+	if p.IETH != nil && !canInvalidate(s.pd, p.IETH.RKey()) {
+		s.c.DropBadInvalidate.Add(1)
 		return vInvalid, verbs.WCRemInvReqErr
 	}
 	if !r.cur.sgl.copyIn(p.Payload, r.recvOff) {
@@ -279,31 +366,30 @@ func (r *responder) recvSendLocked(qp *QP, p *wire.Packet, first, last bool) (ve
 		}
 		if p.IETH != nil {
 			flags, imm = verbs.WCWithInv, p.IETH.RKey()
-			r.invalidateLocked(qp, imm)
+			invalidate(s.pd, imm)
 		}
 		r.haveCur = false
-		qp.completeRecvLocked(&r.cur, verbs.WCSuccess, verbs.WCRecv, uint32(r.recvOff), imm, flags, p.BTH.SolicitedEvent())
-		qp.dev.Counters.RDMARecvs.Add(1)
+		s.complete(&r.cur, verbs.WCSuccess, verbs.WCRecv, uint32(r.recvOff), imm, flags, p.BTH.SolicitedEvent())
+		s.c.RDMARecvs.Add(1)
 	}
 	return vOK, 0
 }
 
-// canInvalidateLocked says whether a SEND_WITH_INV may revoke rkey. IBTA
+// canInvalidate says whether a SEND_WITH_INV may revoke rkey. IBTA
 // (10.6.7, o10-37) lets it invalidate memory windows and fast-registered
 // regions of the QP's PD, never a region registered with RegMR (rxe
 // refuses those too: "mr type is not MEM_REG"); softrdma has neither
 // windows nor fast registration yet, so no key qualifies and the SEND
-// fails as an invalid request. (It used to revoke any MR of the PD,
-// for good, from any peer that named its rkey.)
-func (r *responder) canInvalidateLocked(qp *QP, rkey uint32) bool {
-	mr := qp.dev.lookupKey(rkey)
-	return mr != nil && mr.rkey == rkey && mr.pd == qp.pd && mr.invalidatable
+// fails as an invalid request. pd is the QP's.
+func canInvalidate(pd *PD, rkey uint32) bool {
+	mr := pd.dev.lookupKey(rkey)
+	return mr != nil && mr.rkey == rkey && mr.pd == pd && mr.invalidatable
 }
 
-// invalidateLocked revokes remote access through rkey, for SEND_WITH_INV.
-// Precondition: canInvalidateLocked(rkey).
-func (r *responder) invalidateLocked(qp *QP, rkey uint32) {
-	mr := qp.dev.lookupKey(rkey)
+// invalidate revokes remote access through rkey, for SEND_WITH_INV.
+// Precondition: canInvalidate(pd, rkey).
+func invalidate(pd *PD, rkey uint32) {
+	mr := pd.dev.lookupKey(rkey)
 	if mr == nil || !mr.invalidatable {
 		return
 	}
@@ -312,11 +398,11 @@ func (r *responder) invalidateLocked(qp *QP, rkey uint32) {
 	mr.mu.Unlock()
 }
 
-func (r *responder) recvWriteLocked(qp *QP, p *wire.Packet, first, last bool) (verdict, verbs.WCStatus) {
+func (r *responder) recvWriteLocked(s *recvRes, p *wire.Packet, first, last bool) (verdict, verbs.WCStatus) {
 	if first {
 		va, rkey, dlen := p.RETH.VA(), p.RETH.RKey(), uint64(p.RETH.DMALen())
 		if dlen > 0 {
-			mr, _, ok := qp.pd.remoteMR(rkey, va, dlen, verbs.AccessRemoteWrite)
+			mr, _, ok := s.pd.remoteMR(rkey, va, dlen, verbs.AccessRemoteWrite)
 			if !ok {
 				return vAccess, verbs.WCRemAccessErr
 			}
@@ -324,7 +410,7 @@ func (r *responder) recvWriteLocked(qp *QP, p *wire.Packet, first, last bool) (v
 		}
 		r.writeVA, r.writeRKey, r.writeLeft, r.writeLen = va, rkey, dlen, dlen
 	}
-	if p.ImmDt != nil && !r.takeRecvWQELocked(qp) {
+	if p.ImmDt != nil && !r.takeRecvWQELocked(s.rq, s.srq) {
 		return vRNR, 0 // checked before any byte is written
 	}
 	n := uint64(len(p.Payload))
@@ -332,7 +418,7 @@ func (r *responder) recvWriteLocked(qp *QP, p *wire.Packet, first, last bool) (v
 		return vInvalid, verbs.WCLocLenErr
 	}
 	if n > 0 {
-		mr, b, ok := qp.pd.remoteMR(r.writeRKey, r.writeVA, n, verbs.AccessRemoteWrite)
+		mr, b, ok := s.pd.remoteMR(r.writeRKey, r.writeVA, n, verbs.AccessRemoteWrite)
 		if !ok {
 			return vAccess, verbs.WCRemAccessErr
 		}
@@ -343,7 +429,7 @@ func (r *responder) recvWriteLocked(qp *QP, p *wire.Packet, first, last bool) (v
 	r.writeLeft -= n
 	if last && p.ImmDt != nil {
 		r.haveCur = false
-		qp.completeRecvLocked(&r.cur, verbs.WCSuccess, verbs.WCRecvRDMAWithImm, uint32(r.writeLen), p.ImmDt.Imm(), verbs.WCWithImm, p.BTH.SolicitedEvent())
+		s.complete(&r.cur, verbs.WCSuccess, verbs.WCRecvRDMAWithImm, uint32(r.writeLen), p.ImmDt.Imm(), verbs.WCWithImm, p.BTH.SolicitedEvent())
 	}
 	return vOK, 0
 }
@@ -353,7 +439,7 @@ func (r *responder) recvReadLocked(qp *QP, p *wire.Packet, psn wire.PSN) verdict
 		return vInvalid // max_dest_rd_atomic is 0
 	}
 	va, rkey, dlen := p.RETH.VA(), p.RETH.RKey(), uint64(p.RETH.DMALen())
-	if dlen > maxMsgSize || r.packetsFor(qp, dlen) > maxReadPSNs {
+	if dlen > maxMsgSize || packetsFor(dlen, qp.pmtu) > maxReadPSNs {
 		// Longer than a message may be (IBTA: 2^31), or so many
 		// responses that their PSNs would cover a quarter of the PSN
 		// space (a 2 GiB READ at MTU 256 covers half, where "older" and
@@ -368,8 +454,8 @@ func (r *responder) recvReadLocked(qp *QP, p *wire.Packet, psn wire.PSN) verdict
 		}
 		mr.mu.RUnlock()
 	}
-	npkts := r.packetsFor(qp, dlen)
-	slot := r.nextResLocked(qp)
+	npkts := packetsFor(dlen, qp.pmtu)
+	slot := r.nextResLocked()
 	*slot = rdRes{used: true, first: psn, last: psn.Add(npkts - 1), va: va, rkey: rkey, len: dlen}
 	r.psn = psn.Add(npkts)
 	r.msn++
@@ -377,14 +463,16 @@ func (r *responder) recvReadLocked(qp *QP, p *wire.Packet, psn wire.PSN) verdict
 	return vOK
 }
 
-func (r *responder) packetsFor(qp *QP, n uint64) uint32 {
+// packetsFor is how many packets of pmtu bytes carry n bytes (one for 0).
+func packetsFor(n uint64, pmtu int) uint32 {
 	if n == 0 {
 		return 1
 	}
-	return uint32((n + uint64(qp.pmtu) - 1) / uint64(qp.pmtu))
+	return uint32((n + uint64(pmtu) - 1) / uint64(pmtu))
 }
 
-func (r *responder) nextResLocked(qp *QP) *rdRes {
+// nextResLocked returns the replay ring's next slot, the oldest record.
+func (r *responder) nextResLocked() *rdRes {
 	slot := &r.res[r.resNext]
 	r.resNext++
 	if r.resNext == len(r.res) {
@@ -398,7 +486,7 @@ func (r *responder) nextResLocked(qp *QP) *rdRes {
 // remote access NAK instead and fails the QP.
 func (r *responder) sendReadResponsesLocked(qp *QP, va uint64, rkey uint32, dlen uint64, psn wire.PSN) {
 	r.flushAckLocked(qp)
-	npkts := r.packetsFor(qp, dlen)
+	npkts := packetsFor(dlen, qp.pmtu)
 	for i := uint32(0); i < npkts; i++ {
 		off := uint64(i) * uint64(qp.pmtu)
 		n := min(uint64(qp.pmtu), dlen-off)
@@ -477,7 +565,7 @@ func (r *responder) recvAtomicLocked(qp *QP, p *wire.Packet, psn wire.PSN) verdi
 		}
 	}
 	mr.mu.RUnlock()
-	slot := r.nextResLocked(qp)
+	slot := r.nextResLocked()
 	*slot = rdRes{used: true, atomic: true, first: psn, last: psn, orig: orig, va: va, rkey: a.RKey(), len: 8}
 	r.psn = psn.Add(1)
 	r.msn++
@@ -568,8 +656,10 @@ func (r *responder) flushAckLocked(qp *QP) {
 	}
 }
 
-// nakErrorLocked reports a responder error: a NAK with code, the receive
-// WQE in use (if any) completed with recvStatus, and the QP moved to ERR.
+// nakErrorLocked reports a responder error: a NAK with code and the
+// receive WQE in use (if any) completed with recvStatus. It records the
+// failure for the request's respResult: the QP moves to ERR once the
+// responder returns.
 func (r *responder) nakErrorLocked(qp *QP, psn wire.PSN, code wire.NAKCode, recvStatus verbs.WCStatus) {
 	qp.dev.Counters.NAKsSent.Add(1)
 	r.sendNAKLocked(qp, psn, wire.NAKSyndrome(code))
@@ -578,10 +668,9 @@ func (r *responder) nakErrorLocked(qp *QP, psn wire.PSN, code wire.NAKCode, recv
 			recvStatus = verbs.WCRemInvReqErr
 		}
 		r.haveCur = false
-		qp.completeRecvLocked(&r.cur, recvStatus, 0, 0, 0, 0, false)
+		qp.recvRes().complete(&r.cur, recvStatus, 0, 0, 0, 0, false)
 	}
 	r.inMsg = false
-	qp.errorLocked()
 	ev := verbs.EventQPFatal
 	switch code {
 	case wire.NAKInvalidRequest:
@@ -589,7 +678,7 @@ func (r *responder) nakErrorLocked(qp *QP, psn wire.PSN, code wire.NAKCode, recv
 	case wire.NAKRemoteAccessError:
 		ev = verbs.EventQPAccessErr
 	}
-	qp.dev.Event(verbs.AsyncEvent{Type: ev, QP: qp})
+	r.failed, r.failEvent = true, ev
 }
 
 // onUCRequestLocked handles a request on a UC QP: no acknowledgements; a
@@ -631,23 +720,23 @@ func (r *responder) onUCRequestLocked(qp *QP, p *wire.Packet) (expected bool) {
 
 // onUDRequestLocked delivers a UD SEND: Q_Key check, a receive WQE, the
 // 40-byte network header, then the payload.
-func (r *responder) onUDRequestLocked(qp *QP, p *wire.Packet, pk *transport.Datagram) {
-	if p.DETH == nil || p.DETH.QKey() != qp.attr.QKey {
-		qp.dev.Counters.DropQKey.Add(1)
+func (r *responder) onUDRequestLocked(s *recvRes, p *wire.Packet, pk *transport.Datagram) {
+	if p.DETH == nil || p.DETH.QKey() != s.qkey {
+		s.c.DropQKey.Add(1)
 		return
 	}
-	if len(p.Payload) > qp.pmtu {
-		qp.dev.Counters.DropTooLong.Add(1) // a UD message is one packet of at most the path MTU
+	if len(p.Payload) > s.pmtu {
+		s.c.DropTooLong.Add(1) // a UD message is one packet of at most the path MTU
 		return
 	}
-	if !r.takeRecvWQELocked(qp) {
-		qp.dev.Counters.DropNoRecvWQE.Add(1)
+	if !r.takeRecvWQELocked(s.rq, s.srq) {
+		s.c.DropNoRecvWQE.Add(1)
 		return
 	}
 	r.haveCur = false
 	w := &r.cur
 	n := uint64(grhLen + len(p.Payload))
-	wc := verbs.WC{WRID: w.wrID, QPNum: qp.qpn, Opcode: verbs.WCRecv, SrcQP: p.DETH.SrcQP(), WCFlags: verbs.WCWithGRH}
+	wc := verbs.WC{WRID: w.wrID, QPNum: s.qpn, Opcode: verbs.WCRecv, SrcQP: p.DETH.SrcQP(), WCFlags: verbs.WCWithGRH}
 	switch {
 	case w.bad:
 		wc.Status = verbs.WCLocProtErr
@@ -665,11 +754,11 @@ func (r *responder) onUDRequestLocked(qp *QP, p *wire.Packet, pk *transport.Data
 			wc.WCFlags |= verbs.WCWithImm
 			wc.ImmData = p.ImmDt.Imm()
 		}
-		qp.dev.Counters.RDMARecvs.Add(1)
+		s.c.RDMARecvs.Add(1)
 	}
 	if wc.Status != verbs.WCSuccess {
 		wc.Opcode, wc.ByteLen, wc.WCFlags = verbs.WCRecv, 0, 0
 	}
-	qp.recvCQ.push(&wc, wc.Status != verbs.WCSuccess || p.BTH.SolicitedEvent())
+	s.cq.push(&wc, wc.Status != verbs.WCSuccess || p.BTH.SolicitedEvent())
 	w.sgl.reset()
 }
