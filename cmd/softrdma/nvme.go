@@ -17,17 +17,15 @@ import (
 // is the command's name) until they finish or the
 // process is interrupted (the target then disconnects its hosts).
 func runNvmet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	open, done, err := nvmeOpener(ctx, stderr)
-	if err != nil {
-		return err
-	}
-	defer done()
-	return nvmecli.RunTarget(ctx, args[1:], stdout, stderr, open)
+	return runNvmeTool(ctx, args, stdout, stderr, nvmecli.RunTarget)
 }
 
 func runNvme(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runNvmeTool(ctx, args, stdout, stderr, nvmecli.RunHost)
+}
+
+func runNvmeTool(ctx context.Context, args []string, stdout, stderr io.Writer,
+	run func(context.Context, []string, io.Writer, io.Writer, nvmecli.Opener) error) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	open, done, err := nvmeOpener(ctx, stderr)
@@ -35,7 +33,7 @@ func runNvme(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer done()
-	return nvmecli.RunHost(ctx, args[1:], stdout, stderr, open)
+	return run(ctx, args[1:], stdout, stderr, open)
 }
 
 // nvmeOpener opens the NVMe tools' devices as the other tools do, with

@@ -26,6 +26,7 @@ type fabricFlags struct {
 	transport, traddr, hostTraddr, nqn, hostNQN, device string
 	trsvcid                                             int
 	opener                                              Opener
+	needNQN                                             bool
 }
 
 func (f *fabricFlags) register(fs *flag.FlagSet, needNQN bool) {
@@ -44,6 +45,24 @@ func (f *fabricFlags) register(fs *flag.FlagSet, needNQN bool) {
 		fs.StringVar(&f.nqn, "n", "", "the subsystem's `NQN`")
 		fs.StringVar(&f.nqn, "nqn", "", "the subsystem's `NQN`")
 	}
+}
+
+// newFabricFlags is the flag set of one `softrdma nvme` command with the
+// fabric flags registered; the command adds its own, then calls parse.
+func newFabricFlags(name string, stderr io.Writer, open Opener, needNQN bool) (*fabricFlags, *flag.FlagSet) {
+	f := &fabricFlags{opener: open, needNQN: needNQN}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f.register(fs, needNQN)
+	return f, fs
+}
+
+// parse parses args and checks the fabric flags.
+func (f *fabricFlags) parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return f.check(f.needNQN)
 }
 
 func (f *fabricFlags) check(needNQN bool) error {
@@ -87,7 +106,7 @@ func (f *fabricFlags) open(queues, depth int) (*nvmeof.HostConfig, string, func(
 // its work and disconnecting.
 func RunHost(ctx context.Context, args []string, stdout, stderr io.Writer, open Opener) error {
 	if open == nil {
-		open = DefaultOpener
+		return errors.New("nvme: no device opener given")
 	}
 	if len(args) == 0 {
 		return errors.New("usage: softrdma nvme discover|id-ctrl|id-ns|read|write|perf -t rdma -a ADDR [-s PORT] [-n NQN] ...")
@@ -109,14 +128,8 @@ func RunHost(ctx context.Context, args []string, stdout, stderr io.Writer, open 
 }
 
 func discover(ctx context.Context, args []string, stdout, stderr io.Writer, open Opener) error {
-	f := fabricFlags{opener: open}
-	fs := flag.NewFlagSet("nvme discover", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	f.register(fs, false)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := f.check(false); err != nil {
+	f, fs := newFabricFlags("nvme discover", stderr, open, false)
+	if err := f.parse(fs, args); err != nil {
 		return err
 	}
 	cfg, addr, done, err := f.open(1, 2)
@@ -161,17 +174,11 @@ func connect(ctx context.Context, f *fabricFlags, queues, depth int) (*nvmeof.Co
 }
 
 func idCtrl(ctx context.Context, args []string, stdout, stderr io.Writer, open Opener) error {
-	f := fabricFlags{opener: open}
-	fs := flag.NewFlagSet("nvme id-ctrl", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	f.register(fs, true)
-	if err := fs.Parse(args); err != nil {
+	f, fs := newFabricFlags("nvme id-ctrl", stderr, open, true)
+	if err := f.parse(fs, args); err != nil {
 		return err
 	}
-	if err := f.check(true); err != nil {
-		return err
-	}
-	c, done, err := connect(ctx, &f, 1, 2)
+	c, done, err := connect(ctx, f, 1, 2)
 	if err != nil {
 		return err
 	}
@@ -193,18 +200,12 @@ func idCtrl(ctx context.Context, args []string, stdout, stderr io.Writer, open O
 }
 
 func idNS(ctx context.Context, args []string, stdout, stderr io.Writer, open Opener) error {
-	f := fabricFlags{opener: open}
-	fs := flag.NewFlagSet("nvme id-ns", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	f.register(fs, true)
+	f, fs := newFabricFlags("nvme id-ns", stderr, open, true)
 	nsid := fs.Uint("namespace-id", 1, "the namespace `ID`")
-	if err := fs.Parse(args); err != nil {
+	if err := f.parse(fs, args); err != nil {
 		return err
 	}
-	if err := f.check(true); err != nil {
-		return err
-	}
-	c, done, err := connect(ctx, &f, 1, 2)
+	c, done, err := connect(ctx, f, 1, 2)
 	if err != nil {
 		return err
 	}
@@ -225,25 +226,19 @@ func idNS(ctx context.Context, args []string, stdout, stderr io.Writer, open Ope
 // readWrite is nvme-cli's read and write: --start-block, --block-count
 // (0's based), --data-size, --data (default stdout / stdin).
 func readWrite(ctx context.Context, op string, args []string, stdout, stderr io.Writer, open Opener) error {
-	f := fabricFlags{opener: open}
-	fs := flag.NewFlagSet("nvme "+op, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	f.register(fs, true)
+	f, fs := newFabricFlags("nvme "+op, stderr, open, true)
 	start := fs.Uint64("start-block", 0, "first logical block")
 	count := fs.Uint("block-count", 0, "number of blocks, 0's based (0 = one block)")
 	dataSize := fs.Int64("data-size", 0, "bytes to transfer (at least (block-count+1) × block size)")
 	dataFile := fs.String("data", "", "`file` to write from or read into (default stdin / stdout)")
 	nsid := fs.Uint("namespace-id", 1, "the namespace `ID`")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := f.check(true); err != nil {
+	if err := f.parse(fs, args); err != nil {
 		return err
 	}
 	if *count >= 1<<16 {
 		return fmt.Errorf("%s: --block-count %d: at most 65535 (0's based)", op, *count)
 	}
-	c, done, err := connect(ctx, &f, 1, 2)
+	c, done, err := connect(ctx, f, 1, 2)
 	if err != nil {
 		return err
 	}
@@ -328,10 +323,7 @@ type PerfResult struct {
 // perf runs a workload for a time at a queue depth: each of the depth
 // goroutines keeps one command in flight.
 func perf(ctx context.Context, args []string, stdout, stderr io.Writer, open Opener) error {
-	f := fabricFlags{opener: open}
-	fs := flag.NewFlagSet("nvme perf", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	f.register(fs, true)
+	f, fs := newFabricFlags("nvme perf", stderr, open, true)
 	workload := fs.String("workload", "randread", "randread, randwrite, read or write")
 	bs := fs.Int("o", 4096, "I/O size in bytes")
 	qd := fs.Int("q", 32, "queue depth: commands in flight")
@@ -339,10 +331,7 @@ func perf(ctx context.Context, args []string, stdout, stderr io.Writer, open Ope
 	dur := fs.Duration("T", 5*time.Second, "run time")
 	nsid := fs.Uint("namespace-id", 1, "the namespace `ID`")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := f.check(true); err != nil {
+	if err := f.parse(fs, args); err != nil {
 		return err
 	}
 	random, write := false, false
@@ -360,7 +349,7 @@ func perf(ctx context.Context, args []string, stdout, stderr io.Writer, open Ope
 	if *qd < 1 || *qd > 1024 || *queues < 1 {
 		return fmt.Errorf("perf: queue depth %d and queues %d: use 1 to 1024 and at least 1", *qd, *queues)
 	}
-	c, done, err := connect(ctx, &f, *queues, max(2, (*qd+*queues-1) / *queues + 1))
+	c, done, err := connect(ctx, f, *queues, max(2, (*qd+*queues-1) / *queues + 1))
 	if err != nil {
 		return err
 	}

@@ -17,54 +17,14 @@ import (
 
 	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/nvmeof"
-	"github.com/softrdma/softrdma/provider/shm"
-	"github.com/softrdma/softrdma/provider/soft"
 	"github.com/softrdma/softrdma/verbs"
 )
 
 // Opener opens the device a tool runs on: the device named (shm0, ...),
 // else the softrdma device of local, else of the address the routing
-// table uses towards remote. The CLI passes its own (which adds the
-// SOFTRDMA_* switches); nil means DefaultOpener.
+// table uses towards remote. The CLI passes its own, which applies the
+// SOFTRDMA_* switches as every tool does.
 type Opener func(name, local, remote string) (verbs.Context, error)
-
-// DefaultOpener opens plain devices: shared memory by name, else a
-// RoCEv2 device that accepts Linux rxe's unverifiable ICRCs.
-func DefaultOpener(name, local, remote string) (verbs.Context, error) {
-	if strings.HasPrefix(name, "shm") {
-		return shm.Open(shm.Config{Name: name})
-	}
-	if name != "" {
-		return nil, fmt.Errorf("device %q: name a shared-memory device (shm0) or give the address (-w/--host-traddr) of a RoCEv2 one", name)
-	}
-	a := local
-	if a == "" && remote != "" {
-		ip, err := resolveIP(remote)
-		if err != nil {
-			return nil, err
-		}
-		c, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: ip.AsSlice(), Port: 9})
-		if err != nil {
-			return nil, err
-		}
-		a = c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap().String()
-		c.Close()
-	}
-	if a == "" {
-		return nil, errors.New("no local address: give -a (the address to serve on) or -w/--host-traddr")
-	}
-	addr, err := resolveIP(a)
-	if err != nil {
-		return nil, err
-	}
-	// Linux rxe's ICRC cannot be checked on a plain UDP socket (the IP ID
-	// is not visible): accept it unverified, as the other tools do.
-	dev, err := soft.Open(soft.Config{Addr: addr, AcceptUnverifiedICRC: true})
-	if err != nil {
-		return nil, err
-	}
-	return dev, nil
-}
 
 func resolveIP(host string) (netip.Addr, error) {
 	if a, err := netip.ParseAddr(host); err == nil {
@@ -102,7 +62,7 @@ func parseSize(s string) (int64, error) {
 //	softrdma nvmet -a ADDR [-s 4420] -n NQN (-f FILE | --size SIZE) [-b 4096] [-d shm0] [--allow-host NQN]...
 func RunTarget(ctx context.Context, args []string, stdout, stderr io.Writer, open Opener) error {
 	if open == nil {
-		open = DefaultOpener
+		return errors.New("nvmet: no device opener given")
 	}
 	fs := flag.NewFlagSet("nvmet", flag.ContinueOnError)
 	fs.SetOutput(stderr)
