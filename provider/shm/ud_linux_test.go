@@ -358,6 +358,13 @@ func TestUDLastDatagramsBeforeClose(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// One datagram first, so the devices' connection is up (b
+		// checks a's identity by calling back, which a closed device
+		// cannot answer), as udaddy's exchange has it before the end.
+		postRecv(t, b.qp, 99, b.mr.SGE(0, 4096))
+		postSend(t, a.qp, *udSend(a, ah, b, 99, 8))
+		poll(t, a.cq, 1)
+		poll(t, b.cq, 1)
 		const n = 16
 		for i := range n {
 			postRecv(t, b.qp, uint64(i), b.mr.SGE(4096*i, 4096))
