@@ -43,7 +43,12 @@ SOFT_ENV=
 
 say() { printf '%s\n' "$*"; }
 
-command -v tcpdump >/dev/null || { apt-get update -qq >/dev/null 2>&1; apt-get install -y -qq tcpdump >/dev/null 2>&1; }
+# tcpdump captures every case; tshark names the CM messages the rdma_cm
+# cases must show (CM_CHECK).
+if ! command -v tcpdump >/dev/null || ! command -v tshark >/dev/null; then
+	apt-get update -qq >/dev/null 2>&1
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tcpdump tshark >/dev/null 2>&1
+fi
 go build -o "$BIN" ./cmd/softrdma || exit 1
 go build -o "$ICRC" ./test/interop/icrccheck || exit 1
 $VM build >/dev/null || { say "vm.sh build failed"; exit 1; }
