@@ -173,12 +173,18 @@ func connect(ctx context.Context, f *fabricFlags, queues, depth int) (*nvmeof.Co
 	return c, func() { c.Close(); done() }, nil
 }
 
+// parseAndConnect parses args and connects to the controller with one
+// I/O queue, for the commands that issue one command at a time.
+func (f *fabricFlags) parseAndConnect(ctx context.Context, fs *flag.FlagSet, args []string) (*nvmeof.Controller, func(), error) {
+	if err := f.parse(fs, args); err != nil {
+		return nil, nil, err
+	}
+	return connect(ctx, f, 1, 2)
+}
+
 func idCtrl(ctx context.Context, args []string, stdout, stderr io.Writer, open Opener) error {
 	f, fs := newFabricFlags("nvme id-ctrl", stderr, open, true)
-	if err := f.parse(fs, args); err != nil {
-		return err
-	}
-	c, done, err := connect(ctx, f, 1, 2)
+	c, done, err := f.parseAndConnect(ctx, fs, args)
 	if err != nil {
 		return err
 	}
@@ -202,10 +208,7 @@ func idCtrl(ctx context.Context, args []string, stdout, stderr io.Writer, open O
 func idNS(ctx context.Context, args []string, stdout, stderr io.Writer, open Opener) error {
 	f, fs := newFabricFlags("nvme id-ns", stderr, open, true)
 	nsid := fs.Uint("namespace-id", 1, "the namespace `ID`")
-	if err := f.parse(fs, args); err != nil {
-		return err
-	}
-	c, done, err := connect(ctx, f, 1, 2)
+	c, done, err := f.parseAndConnect(ctx, fs, args)
 	if err != nil {
 		return err
 	}
