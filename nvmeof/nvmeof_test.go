@@ -310,6 +310,22 @@ func TestKeepAliveTimeout(t *testing.T) {
 	if err := c.Read(ctx(t), 1, 0, buf, 4096); err != nil {
 		t.Fatal(err)
 	}
+	// The host now tells the controller to expect Keep Alive every 100 ms
+	// and keeps sending every 200 ms: the controller goes.
+	var cmd [nvmeof.CommandSize]byte
+	cmd[0] = nvmeof.AdminSetFeatures
+	binary.LittleEndian.PutUint32(cmd[40:], nvmeof.FeatKeepAlive)
+	binary.LittleEndian.PutUint32(cmd[44:], 100)
+	if _, err := c.Exec(ctx(t), true, cmd, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for f.target.Stats.KeepAliveLost.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a controller whose host sent Keep Alive too seldom was kept")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // TestReconnect: the target goes away and comes back; the host's I/O
