@@ -35,6 +35,9 @@ type hostQueue struct {
 	cntlid uint16
 	gen    uint64
 
+	rwr  verbs.RecvWR // the poller's (and setup's) receive WR
+	rsge [1]verbs.SGE
+
 	mu    sync.Mutex
 	free  []uint16
 	slots []hostSlot
@@ -46,6 +49,8 @@ type hostQueue struct {
 }
 
 type hostSlot struct {
+	wr        verbs.SendWR // the command's SEND, reused: posting allocates nothing
+	sge       [1]verbs.SGE // its list
 	ch        chan hostResult
 	abandoned bool // its caller gave up: the completion frees the slot
 }
@@ -138,8 +143,12 @@ func (c *Controller) dialQueue(ctx context.Context, qid uint16, size int, cntlid
 	return q, nil
 }
 
+// postRecv posts receive buffer i. Only the poll goroutine calls it,
+// after setup.
 func (q *hostQueue) postRecv(i int) error {
-	return q.qp.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{q.rspMR.SGE(i*CompletionSize, CompletionSize)}})
+	q.rsge[0] = q.rspMR.SGE(i*CompletionSize, CompletionSize)
+	q.rwr = verbs.RecvWR{WRID: uint64(i), SGList: q.rsge[:]}
+	return q.qp.PostRecv(&q.rwr)
 }
 
 // poll delivers completions until the connection ends.
@@ -292,9 +301,10 @@ func (q *hostQueue) exec(ctx context.Context, build func(Command), in, out []byt
 		// (its target refuses a zeroed one as an invalid SGL subtype).
 		cmd.SGL().SetKeyed(0, 0, 0, false)
 	}
-	wr := verbs.SendWR{WRID: uint64(cid), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
-		SGList: []verbs.SGE{q.cmdMR.SGE(int(cid)*CommandSize, CommandSize)}}
-	if err := q.qp.PostSend(&wr); err != nil {
+	slot := &q.slots[cid]
+	slot.sge[0] = q.cmdMR.SGE(int(cid)*CommandSize, CommandSize)
+	slot.wr = verbs.SendWR{WRID: uint64(cid), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: slot.sge[:]}
+	if err := q.qp.PostSend(&slot.wr); err != nil {
 		q.fail(fmt.Errorf("%w: %v", errQueueGone, err))
 		return 0, errQueueGone
 	}

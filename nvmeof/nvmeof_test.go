@@ -374,3 +374,35 @@ func BenchmarkRead4K(b *testing.B) {
 		}
 	}
 }
+
+// TestIOZeroAllocs: in steady state a Read or Write, host and target
+// together, allocates nothing.
+func TestIOZeroAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's sync.Pool drops items")
+	}
+	f := newFabric(t, nvmeof.TargetConfig{}, 4096)
+	c, err := nvmeof.Connect(ctx(t), f.addr, testNQN, f.hostConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	buf := make([]byte, 4096)
+	bg := context.Background()
+	for name, op := range map[string]func() error{
+		"Read":  func() error { return c.Read(bg, 1, 7, buf, 4096) },
+		"Write": func() error { return c.Write(bg, 1, 7, buf, 4096) },
+	} {
+		var err error
+		if n := testing.AllocsPerRun(500, func() {
+			if e := op(); e != nil {
+				err = e
+			}
+		}); n != 0 {
+			t.Errorf("%s: %v allocations per I/O", name, n)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -78,7 +78,7 @@ type queue struct {
 	wr   [2]verbs.SendWR
 	sge  [2]verbs.SGE
 	rwr  verbs.RecvWR
-	rsge verbs.SGE
+	rsge [1]verbs.SGE // rwr's list: a slice literal here would allocate per post
 }
 
 func (t *Target) newQueue(vctx verbs.Context, qid uint16, size int) (q *queue, err error) {
@@ -133,8 +133,8 @@ func (t *Target) newQueue(vctx verbs.Context, qid uint16, size int) (q *queue, e
 }
 
 func (q *queue) postRecv(slot int) error {
-	q.rsge = q.recvMR.SGE(slot*q.capsule, q.capsule)
-	q.rwr = verbs.RecvWR{WRID: wrid(wrRecv, slot, 0), SGList: []verbs.SGE{q.rsge}}
+	q.rsge[0] = q.recvMR.SGE(slot*q.capsule, q.capsule)
+	q.rwr = verbs.RecvWR{WRID: wrid(wrRecv, slot, 0), SGList: q.rsge[:]}
 	return q.qp.PostRecv(&q.rwr)
 }
 

@@ -1,0 +1,5 @@
+//go:build !race
+
+package nvmeof_test
+
+const raceEnabled = false
