@@ -228,21 +228,7 @@ func TestLocalMRAfterDereg(t *testing.T) {
 }
 
 func TestUD(t *testing.T) {
-	a, b := newSide(t, sideOpts{typ: verbs.QPTypeUD}), newSide(t, sideOpts{typ: verbs.QPTypeUD})
-	defer a.close(t)
-	defer b.close(t)
-	p := cm.DefaultParams()
-	p.QKey = 0x1234
-	for _, s := range []*side{a, b} {
-		if err := cm.Connect(s.qp, s.endpoint(), cm.Endpoint{}, &p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ah, err := a.pd.CreateAH(&verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: b.dev.GID()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ah.Destroy()
+	a, b, ah := udPair(t)
 	postRecv(t, b.qp, 1, b.mr.SGE(0, 100))
 	copy(a.mr.Bytes(), "datagram")
 	postSend(t, a.qp, verbs.SendWR{WRID: 1, Opcode: verbs.WRSendWithImm, ImmData: 5, AH: ah, RemoteQPN: b.qp.QPNum(), RemoteQKey: 0x1234, SGList: []verbs.SGE{a.mr.SGE(0, 8)}})

@@ -11,8 +11,9 @@ import (
 	"github.com/softrdma/softrdma/verbs"
 )
 
-// udPair is two UD QPs on two devices, ready, and an AH from a to b.
-func udPair(t testing.TB) (a, b *side, ah verbs.AH) {
+// udSides is two UD QPs on two devices, ready (Q_Key 0x1234), and an AH
+// from a to b; the caller closes them.
+func udSides(t testing.TB) (a, b *side, ah verbs.AH) {
 	t.Helper()
 	a, b = newSide(t, sideOpts{typ: verbs.QPTypeUD}), newSide(t, sideOpts{typ: verbs.QPTypeUD})
 	p := cm.DefaultParams()
@@ -26,6 +27,13 @@ func udPair(t testing.TB) (a, b *side, ah verbs.AH) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return a, b, ah
+}
+
+// udPair is udSides, closed when the test ends.
+func udPair(t testing.TB) (a, b *side, ah verbs.AH) {
+	t.Helper()
+	a, b, ah = udSides(t)
 	t.Cleanup(func() {
 		ah.Destroy()
 		b.close(t)
@@ -346,18 +354,7 @@ func TestMADAfterBlockingSend(t *testing.T) {
 // replies and exits at once).
 func TestUDLastDatagramsBeforeClose(t *testing.T) {
 	for round := range 5 {
-		a, b := newSide(t, sideOpts{typ: verbs.QPTypeUD}), newSide(t, sideOpts{typ: verbs.QPTypeUD})
-		p := cm.DefaultParams()
-		p.QKey = 0x1234
-		for _, s := range []*side{a, b} {
-			if err := cm.Connect(s.qp, s.endpoint(), cm.Endpoint{}, &p); err != nil {
-				t.Fatal(err)
-			}
-		}
-		ah, err := a.pd.CreateAH(&verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: b.dev.GID()}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		a, b, ah := udSides(t)
 		// One datagram first, so the devices' connection is up (b
 		// checks a's identity by calling back, which a closed device
 		// cannot answer), as udaddy's exchange has it before the end.
