@@ -41,10 +41,10 @@ var rules = []struct {
 	{"internal/replay", []string{"internal/pcapfile"}, nil},
 	{"internal/pcapfile", nil, []string{"github.com/gopacket/gopacket"}},
 	{"provider", []string{"wire", "verbs", "transport", "internal/roce", "internal/netsim", "internal/spin", "internal/reuseport", "internal/verbsobj"}, []string{"golang.org/x/sys"}},
-	{"cm", []string{"verbs", "wire"}, nil},                            // wire: the CM MAD layouts (DESIGN: MAD layouts live in wire)
-	{"rdmanet", []string{"verbs", "cm"}, nil},                         // sockets over RDMA (rsocket)
-	{"nvmeof", []string{"verbs", "cm"}, []string{"golang.org/x/sys"}}, // NVMe over Fabrics, a ULP like rdmanet
-	{"internal/nvmecli", []string{"verbs", "cm", "nvmeof"}, nil},      // the nvmet and nvme tools
+	{"cm", []string{"verbs", "wire"}, nil},                                                // wire: the CM MAD layouts (DESIGN: MAD layouts live in wire)
+	{"rdmanet", []string{"verbs", "cm"}, nil},                                             // sockets over RDMA (rsocket)
+	{"nvmeof", []string{"verbs", "cm"}, []string{"golang.org/x/sys"}},                     // NVMe over Fabrics, a ULP like rdmanet
+	{"internal/nvmecli", []string{"verbs", "cm", "nvmeof", "internal/tools/device"}, nil}, // the nvmet and nvme tools
 	{"metrics", []string{"provider/soft", "verbs"}, []string{"github.com/prometheus"}},
 	{"cmd", []string{""}, []string{""}},            // the CLI may import anything
 	{"internal/tools", []string{""}, []string{""}}, // so may the tools it dispatches to

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/cm"
+	"github.com/softrdma/softrdma/internal/tools/device"
 	"github.com/softrdma/softrdma/nvmeof"
 )
 
@@ -82,7 +83,7 @@ func (f *fabricFlags) check(needNQN bool) error {
 // open opens the device and returns the host configuration for it and a
 // function that closes the device.
 func (f *fabricFlags) open(queues, depth int) (*nvmeof.HostConfig, string, func(), error) {
-	ip, err := resolveIP(f.traddr)
+	ip, err := device.ResolveIP(f.traddr)
 	if err != nil {
 		return nil, "", nil, err
 	}

@@ -10,12 +10,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"strconv"
 	"strings"
 
 	"github.com/softrdma/softrdma/cm"
+	"github.com/softrdma/softrdma/internal/tools/device"
 	"github.com/softrdma/softrdma/nvmeof"
 	"github.com/softrdma/softrdma/verbs"
 )
@@ -25,18 +25,6 @@ import (
 // table uses towards remote. The CLI passes its own, which applies the
 // SOFTRDMA_* switches as every tool does.
 type Opener func(name, local, remote string) (verbs.Context, error)
-
-func resolveIP(host string) (netip.Addr, error) {
-	if a, err := netip.ParseAddr(host); err == nil {
-		return a.Unmap(), nil
-	}
-	ips, err := net.LookupIP(host)
-	if err != nil || len(ips) == 0 {
-		return netip.Addr{}, fmt.Errorf("cannot resolve %q", host)
-	}
-	a, _ := netip.AddrFromSlice(ips[0])
-	return a.Unmap(), nil
-}
 
 // parseSize reads 64M, 1G, 4096, 512k.
 func parseSize(s string) (int64, error) {
@@ -125,7 +113,7 @@ func RunTarget(ctx context.Context, args []string, stdout, stderr io.Writer, ope
 	}
 	defer vdev.Close()
 	defer cm.Detach(vdev)
-	ip, err := resolveIP(*addr)
+	ip, err := device.ResolveIP(*addr)
 	if err != nil {
 		return err
 	}
