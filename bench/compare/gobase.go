@@ -33,10 +33,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/softrdma/softrdma/provider/shm"
-	"github.com/softrdma/softrdma/provider/soft"
-	"github.com/softrdma/softrdma/rdmanet"
-	"github.com/softrdma/softrdma/verbs"
+	"github.com/softrdma/softrdma/bench/internal/sockets"
 )
 
 const udpChunk = 65000 // largest datagram the UDP stream sends (fits lo's MTU)
@@ -64,7 +61,7 @@ func parseGoOpts(args []string) (goOpts, error) {
 	fs := flag.NewFlagSet("go-baseline", flag.ContinueOnError)
 	fs.StringVar(&o.proto, "proto", "tcp", "tcp, udp, rdmanet, rdmanet-shm, udp-busy (-mode pp) or udp-gso (-mode stream)")
 	fs.StringVar(&o.dev, "dev", "", "rdmanet: the address of this side's soft device")
-	fs.StringVar(&o.mode, "mode", "pp", "pp (ping-pong) or stream")
+	fs.StringVar(&o.mode, "mode", "pp", "pp (ping-pong), stream, or http (net/http echo of -size bytes; a call's whole time per sample)")
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:0", "listen / connect address")
 	fs.IntVar(&o.size, "size", 8, "message size")
 	fs.IntVar(&o.n, "n", 1000, "messages (stream) or round trips (pp)")
@@ -77,8 +74,11 @@ func parseGoOpts(args []string) (goOpts, error) {
 	if o.size < 1 || o.n < 1 {
 		return o, errors.New("size and n must be positive")
 	}
-	if o.mode != "pp" && o.mode != "stream" {
-		return o, fmt.Errorf("unknown -mode %q (want pp or stream)", o.mode)
+	if o.mode != "pp" && o.mode != "stream" && o.mode != "http" {
+		return o, fmt.Errorf("unknown -mode %q (want pp, stream or http)", o.mode)
+	}
+	if o.mode == "http" && !o.stream() {
+		return o, fmt.Errorf("-mode http runs over tcp, rdmanet or rdmanet-shm, not %q", o.proto)
 	}
 	switch o.proto {
 	case "tcp", "udp", "rdmanet-shm":
@@ -114,9 +114,14 @@ func goBaselineMain(role string, args []string) {
 		stop, err = startProfiles(o)
 	}
 	if err == nil {
-		if role == "_go-server" {
+		switch {
+		case o.mode == "http" && role == "_go-server":
+			err = httpServer(o)
+		case o.mode == "http":
+			err = httpClient(o)
+		case role == "_go-server":
 			err = goServer(o)
-		} else {
+		default:
 			err = goClient(o)
 		}
 	}
@@ -441,23 +446,29 @@ func latMetrics(s []time.Duration) map[string]float64 {
 	}
 }
 
-// openDevice opens this side's device for the rdmanet protos.
-func openDevice(o goOpts) (verbs.Context, func(), error) {
-	if o.proto == "rdmanet-shm" {
-		d, err := shm.Open(shm.Config{})
-		if err != nil {
-			return nil, nil, err
-		}
-		return d, func() { d.Close() }, nil
-	}
-	d, err := soft.Open(soft.Config{Addr: netip.MustParseAddr(o.dev)})
-	if err != nil {
-		return nil, nil, err
-	}
-	return d, func() { d.Close() }, nil
+// sockOpts is o's transport for package sockets.
+func sockOpts(o goOpts) sockets.Opts {
+	return sockets.Opts{Proto: o.proto, Addr: o.addr, Dev: o.dev}
 }
 
-// closer closes a connection, then its device.
+// acceptStream prints "READY addr" and accepts one connection: TCP, or
+// rdmanet over a soft device (rdma_cm) or a shm device (rdmanet.Connect
+// over a TCP stream). Closing the connection closes the device.
+func acceptStream(o goOpts) (net.Conn, error) {
+	l, err := sockets.Listen(sockOpts(o))
+	if err != nil {
+		return nil, err
+	}
+	fmt.Printf("READY %s\n", l.Addr())
+	c, err := l.Accept()
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	return closer{c, func() { l.Close() }}, nil
+}
+
+// closer closes a connection, then its listener (and device).
 type closer struct {
 	net.Conn
 	done func()
@@ -469,78 +480,9 @@ func (c closer) Close() error {
 	return err
 }
 
-// acceptStream prints "READY addr" and accepts one connection: TCP, or
-// rdmanet over a soft device (rdma_cm) or a shm device (rdmanet.Connect
-// over a TCP stream).
-func acceptStream(o goOpts) (net.Conn, error) {
-	if o.proto == "rdmanet" {
-		dev, done, err := openDevice(o)
-		if err != nil {
-			return nil, err
-		}
-		l, err := rdmanet.ListenConfig("rdma", o.addr, &rdmanet.Config{Context: dev})
-		if err != nil {
-			done()
-			return nil, err
-		}
-		fmt.Printf("READY %s\n", l.Addr())
-		c, err := l.Accept()
-		l.Close()
-		if err != nil {
-			done()
-			return nil, err
-		}
-		return closer{c, done}, nil
-	}
-	l, err := net.Listen("tcp", o.addr)
-	if err != nil {
-		return nil, err
-	}
-	fmt.Printf("READY %s\n", l.Addr())
-	c, err := l.Accept()
-	l.Close()
-	if err != nil || o.proto == "tcp" {
-		return c, err
-	}
-	return upgrade(o, c)
-}
-
 // dialStream connects to acceptStream.
 func dialStream(o goOpts) (net.Conn, error) {
-	if o.proto == "rdmanet" {
-		dev, done, err := openDevice(o)
-		if err != nil {
-			return nil, err
-		}
-		d := rdmanet.Dialer{Timeout: 10 * time.Second, Config: &rdmanet.Config{Context: dev}}
-		c, err := d.Dial("rdma", o.addr)
-		if err != nil {
-			done()
-			return nil, err
-		}
-		return closer{c, done}, nil
-	}
-	c, err := net.DialTimeout("tcp", o.addr, 5*time.Second)
-	if err != nil || o.proto == "tcp" {
-		return c, err
-	}
-	return upgrade(o, c)
-}
-
-// upgrade turns a TCP connection into an rdmanet one over a shm device.
-func upgrade(o goOpts, tc net.Conn) (net.Conn, error) {
-	dev, done, err := openDevice(o)
-	if err != nil {
-		tc.Close()
-		return nil, err
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := rdmanet.Connect(ctx, tc, &rdmanet.Config{Context: dev})
-	if err != nil {
-		tc.Close()
-		done()
-		return nil, err
-	}
-	return closer{c, done}, nil
+	return sockets.Dial(ctx, sockOpts(o), o.addr)
 }
