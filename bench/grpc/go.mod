@@ -1,0 +1,19 @@
+module github.com/softrdma/softrdma/bench/grpc
+
+go 1.26.0
+
+require (
+	github.com/softrdma/softrdma v0.0.0
+	google.golang.org/grpc v1.85.0
+)
+
+require (
+	github.com/cilium/ebpf v0.22.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
+
+replace github.com/softrdma/softrdma => ../..
