@@ -71,6 +71,8 @@ const (
 	seriesFloorBW = "Go UDP GSO"       // the kernel floor's bandwidth
 	rnPPSize      = 64                 // rdmanet's request/response size
 	rnStreamSize  = 1 << 16            // rdmanet's stream write size
+	httpSize      = 1 << 20            // the net/http echo's body
+	grpcSize      = 0                  // the gRPC row's slot: a unary health Check
 	errLinesFirst = 12
 )
 
@@ -236,6 +238,13 @@ func parseSizes(s string) ([]int, error) {
 }
 
 // bwIters is the number of messages a bandwidth measurement of size sends.
+// httpCalls is how many 1 MiB echoes an HTTP run makes: a fiftieth of
+// the round trips of a latency run (each moves 2 MiB).
+func (c *config) httpCalls() int { return max(20, c.latN/50) }
+
+// grpcCalls is how many unary calls a gRPC run makes.
+func (c *config) grpcCalls() int { return max(20, c.latN/2) }
+
 func (c *config) bwIters(size int) int {
 	return int(max(int64(c.minIter), min(int64(c.maxMsgs), c.budget/int64(size))))
 }
@@ -270,7 +279,7 @@ func (c *config) ppIters(size int) int {
 type job struct {
 	series string // e.g. "softrdma WRITE"; the row in tables and the line in plots
 	tool   string // what it runs, for the tables
-	kind   string // "lat" or "bw"
+	kind   string // "lat", "bw", "http" or "grpc"
 	size   int
 	run    func(context.Context) (metrics, runInfo, error)
 
@@ -546,6 +555,23 @@ func run(cfg *config) int {
 				return g.run(ctx, p.proto, "stream", rnStreamSize, cfg.bwIters(rnStreamSize))
 			})
 		}
+		// Go's protocols over each: net/http echoing 1 MiB bodies, and
+		// gRPC unary calls (bench/grpc, a module of its own).
+		fmt.Println("building ./bench/grpc ...")
+		grpcBin, err := buildGRPC(ctx, tmp)
+		if err != nil {
+			skip("gRPC", err.Error())
+		}
+		for _, p := range []struct{ proto, series string }{{"rdmanet", seriesRnet}, {"rdmanet-shm", seriesRnetShm}, {"tcp", seriesGoTCP}} {
+			add(p.series, p.proto+" net/http echo", "http", httpSize, func(ctx context.Context) (metrics, runInfo, error) {
+				return g.run(ctx, p.proto, "http", httpSize, cfg.httpCalls())
+			})
+			if grpcBin != "" {
+				add(p.series, p.proto+" gRPC unary", "grpc", grpcSize, func(ctx context.Context) (metrics, runInfo, error) {
+					return g.runBin(ctx, grpcBin, p.proto, "grpc", grpcSize, cfg.grpcCalls())
+				})
+			}
+		}
 	}
 	if len(jobs) == 0 {
 		fmt.Fprintln(os.Stderr, "compare: nothing to run")
@@ -693,7 +719,7 @@ func brief(s sample) string {
 		return "FAILED"
 	}
 	m := s.Metrics
-	if s.Kind == "lat" {
+	if s.Kind == "lat" || s.Kind == "http" || s.Kind == "grpc" {
 		str := ""
 		if v, ok := m["lat_p50_us"]; ok {
 			str += fmt.Sprintf("p50 %.2f µs ", v)

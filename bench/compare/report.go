@@ -230,6 +230,39 @@ func (r *report) summarize() {
 		bw, ok := r.get(s, "bw", rnStreamSize, "bw_MiBps")
 		r.Targets = append(r.Targets, mk(s+" 64 KiB stream ≥ Go TCP", "MB/s", "higher", "Go TCP 64 KiB stream", bw, tcpBW, ok, okB))
 	}
+	// Go's protocols over the sockets, in the blocking mode a server
+	// runs: gRPC unary calls and net/http 1 MiB echoes, each call's
+	// whole time.
+	for _, p := range protoRows {
+		for _, q := range []struct{ metric, name string }{{"lat_p50_us", "median"}, {"lat_p99_us", "p99"}} {
+			tcp, okT := r.get(seriesGoTCP, p.kind, p.size, q.metric)
+			for _, s := range []string{seriesRnet, seriesRnetShm} {
+				if !slices.Contains(r.series, s) {
+					continue
+				}
+				v, ok := r.get(s, p.kind, p.size, q.metric)
+				r.Targets = append(r.Targets, mk(fmt.Sprintf("%s %s (%s) ≤ Go TCP", s, p.name, q.name), "µs", "lower", fmt.Sprintf("Go TCP %s %s", p.name, q.name), v, tcp, ok, okT))
+			}
+		}
+	}
+}
+
+// protoRows are the rows of Go's protocols over the sockets (kind, slot
+// size, name).
+var protoRows = []struct {
+	kind string
+	size int
+	name string
+}{{"grpc", grpcSize, "gRPC unary call"}, {"http", httpSize, "net/http 1 MiB echo"}}
+
+// hasKind reports whether any median is of kind.
+func (r *report) hasKind(kind string) bool {
+	for _, m := range r.Medians {
+		if m.Kind == kind {
+			return true
+		}
+	}
+	return false
 }
 
 // get returns a median.
@@ -380,6 +413,23 @@ func (r *report) print(w io.Writer) {
 			}
 			rows = append(rows, []string{s, num(l.Median, okL), num(p99, ok99), spread(l, okL), ratio(l.Median, tl, okL, okTL),
 				num(b.Median, okB), spread(b, okB), ratio(b.Median, tb, okB, okTB)})
+		}
+		table(w, 1, rows)
+	}
+	if _, ok := r.find(seriesGoTCP, "grpc", grpcSize, "lat_p50_us"); ok || r.hasKind("http") {
+		fmt.Fprintf(w, "\nGo's protocols over the sockets: a call's whole time, µs (lower is better); ratio = this / Go TCP\n")
+		rows := [][]string{{"series", "call", "p50", "over rounds", "ratio", "p99", "ratio"}}
+		for _, p := range protoRows {
+			tl, okTL := r.get(seriesGoTCP, p.kind, p.size, "lat_p50_us")
+			t99, okT99 := r.get(seriesGoTCP, p.kind, p.size, "lat_p99_us")
+			for _, s := range []string{seriesRnet, seriesRnetShm, seriesGoTCP} {
+				l, okL := r.find(s, p.kind, p.size, "lat_p50_us")
+				p99, ok99 := r.get(s, p.kind, p.size, "lat_p99_us")
+				if !okL {
+					continue
+				}
+				rows = append(rows, []string{s, p.name, num(l.Median, okL), spread(l, okL), ratio(l.Median, tl, okL, okTL), num(p99, ok99), ratio(p99, t99, ok99, okT99)})
+			}
 		}
 		table(w, 1, rows)
 	}

@@ -62,6 +62,33 @@ func buildSoftrdma(ctx context.Context, dir string) (string, error) {
 	return bin, nil
 }
 
+// buildGRPC builds bench/grpc (the gRPC row; a module of its own, so
+// that gRPC stays out of softrdma's go.mod) into dir.
+func buildGRPC(ctx context.Context, dir string) (string, error) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = "/usr/local/go/bin/go"
+	}
+	out, err := runOne(ctx, 10*time.Second, nil, goBin, "env", "GOMOD")
+	if err != nil {
+		return "", err
+	}
+	gomod := strings.TrimSpace(out)
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("not inside the softrdma module: run from the repository (go run ./bench/compare)")
+	}
+	bin := filepath.Join(dir, "grpcbench")
+	c, err := startDir(ctx, 10*time.Minute, filepath.Join(filepath.Dir(gomod), "bench", "grpc"), nil, goBin, "build", "-o", bin, ".")
+	if err != nil {
+		return "", err
+	}
+	<-c.done
+	if c.err != nil {
+		return "", fmt.Errorf("go build ./bench/grpc: %v\n%s", c.err, indent(c.tail(20)))
+	}
+	return bin, nil
+}
+
 // probePerftest reports whether the CLI has the two-process perftest
 // commands, and if not, why.
 func probePerftest(ctx context.Context, bin string) (bool, string) {
@@ -324,13 +351,19 @@ type goBase struct {
 }
 
 func (g *goBase) run(ctx context.Context, proto, mode string, size, n int) (metrics, runInfo, error) {
+	return g.runBin(ctx, g.self, proto, mode, size, n)
+}
+
+// runBin runs a server and a client of bin, a program that speaks the
+// _go-server / _go-client protocol: this one, or bench/grpc's.
+func (g *goBase) runBin(ctx context.Context, bin, proto, mode string, size, n int) (metrics, runInfo, error) {
 	opts := []string{"-proto", proto, "-mode", mode, "-size", itoa(size), "-n", itoa(n), "-warm", itoa(max(10, n/10))}
 	srvArgs, cliArgs := []string{"_go-server", "-addr", "127.0.0.1:0"}, []string{"_go-client"}
 	if proto == "rdmanet" {
 		srvArgs = []string{"_go-server", "-addr", g.srvDev + ":0", "-dev", g.srvDev}
 		cliArgs = []string{"_go-client", "-dev", g.cliDev}
 	}
-	srv, err := start(ctx, g.timeout, nil, g.self, append(srvArgs, opts...)...)
+	srv, err := start(ctx, g.timeout, nil, bin, append(srvArgs, opts...)...)
 	if err != nil {
 		return nil, runInfo{}, err
 	}
@@ -345,7 +378,7 @@ func (g *goBase) run(ctx context.Context, proto, mode string, size, n int) (metr
 			addr = strings.TrimSpace(a)
 		}
 	}
-	cli, err := start(ctx, g.timeout, nil, g.self, append(append(cliArgs, "-addr", addr), opts...)...)
+	cli, err := start(ctx, g.timeout, nil, bin, append(append(cliArgs, "-addr", addr), opts...)...)
 	if err != nil {
 		return nil, info, err
 	}
