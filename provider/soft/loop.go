@@ -17,6 +17,7 @@ package soft
 // device's Clock (Config.Clock), so tests run the loop in virtual time.
 
 import (
+	"runtime"
 	"time"
 
 	"github.com/softrdma/softrdma/internal/roce"
@@ -119,7 +120,8 @@ func (d *Device) received(got int, err error) {
 // serve receives and processes packets until the device is closed.
 //
 // It polls the transport while traffic flows and, after spinPolls empty
-// polls, waits in the kernel. Receiving is shared: a goroutine busy-polling
+// polls or spinLimit of them, whichever comes first, waits in the
+// kernel. Receiving is shared: a goroutine busy-polling
 // a CQ of this device (or calling Progress) receives and processes packets
 // itself, which saves the hop through this goroutine; whoever holds rxMu
 // receives. While such a poller keeps polling, serve steps aside and
@@ -135,7 +137,8 @@ func (d *Device) serve() {
 		return
 	}
 	idle := 0
-	var seen uint64 // inlinePolls at the last look
+	var spell time.Time // when the current spell of empty polls began
+	var seen uint64     // inlinePolls at the last look
 	for i := 0; !d.eng.Closed(); i++ {
 		if d.inline && i%stepAsideLook == 0 {
 			n := d.inlinePolls.Load()
@@ -155,10 +158,21 @@ func (d *Device) serve() {
 		}
 		if n > 0 {
 			idle = 0
+			// The batch may have readied a CQ waiter, on this P's run
+			// queue: let it run now rather than after this spell's first
+			// look at the run queue (spin.Idle), dozens of polls and a
+			// few sched_yields later (a blocking program's every
+			// message waited for that).
+			if spin.Crowded() {
+				runtime.Gosched()
+			}
 			continue
 		}
-		if idle++; idle < d.spinPolls {
+		if idle++; idle < d.spinPolls && !d.spunOut(idle, &spell) {
 			spin.Idle(idle)
+			if idle%serveCrowdedLook == 0 && spin.Crowded() {
+				runtime.Gosched()
+			}
 			continue
 		}
 		if err := d.poller.Wait(); err != nil {
@@ -167,6 +181,44 @@ func (d *Device) serve() {
 		}
 		idle = 0
 	}
+}
+
+// spinLimit bounds a spell of serve's empty polls in time: about what a
+// wake-up from the kernel costs across vCPUs (30-45 µs), the spell after
+// which spinning on has cost more than sleeping would have (so a spell
+// that catches nothing costs at most twice the best choice made in
+// hindsight). spinPolls alone bounded it only in polls: 2000 recvmmsg
+// and sched_yield calls, a millisecond and more on a loaded machine, a P
+// held throughout. A blocking program (a gRPC or net/http server over
+// rdmanet: a CQ waiter, not a busy poller) gets its packets further apart
+// than that, so every packet cost it a whole spell: two thirds of both
+// processes' CPU went to the two devices' spins, and the goroutines with
+// work waited for the CPU.
+const spinLimit = 50 * time.Microsecond
+
+// serveCrowdedLook is how often (in empty polls) serve looks whether
+// goroutines wait for its P, more often than spin.Idle does: serve holds
+// its P through every recvmmsg and sched_yield, and in a blocking program
+// the goroutines it readied (CQ waiters, and what they wake) are the
+// ones waiting.
+const serveCrowdedLook = 8
+
+// spinLook is how often (in empty polls) serve reads the clock for
+// spinLimit.
+const spinLook = 16
+
+// spunOut reports whether the spell of idle empty polls that began at
+// *spell (set at its first poll) has lasted spinLimit. It reads the
+// clock every spinLook polls only; under a virtual clock time stands
+// still while serve spins, and spinPolls ends the spell.
+func (d *Device) spunOut(idle int, spell *time.Time) bool {
+	switch {
+	case idle == 1:
+		*spell = d.clock.Now()
+	case idle%spinLook == 0:
+		return d.clock.Now().Sub(*spell) >= spinLimit
+	}
+	return false
 }
 
 // serve looks every stepAsideLook iterations whether busy pollers made at
