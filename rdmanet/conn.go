@@ -352,6 +352,11 @@ func (c *Conn) poll() {
 			return
 		}
 		if n > 0 {
+			// Let the Read or Write just woken run on this P now: it
+			// is this P's next goroutine, and this loop's next step,
+			// CQ.Wait, spins before it sleeps (a hand-off per message
+			// that waited for the spin).
+			runtime.Gosched()
 			continue
 		}
 		if c.ctx.Err() != nil {
