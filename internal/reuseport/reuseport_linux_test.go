@@ -226,3 +226,25 @@ func TestClaimAfterClose(t *testing.T) {
 		t.Fatal("a claim on a closed device succeeded")
 	}
 }
+
+// TestShared: an address without a group, or with a group of one, is not
+// shared; with two members it is, and stops being when one leaves.
+func TestShared(t *testing.T) {
+	addr := netip.MustParseAddrPort("127.0.0.79:47911")
+	check := func(when string, want bool) {
+		t.Helper()
+		got, err := Shared(addr)
+		if err != nil || got != want {
+			t.Fatalf("%s: Shared = %v, %v; want %v", when, got, err, want)
+		}
+	}
+	check("no group", false)
+	a := join(t, addr)
+	check("one member", false)
+	b := join(t, addr)
+	check("two members", true)
+	a.close()
+	check("one member left", false)
+	b.close()
+	check("group removed", false)
+}

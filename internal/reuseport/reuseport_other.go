@@ -22,6 +22,9 @@ func Prepare([]netip.AddrPort) (*Share, error) {
 	return nil, errors.ErrUnsupported
 }
 
+// Shared reports that addr is not shared: nothing here can share it.
+func Shared(netip.AddrPort) (bool, error) { return false, nil }
+
 func (*Share) Join([]int) error          { return errors.ErrUnsupported }
 func (*Share) Slot() uint32              { return 0 }
 func (*Share) ClaimService(uint64) error { return errors.ErrUnsupported }

@@ -152,6 +152,9 @@ func Open(cfg Config) (*Device, error) {
 		if ucfg.Share == nil {
 			ucfg.Share = shareAddrs
 		}
+		if ucfg.PeerShared == nil {
+			ucfg.PeerShared = reuseport.Shared
+		}
 		if cfg.Tap != nil && ucfg.SourcePorts == 0 {
 			ucfg.SourcePorts = -1
 		}

@@ -91,6 +91,18 @@ type Config struct {
 	// a second device on it fails with an error that says why sharing
 	// was not possible. Nil binds alone.
 	Share func(addrs []netip.AddrPort) (Share, error)
+	// PeerShared, if set, reports whether processes on this host share
+	// a loopback peer's address (Config.Share on their side), or an
+	// error when it cannot tell (Linux only). To a peer known not to
+	// share it, packets to any of its QPs may leave in one GSO datagram;
+	// otherwise only packets whose destination QPNs carry one slot
+	// (SlotBits) do, since a shared address steers a datagram as a whole
+	// by its first packet. The transport asks again for a peer after
+	// 100 ms, so a peer address that becomes shared is seen within that
+	// time (docs/sharing.md). provider/soft passes internal/reuseport's
+	// check of the address's pinned steering maps. Nil: every peer is
+	// treated as shared.
+	PeerShared func(peer netip.AddrPort) (bool, error)
 }
 
 // Share is a transport's membership of the groups of processes that
@@ -180,6 +192,9 @@ type Stats struct {
 // counters are the live form of Stats, updated from the data path.
 type counters struct {
 	sent, received, sendErrors, truncated, icrcBad, icrcUnverified, sendCalls, recvCalls, netErrors atomic.Uint64
+	// sendMsgs counts the datagrams the Linux transport handed the
+	// kernel, a GSO datagram once (tests).
+	sendMsgs atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -70,6 +71,11 @@ type Transport struct {
 	// TrySend after taking that many messages in a call (tests: loopback
 	// frees its buffers as it sends, so a real full buffer is hard to get).
 	fullAfter int
+	// peerShared is Config.PeerShared; steering caches its answers per
+	// loopback peer, timed from epoch (steering_linux.go).
+	peerShared func(netip.AddrPort) (bool, error)
+	steering   map[netip.AddrPort]peerSteering
+	epoch      time.Time
 
 	recvMu  sync.Mutex
 	rbuf    batchBuf
@@ -179,6 +185,7 @@ func Listen(cfg Config) (*Transport, error) {
 	}
 	t.fd = t.homes[0].fd
 	t.addrs = addrs
+	t.peerShared, t.epoch = cfg.PeerShared, time.Now()
 	t.sbuf = newBatchBuf(cfg.BatchSize)
 	t.rbuf = newBatchBuf(cfg.BatchSize)
 	t.rbig = make([][]byte, cfg.BatchSize)
@@ -589,24 +596,6 @@ func (t *Transport) checkSources(pkts []transport.Datagram) error {
 	return nil
 }
 
-// sameSteering reports whether two packets reach the same process on a
-// destination address that processes share (docs/sharing.md): their
-// destination QPNs carry the same slot in their top SlotBits
-// bits, and neither is QP1, whose MADs are steered by their contents.
-// Only then may they share a GSO datagram, which the destination steers
-// as a whole by its first packet. A device that shares its address
-// numbers its QPs this way; one that does not has all 24 bits of its
-// QPNs random (so the bits stay unguessable), and its QPs' packets share
-// a datagram when their top bits happen to agree.
-func sameSteering(a, b *transport.Datagram) bool {
-	if len(a.Buf) < 8 || len(b.Buf) < 8 {
-		return false
-	}
-	const shift = 8 - SlotBits
-	qp1 := func(p []byte) bool { return p[5] == 0 && p[6] == 0 && p[7] == 1 }
-	return a.Buf[5]>>shift == b.Buf[5]>>shift && !qp1(a.Buf) && !qp1(b.Buf)
-}
-
 // Send sends pkts in batches of at most BatchSize packets with sendmmsg,
 // runs of a QP's equal-sized packets to a loopback peer as one GSO message.
 // When a socket's buffer is full it waits for room.
@@ -651,10 +640,11 @@ func (t *Transport) send(orig []transport.Datagram, block bool) (int, error) {
 			k := 1
 			if t.gso && first.Peer.Addr().Unmap().IsLoopback() {
 				size := seg
+				anyQP := t.unsharedPeer(first.Peer)
 				for npkt+k < len(pkts) && npkt+k < t.batch && k < maxSegments {
 					q := &pkts[npkt+k]
 					ql := q.Len()
-					if q.Peer != first.Peer || ql > seg || size+ql > maxGSOBytes || t.senderFor(q) != si || !sameSteering(first, q) {
+					if q.Peer != first.Peer || ql > seg || size+ql > maxGSOBytes || t.senderFor(q) != si || !sameSteering(first, q, anyQP) {
 						break
 					}
 					size += ql
@@ -713,6 +703,7 @@ func (t *Transport) send(orig []transport.Datagram, block bool) (int, error) {
 			npkt += k
 		}
 		sent, err := t.sendBatch(s, nmsg, block)
+		t.stats.sendMsgs.Add(uint64(sent))
 		if err != nil {
 			return total, err
 		}

@@ -380,7 +380,9 @@ func TestMultiHomedTryRecv(t *testing.T) {
 
 // TestSameSteering: packets share a GSO datagram only when a shared
 // destination address would steer them to one process: the same slot in
-// their destination QPNs' top bits, and not QP1 (MADs go by contents).
+// their destination QPNs' top bits, and not QP1 (MADs go by contents). To
+// a destination known not to be shared, any two QPs' packets may, but
+// still not QP1's.
 func TestSameSteering(t *testing.T) {
 	to := func(qpn uint32) *transport.Datagram {
 		b := make([]byte, 12)
@@ -389,24 +391,134 @@ func TestSameSteering(t *testing.T) {
 	}
 	slot := func(s, n uint32) uint32 { return s<<(24-SlotBits) | n }
 	for _, c := range []struct {
-		a, b uint32
-		want bool
+		a, b             uint32
+		shared, unshared bool
 	}{
-		{slot(0, 0x1234), slot(0, 0x1234), true},
-		{slot(0, 0x1234), slot(0, 0x3FFFF), true}, // two QPs of one device
-		{slot(3, 0x11), slot(3, 0x2222), true},
-		{slot(0, 0x1234), slot(1, 0x1234), false}, // two processes
-		{slot(63, 5), slot(62, 5), false},
-		{1, slot(0, 0x1234), false}, // a MAD goes by its comm ID or service
-		{slot(0, 0x1234), 1, false},
-		{1, 1, false},
+		{slot(0, 0x1234), slot(0, 0x1234), true, true},
+		{slot(0, 0x1234), slot(0, 0x3FFFF), true, true}, // two QPs of one device
+		{slot(3, 0x11), slot(3, 0x2222), true, true},
+		{slot(0, 0x1234), slot(1, 0x1234), false, true}, // two processes, or two random QPNs
+		{slot(63, 5), slot(62, 5), false, true},
+		{0xA51234, 0x07FFFF, false, true},
+		{1, slot(0, 0x1234), false, false}, // a MAD goes by its comm ID or service
+		{slot(0, 0x1234), 1, false, false},
+		{1, 1, false, false},
 	} {
-		if got := sameSteering(to(c.a), to(c.b)); got != c.want {
-			t.Errorf("QPNs %#x and %#x: same steering %v, want %v", c.a, c.b, got, c.want)
+		if got := sameSteering(to(c.a), to(c.b), false); got != c.shared {
+			t.Errorf("shared peer, QPNs %#x and %#x: same steering %v, want %v", c.a, c.b, got, c.shared)
+		}
+		if got := sameSteering(to(c.a), to(c.b), true); got != c.unshared {
+			t.Errorf("unshared peer, QPNs %#x and %#x: same steering %v, want %v", c.a, c.b, got, c.unshared)
 		}
 	}
-	if sameSteering(&transport.Datagram{Buf: []byte{1, 2}}, to(0x11)) {
-		t.Error("a packet too short for a BTH was coalesced")
+	for _, anyQP := range []bool{false, true} {
+		if sameSteering(&transport.Datagram{Buf: []byte{1, 2}}, to(0x11), anyQP) {
+			t.Errorf("anyQP %v: a packet too short for a BTH was coalesced", anyQP)
+		}
+	}
+}
+
+// TestUnsharedPeerCache: the transport asks Config.PeerShared once per
+// peer per steeringRefresh, treats an error or a missing hook as shared,
+// and sees a peer that starts sharing on its next check.
+func TestUnsharedPeerCache(t *testing.T) {
+	peer := netip.MustParseAddrPort("127.0.0.9:4791")
+	var asked int
+	shared, fail := false, false
+	tr := &Transport{epoch: time.Now()}
+	if tr.unsharedPeer(peer) {
+		t.Fatal("without PeerShared a peer was taken as unshared")
+	}
+	tr.peerShared = func(p netip.AddrPort) (bool, error) {
+		asked++
+		if p != peer {
+			t.Errorf("asked about %v, want %v", p, peer)
+		}
+		if fail {
+			return false, errors.New("cannot tell")
+		}
+		return shared, nil
+	}
+	if !tr.unsharedPeer(peer) || !tr.unsharedPeer(peer) || asked != 1 {
+		t.Fatalf("unshared peer: asked %d times for two sends, want 1", asked)
+	}
+	shared = true
+	if !tr.unsharedPeer(peer) {
+		t.Fatal("the cached answer was dropped before steeringRefresh")
+	}
+	tr.epoch = tr.epoch.Add(-steeringRefresh) // time passes
+	if tr.unsharedPeer(peer) || asked != 2 {
+		t.Fatalf("a peer that started sharing was not seen after steeringRefresh (asked %d times)", asked)
+	}
+	shared, fail = false, true
+	tr.epoch = tr.epoch.Add(-steeringRefresh)
+	if tr.unsharedPeer(peer) {
+		t.Fatal("a peer PeerShared could not judge was taken as unshared")
+	}
+}
+
+// TestUnsharedPeerCoalesces: packets to 64 QPs with full-width random
+// QPNs (an unshared device's) leave in one GSO datagram when PeerShared
+// says the peer does not share its address, and in many when the peer
+// could be shared; either way they arrive intact.
+func TestUnsharedPeerCoalesces(t *testing.T) {
+	for _, known := range []bool{true, false} {
+		a, b := testAddrs(t, 11)
+		cfg := Config{Addr: a, Port: 4791, Exclusive: true}
+		if known {
+			cfg.PeerShared = func(netip.AddrPort) (bool, error) { return false, nil }
+		}
+		ta, err := Listen(cfg)
+		if err != nil {
+			t.Skipf("cannot bind %v: %v", a, err)
+		}
+		tb, err := Listen(Config{Addr: b, Port: 4791, Exclusive: true})
+		if err != nil {
+			ta.Close()
+			t.Skipf("cannot bind %v: %v", b, err)
+		}
+		if !ta.gso {
+			ta.Close()
+			tb.Close()
+			t.Skip("no UDP GSO in this kernel")
+		}
+		out := make([]transport.Datagram, 64)
+		for i := range out {
+			buf := packet(64, byte(i))
+			qpn := uint32(i)*0x9E3779%0xFFFFFF | 2 // spread over every top bit, never QP1
+			buf[5], buf[6], buf[7] = byte(qpn>>16), byte(qpn>>8), byte(qpn)
+			out[i] = transport.Datagram{Buf: buf, Peer: tb.LocalAddr(), Flow: qpn}
+		}
+		if n, err := ta.Send(out); n != len(out) || err != nil {
+			t.Fatalf("Send: %d, %v", n, err)
+		}
+		want := make([]string, len(out)) // with the ICRCs Send wrote
+		for i := range out {
+			want[i] = string(out[i].Buf)
+		}
+		msgs := ta.stats.sendMsgs.Load()
+		in := recvBufs(64)
+		for got := 0; got < len(out); {
+			k, err := tb.Recv(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range in[:k] {
+				if string(p.Buf) != want[got] || p.ICRC != transport.ICRCOK {
+					t.Fatalf("known unshared %v: packet %d differs or has ICRC %v", known, got, p.ICRC)
+				}
+				got++
+			}
+		}
+		switch {
+		case known && msgs != 1:
+			t.Errorf("peer known unshared: 64 packets to 64 QPs took %d datagrams, want 1", msgs)
+		case !known && msgs < 8:
+			t.Errorf("peer that may be shared: 64 packets to QPs of many slots took %d datagrams, want one per slot run", msgs)
+		}
+		t.Logf("peer known unshared %v: %d datagrams for 64 packets to 64 QPs", known, msgs)
+		ta.Close()
+		tb.Close()
 	}
 }
 
