@@ -101,36 +101,6 @@ func pinBase(addr netip.AddrPort) (string, error) {
 	return filepath.Join(Dir, fmt.Sprintf("net%d-%s-%d", ns, name, addr.Port())), nil
 }
 
-// Shared reports whether processes share addr, an address of this
-// network namespace: whether its group has two members or more, and so
-// steers datagrams by QPN slot. An address without a group (no pins in
-// Dir, or no bpffs there) is not shared; a group of one runs no program.
-// It fails when it cannot tell (the pins cannot be read, as for a user
-// other than theirs). It takes no lock: the answer may be stale as soon
-// as it is given.
-func Shared(addr netip.AddrPort) (bool, error) {
-	base, err := pinBase(addr)
-	if err != nil {
-		return false, err
-	}
-	socks, err := ebpf.LoadPinnedMap(base+"-socks", &ebpf.LoadPinOptions{ReadOnly: true})
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("reuseport: %v: %w", addr, err)
-	}
-	defer socks.Close()
-	g := Group{socks: socks}
-	members := 0
-	for slot := uint32(0); slot < Slots && members < 2; slot++ {
-		if g.alive(slot) {
-			members++
-		}
-	}
-	return members > 1, nil
-}
-
 // open opens (or creates) the maps of addr's group, under the Dir lock.
 // It fails when this process cannot use bpf(2): the caller then binds
 // alone.

@@ -248,3 +248,27 @@ func TestShared(t *testing.T) {
 	b.close()
 	check("group removed", false)
 }
+
+// TestSharedZeroAllocs: once an address was asked about, Shared allocates
+// nothing, with or without a group (transports ask it from the send path
+// every steering refresh, and the one-sided calls' allocation tests count
+// the whole process).
+func TestSharedZeroAllocs(t *testing.T) {
+	addr := netip.MustParseAddrPort("127.0.0.79:47912")
+	measure := func(when string, want bool) {
+		t.Helper()
+		if got, err := Shared(addr); err != nil || got != want {
+			t.Fatalf("%s: Shared = %v, %v; want %v", when, got, err, want)
+		}
+		if n := testing.AllocsPerRun(100, func() { Shared(addr) }); n != 0 {
+			t.Errorf("%s: Shared allocates %v times per call", when, n)
+		}
+	}
+	measure("no group", false)
+	a := join(t, addr)
+	defer a.close()
+	measure("one member", false)
+	b := join(t, addr)
+	defer b.close()
+	measure("two members", true)
+}
