@@ -33,9 +33,9 @@ import (
 // portable is a transport.Transport over net.UDPConn. Send and Recv are
 // safe for concurrent use; each serialises its callers.
 type portable struct {
-	conn  *net.UDPConn // the receiving socket, bound to local
-	local netip.AddrPort
-	v6    bool
+	conn   *net.UDPConn // the receiving socket, bound to local
+	local  netip.AddrPort
+	v6     bool
 	mtu    int
 	batch  int
 	tclass uint8 // Config.TClass: every packet leaves with it
