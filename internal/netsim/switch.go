@@ -105,6 +105,16 @@ func (n *Network) SwitchStats(addr netip.Addr) SwitchStats {
 	return SwitchStats{}
 }
 
+// ResetSwitchStats zeroes the counters of the port in front of addr, to
+// measure from now on (a steady state after a warm-up).
+func (n *Network) ResetSwitchStats(addr netip.Addr) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if p := n.ports[addr.Unmap()]; p != nil {
+		p.stats = SwitchStats{}
+	}
+}
+
 // portOfLocked returns the port in front of dst, or nil.
 //
 // Precondition: n.mu held.

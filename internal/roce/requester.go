@@ -161,11 +161,21 @@ func (qp *QP) runRequesterLocked(now time.Time) {
 				break
 			}
 		}
+		paced := qp.cc.limited // DCQCN cut the QP's rate (cc.go)
+		if paced {
+			var ok bool
+			if now, ok = qp.paceLocked(now); !ok {
+				break // the QP's timer resumes it
+			}
+		}
 		if !w.started {
 			qp.startWQELocked(w)
 		}
 		if !qp.sendPacketLocked(w) {
 			return // the QP went to ERR
+		}
+		if paced {
+			qp.pacedLocked(qp.tx.pkts[qp.tx.n-1].Len(), now)
 		}
 		sent = true
 		if w.sent == w.npkts {
@@ -224,7 +234,7 @@ func (qp *QP) sendPacketLocked(w *sendWQE) bool {
 	bth := wire.BTHFields{PSN: psn, DestQP: qp.attr.DestQPNum}
 	dst := qp.route()
 	if qp.typ == verbs.QPTypeUD {
-		dst = route{src: w.src, dst: w.dest}
+		dst = route{src: w.src, dst: w.dest, tclass: w.tclass}
 		bth.DestQP = w.destQPN
 	}
 
