@@ -224,6 +224,8 @@ type ccState struct {
 	bEvents        int       // byte-counter increase events since the last cut
 	nextTx         time.Time // the pacer: when the next packet may leave
 	paused         bool      // the pacer stopped the requester until nextTx
+	lastAckReq     time.Time // when the limited QP last asked for an ACK
+	ackDue         bool      // the next packet asks for an ACK (ackDueLocked)
 	since          time.Time // when the QP became limited
 }
 
@@ -308,14 +310,15 @@ func (qp *QP) onCNPLocked(now time.Time) {
 	qp.armTimerLocked(s.incAt)
 }
 
-// increase is one increase event.
+// increase is one increase event; the caller has counted it (tEvents or
+// bEvents): the first F of each kind are fast recovery.
 func (s *ccState) increase(p *ccParams, now time.Time, c *Counters) {
 	f := p.fastRecovery
 	switch {
-	case max(s.tEvents, s.bEvents) < f:
+	case max(s.tEvents, s.bEvents) <= f:
 		// Fast recovery: towards the rate before the cut.
-	case min(s.tEvents, s.bEvents) >= f:
-		s.rt += float64(min(s.tEvents, s.bEvents)-f+1) * p.hai
+	case min(s.tEvents, s.bEvents) > f:
+		s.rt += float64(min(s.tEvents, s.bEvents)-f) * p.hai
 	default:
 		s.rt += p.ai
 	}
@@ -392,13 +395,28 @@ func (qp *QP) paceLocked(now time.Time) (time.Time, bool) {
 	return now, false
 }
 
+// ackDueLocked says whether the paced QP's next packet must ask for an
+// ACK although the requester's rule (ackReqEvery packets) would not: a
+// quarter of the local ACK timeout passed since it last asked. Slowed
+// down, a QP may take longer than the timeout to send ackReqEvery
+// packets, and its oldest packet would time out while its ACK was never
+// asked for.
+func (qp *QP) ackDueLocked(now time.Time) bool {
+	t := wire.LocalACKTimeout(qp.attr.Timeout)
+	return t > 0 && now.Sub(qp.cc.lastAckReq) >= t/4
+}
+
 // pacedLocked accounts n bytes the limited QP just queued at now: the
 // next transmission time moves on by their time at the current rate (a
 // QP that was idle gets at most PaceBurst bytes of credit), and the byte
 // counter runs.
-func (qp *QP) pacedLocked(n int, now time.Time) {
+func (qp *QP) pacedLocked(n int, now time.Time, ackReq bool) {
 	s := &qp.cc
 	p := &qp.dev.cc
+	if ackReq {
+		s.lastAckReq = now
+	}
+	s.ackDue = false
 	credit := time.Duration(p.burst / s.rc * float64(time.Second))
 	if floor := now.Add(-credit); s.nextTx.Before(floor) {
 		s.nextTx = floor
@@ -420,3 +438,7 @@ func (qp *QP) ccResetLocked() {
 	}
 	qp.cc = ccState{}
 }
+
+// EachQP calls f for every QP of the device (for reporting, such as
+// each QP's CCState). f must not create or destroy QPs.
+func (d *Device) EachQP(f func(qp *QP)) { d.qps.each(f) }

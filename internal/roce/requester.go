@@ -167,6 +167,7 @@ func (qp *QP) runRequesterLocked(now time.Time) {
 			if now, ok = qp.paceLocked(now); !ok {
 				break // the QP's timer resumes it
 			}
+			qp.cc.ackDue = rc && qp.ackDueLocked(now)
 		}
 		if !w.started {
 			qp.startWQELocked(w)
@@ -175,7 +176,8 @@ func (qp *QP) runRequesterLocked(now time.Time) {
 			return // the QP went to ERR
 		}
 		if paced {
-			qp.pacedLocked(qp.tx.pkts[qp.tx.n-1].Len(), now)
+			p := &qp.tx.pkts[qp.tx.n-1]
+			qp.pacedLocked(p.Len(), now, wire.BTH(p.Buf).AckReq())
 		}
 		sent = true
 		if w.sent == w.npkts {
@@ -311,7 +313,7 @@ func (qp *QP) sendPacketLocked(w *sendWQE) bool {
 	// packet that fills the window (a window shrunk by loss may be smaller
 	// than ackReqEvery, and the requester would wait for an ACK that the
 	// responder has no reason to send).
-	ackReq := qp.typ == verbs.QPTypeRC && (last || qp.req.noAck >= ackReqEvery-1 || psn.Sub(qp.comp.psn)+1 >= qp.req.window())
+	ackReq := qp.typ == verbs.QPTypeRC && (last || qp.req.noAck >= ackReqEvery-1 || psn.Sub(qp.comp.psn)+1 >= qp.req.window() || qp.cc.ackDue)
 	bth.AckReq = ackReq
 	bth.SolicitedEvent = last && w.flags&verbs.SendSolicited != 0 && w.opcode != verbs.WRRDMAWrite
 	var b []byte
