@@ -46,6 +46,11 @@ const (
 	// CCOff: packets leave not ECN-capable (a congested switch drops
 	// them), no CNPs are sent and CNPs received are ignored.
 	CCOff
+	// CCDelay: a delay-based alternative (cc_delay.go): the QP's rate
+	// follows the round-trip times it measures against TargetDelay, with
+	// the same pacer. Packets leave ECN-capable; marks are counted and
+	// not answered, CNPs ignored.
+	CCDelay
 )
 
 func (a CCAlgorithm) String() string {
@@ -54,6 +59,8 @@ func (a CCAlgorithm) String() string {
 		return "dcqcn"
 	case CCOff:
 		return "off"
+	case CCDelay:
+		return "delay"
 	}
 	return "CCAlgorithm(?)"
 }
@@ -110,38 +117,57 @@ type CCConfig struct {
 	// (a few packets per system call, and a driver timer that fires a
 	// little late still finds the rate's worth to send).
 	PaceBurst int
+
+	// CCDelay's parameters (cc_delay.go). TargetDelay is the round trip
+	// above which the QP slows down; default 25 µs. DelayAIRate is the
+	// rate added per round trip below the target; default 50 Mbit/s.
+	// DelayBeta scales a decrease by how far the round trip is above
+	// the target; default 0.8. DelayMaxDecrease is the largest fraction
+	// one decrease takes off; default 0.5.
+	TargetDelay      time.Duration
+	DelayAIRate      int64
+	DelayBeta        float64
+	DelayMaxDecrease float64
 }
 
 // Defaults of CCConfig.
 const (
-	DefaultCCLineRate   = 100_000_000_000
-	DefaultCCMinRate    = 1_000_000
-	DefaultCNPInterval  = 50 * time.Microsecond
-	DefaultAlphaG       = 1.0 / 256
-	DefaultAlphaPeriod  = 55 * time.Microsecond
-	DefaultRateTimer    = 55 * time.Microsecond
-	DefaultByteCounter  = 10_000_000
-	DefaultFastRecovery = 5
-	DefaultAIRate       = 40_000_000
-	DefaultHAIRate      = 400_000_000
-	DefaultPaceBurst    = 16 << 10
-	DefaultCNPTClass    = 0xC0
-	defaultInitialAlpha = 1.0
-	lineRateTolerance   = 0.999 // a rate this close to the line rate is the line rate
-	bitsPerByte         = 8
+	DefaultCCLineRate       = 100_000_000_000
+	DefaultCCMinRate        = 1_000_000
+	DefaultCNPInterval      = 50 * time.Microsecond
+	DefaultAlphaG           = 1.0 / 256
+	DefaultAlphaPeriod      = 55 * time.Microsecond
+	DefaultRateTimer        = 55 * time.Microsecond
+	DefaultByteCounter      = 10_000_000
+	DefaultFastRecovery     = 5
+	DefaultAIRate           = 40_000_000
+	DefaultHAIRate          = 400_000_000
+	DefaultPaceBurst        = 16 << 10
+	DefaultCNPTClass        = 0xC0
+	DefaultTargetDelay      = 25 * time.Microsecond
+	DefaultDelayAIRate      = 50_000_000
+	DefaultDelayBeta        = 0.8
+	DefaultDelayMaxDecrease = 0.5
+	defaultInitialAlpha     = 1.0
+	lineRateTolerance       = 0.999 // a rate this close to the line rate is the line rate
+	bitsPerByte             = 8
 )
 
 // ccParams is CCConfig with its defaults, rates in bytes per second.
 type ccParams struct {
-	on                 bool
-	tclass, cnpTClass  uint8
-	line, min, ai, hai float64
-	cnpInterval        time.Duration
-	g, alpha0          float64
-	alphaPeriod, timer time.Duration
-	byteCounter        int64
-	fastRecovery       int
-	burst              float64
+	on                   bool // DCQCN: CNPs are sent and obeyed
+	ecn                  bool // packets leave ECT(0) (DCQCN and CCDelay)
+	delay                bool // CCDelay
+	target               time.Duration
+	delayAI, beta, maxMD float64
+	tclass, cnpTClass    uint8
+	line, min, ai, hai   float64
+	cnpInterval          time.Duration
+	g, alpha0            float64
+	alphaPeriod, timer   time.Duration
+	byteCounter          int64
+	fastRecovery         int
+	burst                float64
 }
 
 func newCCParams(c CCConfig) ccParams {
@@ -159,6 +185,12 @@ func newCCParams(c CCConfig) ccParams {
 	}
 	p := ccParams{
 		on:           c.Algorithm == CCDCQCN,
+		ecn:          c.Algorithm == CCDCQCN || c.Algorithm == CCDelay,
+		delay:        c.Algorithm == CCDelay,
+		target:       dur(c.TargetDelay, DefaultTargetDelay),
+		delayAI:      def(c.DelayAIRate, DefaultDelayAIRate),
+		beta:         c.DelayBeta,
+		maxMD:        c.DelayMaxDecrease,
 		tclass:       c.TClass &^ transport.ECNMask,
 		cnpTClass:    c.CNPTClass &^ transport.ECNMask,
 		line:         def(c.LineRate, DefaultCCLineRate),
@@ -192,6 +224,12 @@ func newCCParams(c CCConfig) ccParams {
 	if p.burst <= 0 {
 		p.burst = DefaultPaceBurst
 	}
+	if p.beta <= 0 {
+		p.beta = DefaultDelayBeta
+	}
+	if p.maxMD <= 0 || p.maxMD >= 1 {
+		p.maxMD = DefaultDelayMaxDecrease
+	}
 	p.min = min(p.min, p.line)
 	return p
 }
@@ -204,7 +242,7 @@ func (p *ccParams) tclassFor(av uint8) uint8 {
 	if av == 0 {
 		av = p.tclass
 	}
-	if p.on {
+	if p.ecn {
 		return av&^transport.ECNMask | transport.ECNECT0
 	}
 	return av
@@ -226,7 +264,14 @@ type ccState struct {
 	paused         bool      // the pacer stopped the requester until nextTx
 	lastAckReq     time.Time // when the limited QP last asked for an ACK
 	ackDue         bool      // the next packet asks for an ACK (ackDueLocked)
-	since          time.Time // when the QP became limited
+
+	// CCDelay (cc_delay.go): one round-trip sample at a time.
+	sampling  bool
+	samplePSN wire.PSN
+	sampleAt  time.Time
+	lastCut   time.Time
+	rtt       time.Duration
+	since     time.Time // when the QP became limited
 }
 
 // CCState is a QP's congestion control state as QP.CCState reports it.
@@ -241,6 +286,8 @@ type CCState struct {
 	Alpha float64
 	// Since is when the QP became limited (zero if it is not).
 	Since time.Time
+	// RTT is the last round trip CCDelay measured (zero otherwise).
+	RTT time.Duration
 }
 
 // CCState returns the QP's congestion control state.
@@ -250,9 +297,9 @@ func (qp *QP) CCState() CCState {
 	p := &qp.dev.cc
 	s := &qp.cc
 	if !s.limited {
-		return CCState{Rate: int64(p.line * bitsPerByte), Target: int64(p.line * bitsPerByte)}
+		return CCState{Rate: int64(p.line * bitsPerByte), Target: int64(p.line * bitsPerByte), RTT: s.rtt}
 	}
-	return CCState{Limited: true, Rate: int64(s.rc * bitsPerByte), Target: int64(s.rt * bitsPerByte), Alpha: s.alpha, Since: s.since}
+	return CCState{Limited: true, Rate: int64(s.rc * bitsPerByte), Target: int64(s.rt * bitsPerByte), Alpha: s.alpha, Since: s.since, RTT: s.rtt}
 }
 
 // onCELocked is the notification point: a packet for the QP arrived
@@ -341,11 +388,11 @@ func (qp *QP) ccTimerLocked(now time.Time) (resume bool) {
 		return s.paused
 	}
 	p := &qp.dev.cc
-	for !s.alphaAt.After(now) {
+	for p.on && !s.alphaAt.After(now) {
 		s.alpha *= 1 - p.g
 		s.alphaAt = s.alphaAt.Add(p.alphaPeriod)
 	}
-	for s.limited && !s.incAt.After(now) {
+	for p.on && s.limited && !s.incAt.After(now) {
 		s.tEvents++
 		s.incAt = s.incAt.Add(p.timer)
 		s.increase(p, now, &qp.dev.Counters)
@@ -368,11 +415,14 @@ func (qp *QP) ccDeadlineLocked() time.Time {
 	if !s.limited {
 		return time.Time{}
 	}
-	at := s.alphaAt
-	if s.incAt.Before(at) {
-		at = s.incAt
+	var at time.Time
+	if qp.dev.cc.on {
+		at = s.alphaAt
+		if s.incAt.Before(at) {
+			at = s.incAt
+		}
 	}
-	if s.paused && s.nextTx.Before(at) {
+	if s.paused && (at.IsZero() || s.nextTx.Before(at)) {
 		at = s.nextTx
 	}
 	return at
@@ -423,7 +473,7 @@ func (qp *QP) pacedLocked(n int, now time.Time, ackReq bool) {
 	}
 	s.nextTx = s.nextTx.Add(time.Duration(float64(n) / s.rc * float64(time.Second)))
 	s.bytes += int64(n)
-	for s.limited && s.bytes >= p.byteCounter {
+	for p.on && s.limited && s.bytes >= p.byteCounter {
 		s.bytes -= p.byteCounter
 		s.bEvents++
 		s.increase(p, now, &qp.dev.Counters)

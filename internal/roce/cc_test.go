@@ -270,3 +270,67 @@ func TestZeroAllocsCC(t *testing.T) {
 		t.Errorf("paced post WRITE + ACK + poll: %.1f allocations, want 0", a)
 	}
 }
+
+// TestDelayRate: CCDelay samples one round trip at a time (the sampled
+// packet asks for an ACK), cuts the rate by β·(rtt − target)/rtt, at most
+// by DelayMaxDecrease, and adds DelayAIRate per round trip below the
+// target.
+func TestDelayRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFuzzTarget(t)
+		defer f.destroy()
+		f.dev.cc = newCCParams(CCConfig{Algorithm: CCDelay})
+		c := f.dev.tr.(*capture)
+		qp := f.rc.(*QP)
+		wcs := make([]verbs.WC, 4)
+		// roundTrip posts a 100-byte WRITE (one packet, MTU 256), waits d
+		// and acknowledges it.
+		roundTrip := func(d time.Duration) {
+			t.Helper()
+			qp.mu.Lock()
+			psn := qp.req.psn
+			qp.mu.Unlock()
+			must(t, f.rc.PostSend(&verbs.SendWR{Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{f.mr.SGE(0, 100)}, RemoteAddr: 0x1000, RKey: 0x77}))
+			c.mu.Lock()
+			last := c.sent[len(c.sent)-1]
+			c.mu.Unlock()
+			if !wire.BTH(last).AckReq() {
+				t.Fatal("the sampled packet does not ask for an ACK")
+			}
+			time.Sleep(d)
+			ack := buildPacket(wire.RCAck, wire.BTHFields{DestQP: qp.qpn, PSN: psn}, nil, func(b []byte, info *wire.OpInfo) {
+				wire.AETH(b[info.AETHOff:]).Encode(&wire.AETHFields{Syndrome: wire.ACKSyndrome(0x1F)})
+			})
+			f.handle([]transport.Datagram{{Buf: ack, Peer: f.peer, ICRC: transport.ICRCOK}})
+			if n, _ := f.cq.Poll(wcs); n != 1 || wcs[0].Status != verbs.WCSuccess {
+				t.Fatalf("poll: %d %+v", n, wcs[0])
+			}
+		}
+		roundTrip(10 * time.Microsecond) // below the target, not limited: nothing
+		if st := qp.CCState(); st.Limited || st.RTT != 10*time.Microsecond {
+			t.Fatalf("after a 10 µs round trip: %+v", st)
+		}
+		roundTrip(40 * time.Microsecond) // 1 − 0.8·15/40 = 0.7
+		st := qp.CCState()
+		if want := int64(DefaultCCLineRate * 0.7); !st.Limited || st.Rate < want-8 || st.Rate > want+8 {
+			t.Fatalf("after a 40 µs round trip: %+v, want rate %d", st, want)
+		}
+		roundTrip(30 * time.Microsecond) // 1 − 0.8·5/30
+		st2 := qp.CCState()
+		if want := int64(float64(st.Rate) * (1 - 0.8*5/30.0)); st2.Rate < want-8 || st2.Rate > want+8 {
+			t.Fatalf("after a 30 µs round trip: %d, want %d", st2.Rate, want)
+		}
+		roundTrip(1000 * time.Microsecond) // at most DelayMaxDecrease
+		if got, want := qp.CCState().Rate, st2.Rate/2; got < want-8 || got > want+8 {
+			t.Fatalf("after a 1 ms round trip: %d, want %d (half)", got, want)
+		}
+		before := qp.CCState().Rate
+		roundTrip(5 * time.Microsecond)
+		if got := qp.CCState().Rate; got != before+DefaultDelayAIRate {
+			t.Fatalf("after a short round trip: %d, want %d + %d", got, before, DefaultDelayAIRate)
+		}
+		if f.dev.Counters.CNPsSent.Load() != 0 {
+			t.Fatal("CCDelay sent CNPs")
+		}
+	})
+}

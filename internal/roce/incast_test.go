@@ -90,10 +90,7 @@ type incastResult struct {
 }
 
 func (r incastResult) String() string {
-	cc := "off"
-	if r.setup.cc == CCDCQCN {
-		cc = "dcqcn"
-	}
+	cc := r.setup.cc.String()
 	return fmt.Sprintf("%d→1 cc=%s: goodput %.1f%% of link, fairness %.3f, queue max %d B mean %.0f B, probe p50 %v p99 %v (%d), retransmitted %d B, retry-exceeded %d, other errors %d, CNPs sent %d rcvd %d, cuts %d, marked %d, switch drops %d; start: %d drops, %d B retransmitted",
 		r.setup.senders, cc, 100*r.goodput, r.fairness, r.maxQueue, r.meanQueue, r.probeP50, r.probeP99, r.probes,
 		r.retransmitted, r.retryExceeded, r.otherErrors, r.cnpsSent, r.cnpsRcvd, r.rateCuts, r.marked, r.drops, r.startDrops, r.startRetransmitted)
@@ -392,9 +389,15 @@ func TestIncastTable(t *testing.T) {
 		{16, incastRED, mlx5Like, "5-40 KB, 100 %; mlx5-like"},
 		{64, incastRED, mlx5Like, "5-40 KB, 100 %; mlx5-like"},
 		{16, paperRED, CCConfig{}, "5-200 KB, 1 %; paper"},
+		{16, incastRED, CCConfig{Algorithm: CCDelay}, "5-40 KB, 100 %; delay, target 25 µs"},
+		{64, incastRED, CCConfig{Algorithm: CCDelay}, "5-40 KB, 100 %; delay, target 25 µs"},
 	} {
 		idle := runIncast(t, incastSetup{senders: r.n, cc: CCDCQCN, measure: 10 * time.Millisecond, seed: 1, red: &r.red, params: r.params})
-		for _, cc := range []CCAlgorithm{CCDCQCN, CCOff} {
+		algs := []CCAlgorithm{CCDCQCN, CCOff}
+		if r.params.Algorithm == CCDelay {
+			algs = []CCAlgorithm{CCDelay}
+		}
+		for _, cc := range algs {
 			if cc == CCOff && r.params != (CCConfig{}) {
 				continue // the same as with the paper's parameters
 			}

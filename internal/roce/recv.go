@@ -345,6 +345,9 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 	s := qp.req.sent(qp.sq.next)
 	r := qp.comp.onResponse(qp, &s, p, now)
 	qp.learnPeerPortLocked(r.inWindow, pk)
+	if r.inWindow && qp.dev.cc.delay {
+		qp.onDelayResponseLocked(p.BTH.PSN(), now) // cc_delay.go
+	}
 	return qp.applyCompLocked(r, now)
 }
 

@@ -169,6 +169,9 @@ func (qp *QP) runRequesterLocked(now time.Time) {
 			}
 			qp.cc.ackDue = rc && qp.ackDueLocked(now)
 		}
+		if rc && qp.dev.cc.delay && !w.isReadOrAtomic() {
+			now = qp.delaySampleLocked(qp.req.psn, now) // CCDelay's round trip (cc_delay.go)
+		}
 		if !w.started {
 			qp.startWQELocked(w)
 		}
@@ -179,6 +182,7 @@ func (qp *QP) runRequesterLocked(now time.Time) {
 			p := &qp.tx.pkts[qp.tx.n-1]
 			qp.pacedLocked(p.Len(), now, wire.BTH(p.Buf).AckReq())
 		}
+		qp.cc.ackDue = false
 		sent = true
 		if w.sent == w.npkts {
 			qp.sq.next++

@@ -20,9 +20,15 @@ const (
 	// CCOff sends packets not ECN-capable, sends no CNPs and ignores
 	// those it gets, as Linux rxe does.
 	CCOff
+	// CCDelay is a delay-based alternative in the spirit of Swift: each
+	// QP measures round trips and paces at a rate that falls when they
+	// exceed TargetDelay and grows while they do not. It needs no ECN
+	// and no CNPs (packets still leave ECN-capable, so marking switches
+	// do not drop them).
+	CCDelay
 )
 
-// String returns "dcqcn" or "off".
+// String returns "dcqcn", "off" or "delay".
 func (a CCAlgorithm) String() string { return roce.CCAlgorithm(a).String() }
 
 // CongestionControl configures congestion control (Config.CC). Its zero
@@ -76,6 +82,15 @@ type CongestionControl struct {
 	// PaceBurst is how many bytes a paced QP may send back to back;
 	// default 16 KiB.
 	PaceBurst int
+
+	// CCDelay's parameters: the round trip above which a QP slows down
+	// (default 25 µs), the rate it adds per round trip below it
+	// (default 50 Mbit/s), the decrease's scale β (default 0.8) and its
+	// largest fraction (default 0.5).
+	TargetDelay      time.Duration
+	DelayAIRate      int64
+	DelayBeta        float64
+	DelayMaxDecrease float64
 }
 
 // engine returns the engine's form of c.
@@ -85,7 +100,8 @@ func (c *CongestionControl) engine() roce.CCConfig {
 		LineRate: c.LineRate, MinRate: c.MinRate, CNPInterval: c.CNPInterval, AlphaG: c.AlphaG,
 		InitialAlpha: c.InitialAlpha, AlphaPeriod: c.AlphaPeriod, RateTimer: c.RateTimer,
 		ByteCounter: c.ByteCounter, FastRecovery: c.FastRecovery, AIRate: c.AIRate, HAIRate: c.HAIRate,
-		PaceBurst: c.PaceBurst,
+		PaceBurst: c.PaceBurst, TargetDelay: c.TargetDelay, DelayAIRate: c.DelayAIRate, DelayBeta: c.DelayBeta,
+		DelayMaxDecrease: c.DelayMaxDecrease,
 	}
 }
 
@@ -94,7 +110,7 @@ func (c *CongestionControl) engine() roce.CCConfig {
 // message.
 func (c *CongestionControl) socketTClass() uint8 {
 	tc := c.TClass &^ transport.ECNMask
-	if c.Algorithm == CCDCQCN {
+	if c.Algorithm != CCOff {
 		tc |= transport.ECNECT0
 	}
 	return tc

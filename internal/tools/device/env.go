@@ -36,7 +36,7 @@ type Env struct {
 	NoGather          bool // SOFTRDMA_NO_GATHER=1: Config.NoGather
 	NoSplitWrites     bool // SOFTRDMA_NO_SPLIT_WRITES=1: Config.NoSplitWrites
 	SplitWritesAlways bool // SOFTRDMA_SPLIT_WRITES=always: Config.SplitWritesAlways
-	// CC (SOFTRDMA_CC=dcqcn|off) sets Config.CC.Algorithm; CCSet says
+	// CC (SOFTRDMA_CC=dcqcn|delay|off) sets Config.CC.Algorithm; CCSet says
 	// the variable was given.
 	CC    soft.CCAlgorithm
 	CCSet bool
@@ -83,8 +83,10 @@ func ReadEnv(getenv func(string) string) (Env, error) {
 		e.CC, e.CCSet = soft.CCDCQCN, true
 	case "off":
 		e.CC, e.CCSet = soft.CCOff, true
+	case "delay":
+		e.CC, e.CCSet = soft.CCDelay, true
 	default:
-		return Env{}, fmt.Errorf("SOFTRDMA_CC=%q: want dcqcn (congestion control, the default) or off", v)
+		return Env{}, fmt.Errorf("SOFTRDMA_CC=%q: want dcqcn (congestion control, the default), delay or off", v)
 	}
 	switch v := getenv("SOFTRDMA_SPLIT_WRITES"); v {
 	case "":
