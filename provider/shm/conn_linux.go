@@ -581,11 +581,13 @@ func (c *conn) handle(m *ctrl, payload []byte, fds []int) bool {
 // it and allow the access; the rkey must name a live MR of the QP's PD
 // that allows it and lives in shareable memory. The fd sent is
 // read-only unless the QP and the MR allow a remote write or atomic
-// (grants_linux.go).
+// (grants_linux.go). A refusal fails the QP (refuse_linux.go); a
+// grantCheck request also checks a range and gets no fd.
 func (c *conn) answerGrant(m *ctrl) {
 	d := c.dev
 	resp := ctrl{typ: mGrantResp, reqID: m.reqID, d: grantAccess}
-	want := verbs.Access(m.d)
+	check := m.d&grantCheck != 0 // refuse_linux.go
+	want := verbs.Access(m.d &^ grantCheck)
 	d.mu.Lock()
 	qp := d.qpByNum[m.b]
 	d.mu.Unlock()
@@ -606,6 +608,10 @@ func (c *conn) answerGrant(m *ctrl) {
 		mr.mu.Lock()
 		switch {
 		case mr.dead || mr.pd != qp.pd || mr.access&want != want:
+		case check:
+			if inRegion(mr, m.x, m.y) {
+				resp.d = grantInRange
+			}
 		case mr.fd < 0:
 			// Go memory: each access comes as a COPY_* message, checked
 			// then; there is no mapping to revoke.
@@ -632,6 +638,7 @@ func (c *conn) answerGrant(m *ctrl) {
 	if resp.d != grantOK {
 		sendFd = -1
 	}
+	c.refused(m, resp.d)
 	c.send(&resp, nil, sendFd, false)
 	if closeFd {
 		unix.Close(fd)

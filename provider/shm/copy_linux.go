@@ -271,6 +271,7 @@ func (c *conn) applyCopy(m *ctrl, payload []byte) bool {
 		c.dev.copies.Add(1)
 	}
 	resp.d = st
+	c.refused(m, st)
 	c.send(&resp, data, -1, false)
 	if mr != nil {
 		mr.mu.Unlock()

@@ -54,7 +54,8 @@ type QP struct {
 	peer    atomic.Uint64
 	destQPN atomic.Uint32
 	access  atomic.Uint32
-	busy    atomic.Int32 // progress looks at the QP
+	busy    atomic.Int32  // progress looks at the QP
+	refusal atomic.Uint32 // a refused access's event for progress to fail the QP with (refuse_linux.go)
 
 	mu      sync.Mutex
 	state   verbs.QPState
@@ -390,6 +391,7 @@ func (qp *QP) resetLocked() {
 	qp.haveCur, qp.inDone, qp.failed, qp.rnrFrom = false, false, false, 0
 	qp.attr = verbs.QPAttr{}
 	qp.access.Store(0)
+	qp.refusal.Store(0) // after revokeGrantsLater: no refusal is noted from then on
 }
 
 // errorLocked moves the QP to ERR: the oldest unretired send WQE
@@ -674,8 +676,12 @@ func (qp *QP) progressLocked() bool {
 		return false
 	}
 	moved := false
+	if qp.refusal.Load() != 0 {
+		qp.failRefusedLocked()
+		moved = true
+	}
 	if qp.state == verbs.QPStateRTS || qp.state == verbs.QPStateSQD {
-		moved = qp.executeLocked()
+		moved = qp.executeLocked() || moved
 	}
 	if qp.retireLocked() {
 		moved = true
@@ -838,7 +844,8 @@ func (qp *QP) remoteLocked(rkey uint32, raddr, n uint64, want verbs.Access) (*gr
 	}
 	if st != verbs.WCSuccess {
 		g.mu.RUnlock()
-		return nil, nil, st
+		// The owner's QP fails as a responder's would (refuse_linux.go).
+		return nil, nil, qp.conn.checkRefused(qp.qpn, qp.destQPN.Load(), rkey, want, raddr, n, st)
 	}
 	off := raddr - g.addr
 	return g, g.mem[off : off+n], verbs.WCSuccess

@@ -38,8 +38,8 @@ const (
 	// LAST_WQE_REACHED) on the context's verbs.AsyncEventer.
 	QPEvents Feature = "QP asynchronous events"
 	// ResponderAccessEvents: a one-sided operation that fails its access
-	// checks moves the responder's QP to ERR with QP_ACCESS_ERR, as rxe
-	// does.
+	// checks moves the responder's QP to ERR with QP_ACCESS_ERR (or
+	// QP_REQ_ERR when the QP's own access flags refuse it), as rxe does.
 	ResponderAccessEvents Feature = "QP_ACCESS_ERR at the responder of a one-sided operation"
 	// AsyncEvents: the context implements verbs.AsyncEventer (CQ_ERR,
 	// SRQ_LIMIT_REACHED at least).
