@@ -136,9 +136,9 @@ func (r *responder) deferMissed() {
 // flushAckWithPostLocked sends the pending ACK with requests the
 // application just posted: the wait for the poller paid, so the miss
 // count starts over.
-func (r *responder) flushAckWithPostLocked(qp *QP) {
+func (r *responder) flushAckWithPostLocked(tx answerTx) {
 	r.deferMisses = 0
-	r.flushAckLocked(qp)
+	r.flushAckLocked(tx)
 }
 
 // StageDeferredAcks moves the ACKs that still wait into the batch's
@@ -324,14 +324,16 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 		proven := false
 		switch qp.typ {
 		case verbs.QPTypeRC:
-			r := qp.resp.onRequestLocked(qp, p)
+			rq := qp.respQP()
+			r := qp.resp.onRequestLocked(&rq, p)
 			if r.fail {
 				qp.errorLocked()
 				qp.dev.Event(verbs.AsyncEvent{Type: r.event, QP: qp})
 			}
 			proven = r.expected
 		case verbs.QPTypeUC:
-			proven = qp.resp.onUCRequestLocked(qp, p)
+			rq := qp.respQP()
+			proven = qp.resp.onUCRequestLocked(&rq, p)
 		case verbs.QPTypeUD:
 			qp.resp.onUDRequestLocked(qp.recvRes(), p, pk)
 		}

@@ -34,11 +34,13 @@ import (
 // responder is the receiving half of a QP's protocol state. Its steps are
 // its methods, run with the QP's mu held. The steps that place a message
 // (SEND, WRITE, UD) take a recvRes: the receive queue or SRQ, the PD, the
-// receive CQ, the counters. The steps that answer (ACKs, NAKs, READ
-// responses, atomic ACKs) take the QP, whose transmit queue the answer
-// goes on. None of them touches the requester's or the completer's state
-// or moves the QP to ERR: an error that fails the QP is recorded and
-// handed back in the request's respResult.
+// receive CQ, the counters. The steps of an RC or UC request take a
+// respQP, the QP's view for the responder (views.go): the recvRes, the
+// access flags, and an answerTx, the transmit path its answers (ACKs,
+// NAKs, READ responses, atomic ACKs) go on. None of them sees the QP
+// itself, touches the requester's or the completer's state or moves the
+// QP to ERR: an error that fails the QP is recorded and handed back in the
+// request's respResult.
 type responder struct {
 	psn       wire.PSN // expected PSN
 	msn       uint32   // message sequence number (24 bits on the wire)
@@ -185,13 +187,13 @@ func (v verdict) String() string {
 
 // onRequestLocked handles a request packet on an RC QP and returns what
 // the QP must do about it.
-func (r *responder) onRequestLocked(qp *QP, p *wire.Packet) respResult {
+func (r *responder) onRequestLocked(qp *respQP, p *wire.Packet) respResult {
 	psn := p.BTH.PSN()
 	if d := psn.Sub(r.psn); d > 0 {
-		qp.dev.Counters.OutOfSeqRequest.Add(1)
+		qp.c.OutOfSeqRequest.Add(1)
 		if !r.nakSent {
 			r.nakSent = true
-			r.sendNAKLocked(qp, r.psn, wire.NAKSyndrome(wire.NAKPSNSeqError))
+			r.sendNAKLocked(qp.tx, r.psn, wire.NAKSyndrome(wire.NAKPSNSeqError))
 		}
 		return r.result(false)
 	} else if d < 0 {
@@ -203,8 +205,8 @@ func (r *responder) onRequestLocked(qp *QP, p *wire.Packet) respResult {
 	switch v {
 	case vOK:
 	case vRNR:
-		qp.dev.Counters.SendRNRErr.Add(1)
-		r.sendNAKLocked(qp, psn, wire.RNRNAKSyndrome(qp.attr.MinRNRTimer))
+		qp.c.SendRNRErr.Add(1)
+		r.sendNAKLocked(qp.tx, psn, wire.RNRNAKSyndrome(qp.minRNR))
 	case vInvalid:
 		r.nakErrorLocked(qp, psn, wire.NAKInvalidRequest, recvStatus)
 	case vAccess:
@@ -218,9 +220,9 @@ func (r *responder) onRequestLocked(qp *QP, p *wire.Packet) respResult {
 // executeLocked checks and executes a request with the expected PSN. On
 // success it advances the expected PSN and arranges the acknowledgement.
 // recvStatus is the status a consumed receive WQE completes with on error.
-func (r *responder) executeLocked(qp *QP, p *wire.Packet, psn wire.PSN) (v verdict, recvStatus verbs.WCStatus) {
+func (r *responder) executeLocked(qp *respQP, p *wire.Packet, psn wire.PSN) (v verdict, recvStatus verbs.WCStatus) {
 	info := p.Info
-	rc := qp.typ == verbs.QPTypeRC
+	rc := qp.rc
 	// Opcode sequence (IBTA C9-91..C9-93).
 	first, last := info.Has(wire.FlagFirst), info.Has(wire.FlagLast)
 	if r.inMsg {
@@ -244,15 +246,15 @@ func (r *responder) executeLocked(qp *QP, p *wire.Packet, psn wire.PSN) (v verdi
 	case n == 0 || n > qp.pmtu:
 		return vInvalid, verbs.WCLocLenErr
 	}
-	access := qp.attr.QPAccessFlags
+	access := qp.access
 	switch {
 	case info.Has(wire.FlagSend):
-		v, recvStatus = r.recvSendLocked(qp.recvRes(), p, first, last)
+		v, recvStatus = r.recvSendLocked(&qp.recvRes, p, first, last)
 	case info.Has(wire.FlagWrite):
 		if access&verbs.AccessRemoteWrite == 0 {
 			return vInvalid, verbs.WCRemInvReqErr
 		}
-		v, recvStatus = r.recvWriteLocked(qp.recvRes(), p, first, last)
+		v, recvStatus = r.recvWriteLocked(&qp.recvRes, p, first, last)
 	case info.Has(wire.FlagRead) && rc:
 		if access&verbs.AccessRemoteRead == 0 {
 			return vInvalid, verbs.WCRemInvReqErr
@@ -434,7 +436,7 @@ func (r *responder) recvWriteLocked(s *recvRes, p *wire.Packet, first, last bool
 	return vOK, 0
 }
 
-func (r *responder) recvReadLocked(qp *QP, p *wire.Packet, psn wire.PSN) verdict {
+func (r *responder) recvReadLocked(qp *respQP, p *wire.Packet, psn wire.PSN) verdict {
 	if len(r.res) == 0 {
 		return vInvalid // max_dest_rd_atomic is 0
 	}
@@ -444,7 +446,7 @@ func (r *responder) recvReadLocked(qp *QP, p *wire.Packet, psn wire.PSN) verdict
 		// responses that their PSNs would cover a quarter of the PSN
 		// space (a 2 GiB READ at MTU 256 covers half, where "older" and
 		// "newer" stop meaning anything).
-		qp.dev.Counters.DropTooLong.Add(1)
+		qp.c.DropTooLong.Add(1)
 		return vInvalid
 	}
 	if dlen > 0 {
@@ -484,8 +486,8 @@ func (r *responder) nextResLocked() *rdRes {
 // sendReadResponsesLocked sends the responses to a READ of dlen bytes at va,
 // numbered from psn. If the memory became inaccessible meanwhile it sends a
 // remote access NAK instead and fails the QP.
-func (r *responder) sendReadResponsesLocked(qp *QP, va uint64, rkey uint32, dlen uint64, psn wire.PSN) {
-	r.flushAckLocked(qp)
+func (r *responder) sendReadResponsesLocked(qp *respQP, va uint64, rkey uint32, dlen uint64, psn wire.PSN) {
+	r.flushAckLocked(qp.tx)
 	npkts := packetsFor(dlen, qp.pmtu)
 	for i := uint32(0); i < npkts; i++ {
 		off := uint64(i) * uint64(qp.pmtu)
@@ -511,18 +513,17 @@ func (r *responder) sendReadResponsesLocked(qp *QP, va uint64, rkey uint32, dlen
 				return
 			}
 		}
-		bth := wire.BTHFields{PSN: psn.Add(i), DestQP: qp.attr.DestQPNum}
 		info := op.Info()
 		var b []byte
-		if mr != nil && qp.dev.gather && qp.sec == nil && n >= gatherMin {
+		if mr != nil && qp.gather && n >= gatherMin {
 			// The transport gathers the payload from the MR (see
 			// newGatherPacketLocked); the packet pins the MR till then.
 			mr.pins.Add(1)
 			mr.mu.RUnlock()
-			b = qp.newGatherPacketLocked(qp.route(), op, &bth, src, mr)
+			b = qp.tx.answerGatherLocked(op, psn.Add(i), src, mr)
 			mr = nil
 		} else {
-			b = qp.newPacketLocked(qp.route(), op, &bth, int(n))
+			b = qp.tx.answerLocked(op, psn.Add(i), int(n))
 		}
 		if info.Has(wire.FlagAETH) {
 			wire.AETH(b[info.AETHOff:]).Encode(&wire.AETHFields{Syndrome: wire.ACKSyndrome(0x1F), MSN: r.msn & 0xFFFFFF})
@@ -534,7 +535,7 @@ func (r *responder) sendReadResponsesLocked(qp *QP, va uint64, rkey uint32, dlen
 	}
 }
 
-func (r *responder) recvAtomicLocked(qp *QP, p *wire.Packet, psn wire.PSN) verdict {
+func (r *responder) recvAtomicLocked(qp *respQP, p *wire.Packet, psn wire.PSN) verdict {
 	if len(r.res) == 0 {
 		return vInvalid
 	}
@@ -569,14 +570,13 @@ func (r *responder) recvAtomicLocked(qp *QP, p *wire.Packet, psn wire.PSN) verdi
 	*slot = rdRes{used: true, atomic: true, first: psn, last: psn, orig: orig, va: va, rkey: a.RKey(), len: 8}
 	r.psn = psn.Add(1)
 	r.msn++
-	r.sendAtomicAckLocked(qp, psn, orig)
+	r.sendAtomicAckLocked(qp.tx, psn, orig)
 	return vOK
 }
 
-func (r *responder) sendAtomicAckLocked(qp *QP, psn wire.PSN, orig uint64) {
-	r.flushAckLocked(qp)
-	bth := wire.BTHFields{PSN: psn, DestQP: qp.attr.DestQPNum}
-	b := qp.newPacketLocked(qp.route(), wire.RCAtomicAck, &bth, 0)
+func (r *responder) sendAtomicAckLocked(tx answerTx, psn wire.PSN, orig uint64) {
+	r.flushAckLocked(tx)
+	b := tx.answerLocked(wire.RCAtomicAck, psn, 0)
 	info := wire.RCAtomicAck.Info()
 	wire.AETH(b[info.AETHOff:]).Encode(&wire.AETHFields{Syndrome: wire.ACKSyndrome(0x1F), MSN: r.msn & 0xFFFFFF})
 	wire.AtomicAckETH(b[info.AtomicAckETHOff:]).SetOrigData(orig)
@@ -591,12 +591,12 @@ func (r *responder) sendAtomicAckLocked(qp *QP, psn wire.PSN, orig uint64) {
 // still allow the access; anything else is dropped silently and counted
 // — it is not the requester's retry but a forgery or a confused peer, and
 // answering it would read memory nobody asked for.
-func (r *responder) onDuplicateLocked(qp *QP, p *wire.Packet, psn wire.PSN) {
+func (r *responder) onDuplicateLocked(qp *respQP, p *wire.Packet, psn wire.PSN) {
 	if !r.started {
-		qp.dev.Counters.DropEarlyDuplicate.Add(1)
+		qp.c.DropEarlyDuplicate.Add(1)
 		return
 	}
-	qp.dev.Counters.DuplicateRequest.Add(1)
+	qp.c.DuplicateRequest.Add(1)
 	info := p.Info
 	switch {
 	case info.Has(wire.FlagSend) || info.Has(wire.FlagWrite):
@@ -614,8 +614,8 @@ func (r *responder) onDuplicateLocked(qp *QP, p *wire.Packet, psn wire.PSN) {
 			// (psn-first) MTUs on: a resumed READ asks for exactly those.
 			skip := uint64(psn.Sub(s.first)) * uint64(qp.pmtu)
 			if rkey != s.rkey || skip > s.len || va != s.va+skip || dlen != s.len-skip ||
-				qp.attr.QPAccessFlags&verbs.AccessRemoteRead == 0 {
-				qp.dev.Counters.DropBadReplay.Add(1)
+				qp.access&verbs.AccessRemoteRead == 0 {
+				qp.c.DropBadReplay.Add(1)
 				return
 			}
 			r.sendReadResponsesLocked(qp, va, rkey, dlen, psn)
@@ -625,11 +625,11 @@ func (r *responder) onDuplicateLocked(qp *QP, p *wire.Packet, psn wire.PSN) {
 		for i := range r.res {
 			s := &r.res[i]
 			if s.used && s.atomic && s.first == psn {
-				if p.AtomicETH.RKey() != s.rkey || p.AtomicETH.VA() != s.va || qp.attr.QPAccessFlags&verbs.AccessRemoteAtomic == 0 {
-					qp.dev.Counters.DropBadReplay.Add(1)
+				if p.AtomicETH.RKey() != s.rkey || p.AtomicETH.VA() != s.va || qp.access&verbs.AccessRemoteAtomic == 0 {
+					qp.c.DropBadReplay.Add(1)
 					return
 				}
-				r.sendAtomicAckLocked(qp, psn, s.orig)
+				r.sendAtomicAckLocked(qp.tx, psn, s.orig)
 				return
 			}
 		}
@@ -637,22 +637,21 @@ func (r *responder) onDuplicateLocked(qp *QP, p *wire.Packet, psn wire.PSN) {
 }
 
 // sendNAKLocked sends an ACK packet with a NAK or RNR NAK syndrome.
-func (r *responder) sendNAKLocked(qp *QP, psn wire.PSN, syndrome uint8) {
-	r.flushAckLocked(qp)
-	r.sendAckLocked(qp, psn, syndrome)
+func (r *responder) sendNAKLocked(tx answerTx, psn wire.PSN, syndrome uint8) {
+	r.flushAckLocked(tx)
+	r.sendAckLocked(tx, psn, syndrome)
 }
 
-func (r *responder) sendAckLocked(qp *QP, psn wire.PSN, syndrome uint8) {
-	bth := wire.BTHFields{PSN: psn, DestQP: qp.attr.DestQPNum}
-	b := qp.newPacketLocked(qp.route(), wire.RCAck, &bth, 0)
+func (r *responder) sendAckLocked(tx answerTx, psn wire.PSN, syndrome uint8) {
+	b := tx.answerLocked(wire.RCAck, psn, 0)
 	wire.AETH(b[wire.RCAck.Info().AETHOff:]).Encode(&wire.AETHFields{Syndrome: syndrome, MSN: r.msn & 0xFFFFFF})
 }
 
 // flushAckLocked sends the coalesced ACK, if one is due.
-func (r *responder) flushAckLocked(qp *QP) {
+func (r *responder) flushAckLocked(tx answerTx) {
 	if r.ackPending {
 		r.ackPending = false
-		r.sendAckLocked(qp, r.ackPSN, wire.ACKSyndrome(0x1F))
+		r.sendAckLocked(tx, r.ackPSN, wire.ACKSyndrome(0x1F))
 	}
 }
 
@@ -660,15 +659,15 @@ func (r *responder) flushAckLocked(qp *QP) {
 // receive WQE in use (if any) completed with recvStatus. It records the
 // failure for the request's respResult: the QP moves to ERR once the
 // responder returns.
-func (r *responder) nakErrorLocked(qp *QP, psn wire.PSN, code wire.NAKCode, recvStatus verbs.WCStatus) {
-	qp.dev.Counters.NAKsSent.Add(1)
-	r.sendNAKLocked(qp, psn, wire.NAKSyndrome(code))
+func (r *responder) nakErrorLocked(qp *respQP, psn wire.PSN, code wire.NAKCode, recvStatus verbs.WCStatus) {
+	qp.c.NAKsSent.Add(1)
+	r.sendNAKLocked(qp.tx, psn, wire.NAKSyndrome(code))
 	if r.haveCur {
 		if recvStatus == verbs.WCSuccess {
 			recvStatus = verbs.WCRemInvReqErr
 		}
 		r.haveCur = false
-		qp.recvRes().complete(&r.cur, recvStatus, 0, 0, 0, 0, false)
+		qp.complete(&r.cur, recvStatus, 0, 0, 0, 0, false)
 	}
 	r.inMsg = false
 	ev := verbs.EventQPFatal
@@ -684,12 +683,12 @@ func (r *responder) nakErrorLocked(qp *QP, psn wire.PSN, code wire.NAKCode, recv
 // onUCRequestLocked handles a request on a UC QP: no acknowledgements; a
 // PSN gap drops the message in progress and everything until the next
 // FIRST or ONLY packet.
-func (r *responder) onUCRequestLocked(qp *QP, p *wire.Packet) (expected bool) {
+func (r *responder) onUCRequestLocked(qp *respQP, p *wire.Packet) (expected bool) {
 	psn := p.BTH.PSN()
 	expected = psn == r.psn
 	first := p.Info.Has(wire.FlagFirst)
 	if psn != r.psn {
-		qp.dev.Counters.DropUC.Add(1)
+		qp.c.DropUC.Add(1)
 		r.inMsg = false // the receive WQE (if any) stays for the next message
 		r.psn = psn
 		if !first {
@@ -699,7 +698,7 @@ func (r *responder) onUCRequestLocked(qp *QP, p *wire.Packet) (expected bool) {
 		}
 	}
 	if r.ucDrop && !first {
-		qp.dev.Counters.DropUC.Add(1)
+		qp.c.DropUC.Add(1)
 		r.psn = psn.Add(1)
 		return expected
 	}
@@ -707,9 +706,9 @@ func (r *responder) onUCRequestLocked(qp *QP, p *wire.Packet) (expected bool) {
 	if v, _ := r.executeLocked(qp, p, psn); v != vOK {
 		// UC drops what it cannot place (IBTA 9.8.3.2); the QP stays up.
 		if v == vRNR {
-			qp.dev.Counters.DropNoRecvWQE.Add(1)
+			qp.c.DropNoRecvWQE.Add(1)
 		} else {
-			qp.dev.Counters.DropUC.Add(1)
+			qp.c.DropUC.Add(1)
 		}
 		r.inMsg = false
 		r.ucDrop = !p.Info.Has(wire.FlagLast)
