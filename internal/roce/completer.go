@@ -30,7 +30,9 @@ package roce
 // RNR NAK, or fail — comes back as a compResult, which the requester
 // applies (requester.apply; the QP fails on compError). What it needs of
 // the requester (the PSNs sent, the send queue's next) comes in as a
-// reqSent.
+// reqSent; what it uses of the QP (the send queue, the counters, the
+// state, the timeout and retry budgets) as a compQP (views.go), through
+// whose sendRetirer it retires WQEs.
 
 import (
 	"encoding/binary"
@@ -69,14 +71,14 @@ func (c *completer) setRNRRetry(n uint8) { c.rnrRetry = n }
 // timeout is infinite. now is read (from clock) only if it is zero and
 // the timer starts: a QP with packets in flight has it running already,
 // and PostSend saves a clock read per post that way.
-func (c *completer) onSent(qp *QP, now time.Time, clock func() time.Time) time.Time {
-	if !c.ackDeadline.IsZero() || qp.attr.Timeout == 0 {
+func (c *completer) onSent(qp compQP, now time.Time, clock func() time.Time) time.Time {
+	if !c.ackDeadline.IsZero() || qp.timeout == 0 {
 		return time.Time{}
 	}
 	if now.IsZero() {
 		now = clock()
 	}
-	c.restartAckTimer(qp, now)
+	c.restartAckTimer(&qp, now)
 	return c.ackDeadline
 }
 
@@ -147,7 +149,7 @@ type compResult struct {
 
 // onResponse handles a response packet (ACK, READ response, atomic ACK)
 // for an RC QP.
-func (c *completer) onResponse(qp *QP, s *reqSent, p *wire.Packet, now time.Time) compResult {
+func (c *completer) onResponse(qp *compQP, s *reqSent, p *wire.Packet, now time.Time) compResult {
 	psn := p.BTH.PSN()
 	// A response is acted on only while a request is outstanding and only
 	// inside the PSNs in flight: from the oldest unacknowledged one to the
@@ -155,11 +157,11 @@ func (c *completer) onResponse(qp *QP, s *reqSent, p *wire.Packet, now time.Time
 	// attacker must now guess a PSN in a window of at most ackWindow out
 	// of 2^24, besides the QPN and the peer's address and port).
 	if qp.sq.head == qp.sq.tail || !qp.sq.at(qp.sq.head).started {
-		qp.dev.Counters.DropUnexpected.Add(1)
+		qp.c.DropUnexpected.Add(1)
 		return compResult{}
 	}
 	if psn.Less(c.psn) || !psn.Less(s.maxPSN) {
-		qp.dev.Counters.DropOutOfWindow.Add(1)
+		qp.c.DropOutOfWindow.Add(1)
 		return compResult{}
 	}
 	var r compResult
@@ -171,31 +173,31 @@ func (c *completer) onResponse(qp *QP, s *reqSent, p *wire.Packet, now time.Time
 	case p.BTH.Opcode() == wire.RCAtomicAck:
 		r = c.onAtomicAck(qp, s, p, psn, now)
 	default:
-		qp.dev.Counters.DropUnexpected.Add(1)
+		qp.c.DropUnexpected.Add(1)
 		return compResult{}
 	}
 	r.inWindow = true
 	return r
 }
 
-func (c *completer) onAck(qp *QP, s *reqSent, psn wire.PSN, syn uint8, now time.Time) compResult {
+func (c *completer) onAck(qp *compQP, s *reqSent, psn wire.PSN, syn uint8, now time.Time) compResult {
 	switch wire.SyndromeType(syn) {
 	case wire.AckTypeACK:
 		return c.ackThrough(qp, s, psn, false, now)
 	case wire.AckTypeRNRNAK:
-		qp.dev.Counters.RcvdRNRErr.Add(1)
+		qp.c.RcvdRNRErr.Add(1)
 		r := c.ackThrough(qp, s, psn.Add(^uint32(0)), false, now)
 		if r.next != compDone {
 			return r
 		}
-		if st := qp.stateLocked(); st != verbs.QPStateRTS && st != verbs.QPStateSQD {
+		if st := qp.state; st != verbs.QPStateRTS && st != verbs.QPStateSQD {
 			return r
 		}
 		if qp.sq.head == s.next && !qp.sq.at(qp.sq.head).started {
 			return r // nothing is outstanding
 		}
 		if c.rnrRetry == 0 {
-			qp.dev.Counters.RetryRNRExceededErr.Add(1)
+			qp.c.RetryRNRExceededErr.Add(1)
 			r.next, r.status = compError, verbs.WCRNRRetryExcErr
 			return r
 		}
@@ -208,7 +210,7 @@ func (c *completer) onAck(qp *QP, s *reqSent, psn wire.PSN, syn uint8, now time.
 	case wire.AckTypeNAK:
 		code := wire.NAKCode(wire.SyndromeValue(syn))
 		if code == wire.NAKPSNSeqError {
-			qp.dev.Counters.RcvdSeqErr.Add(1)
+			qp.c.RcvdSeqErr.Add(1)
 			r := c.ackThrough(qp, s, psn.Add(^uint32(0)), false, now)
 			if r.next != compDone || c.retrying || (qp.sq.head == s.next && !qp.sq.at(qp.sq.head).started) {
 				return r
@@ -216,7 +218,7 @@ func (c *completer) onAck(qp *QP, s *reqSent, psn wire.PSN, syn uint8, now time.
 			r.next = compRetry
 			return r
 		}
-		qp.dev.Counters.NAKsRcvd.Add(1)
+		qp.c.NAKsRcvd.Add(1)
 		r := c.ackThrough(qp, s, psn.Add(^uint32(0)), false, now)
 		st := verbs.WCRemOpErr
 		switch code {
@@ -230,7 +232,7 @@ func (c *completer) onAck(qp *QP, s *reqSent, psn wire.PSN, syn uint8, now time.
 		r.next, r.status = compError, st
 		return r
 	}
-	qp.dev.Counters.DropUnexpected.Add(1)
+	qp.c.DropUnexpected.Add(1)
 	return compResult{}
 }
 
@@ -238,7 +240,7 @@ func (c *completer) onAck(qp *QP, s *reqSent, psn wire.PSN, syn uint8, now time.
 // last. implicit is true when a READ response or atomic ACK implies it:
 // then an outstanding READ or atomic at last is still waiting for its
 // response and is not evidence of loss.
-func (c *completer) ackThrough(qp *QP, s *reqSent, last wire.PSN, implicit bool, now time.Time) compResult {
+func (c *completer) ackThrough(qp *compQP, s *reqSent, last wire.PSN, implicit bool, now time.Time) compResult {
 	var r compResult
 	from := c.psn
 	for qp.sq.head != qp.sq.tail {
@@ -250,7 +252,7 @@ func (c *completer) ackThrough(qp *QP, s *reqSent, last wire.PSN, implicit bool,
 			if !implicit && !last.Less(w.firstPSN) && !c.retrying {
 				// The responder has moved past a request whose response
 				// never arrived: it was lost. Ask again.
-				qp.dev.Counters.CompleterRetryErr.Add(1)
+				qp.c.CompleterRetryErr.Add(1)
 				r.next = compRetry
 			}
 			break
@@ -282,7 +284,7 @@ func (c *completer) ackThrough(qp *QP, s *reqSent, last wire.PSN, implicit bool,
 
 // retire completes w, the oldest WQE, successfully, and records in r what
 // the requester must account for.
-func (c *completer) retire(qp *QP, s *reqSent, w *sendWQE, r *compResult) {
+func (c *completer) retire(qp *compQP, s *reqSent, w *sendWQE, r *compResult) {
 	if w.isReadOrAtomic() {
 		r.rdRetired++
 	}
@@ -290,16 +292,16 @@ func (c *completer) retire(qp *QP, s *reqSent, w *sendWQE, r *compResult) {
 		r.rewound, r.rewoundEnd = true, w.lastPSN.Add(1)
 		s.next++ // completeSendLocked moves the send queue's next past w
 	}
-	qp.completeSendLocked(w, verbs.WCSuccess)
+	qp.retirer.completeSendLocked(w, verbs.WCSuccess)
 }
 
 // onProgress restores the retry counters and restarts the ACK timer; it
 // stops it when everything the requester sent (as it will stand once it
 // has applied r) is acknowledged.
-func (c *completer) onProgress(qp *QP, s *reqSent, now time.Time, r *compResult) {
+func (c *completer) onProgress(qp *compQP, s *reqSent, now time.Time, r *compResult) {
 	c.retrying = false
-	c.retryCnt = qp.attr.RetryCnt
-	c.rnrRetry = qp.attr.RNRRetry
+	c.retryCnt = qp.retryCnt
+	c.rnrRetry = qp.rnrRetry
 	sent := s.psn
 	if r.rewound && sent.Less(r.rewoundEnd) {
 		sent = r.rewoundEnd
@@ -321,8 +323,8 @@ func (c *completer) onProgress(qp *QP, s *reqSent, now time.Time, r *compResult)
 // instant and retransmit together into the same socket. The jitter is a
 // hash of the QPN and the retries left, so it differs between QPs and
 // between one QP's attempts, and a run is reproducible.
-func (c *completer) restartAckTimer(qp *QP, now time.Time) {
-	if t := wire.LocalACKTimeout(qp.attr.Timeout); t > 0 {
+func (c *completer) restartAckTimer(qp *compQP, now time.Time) {
+	if t := wire.LocalACKTimeout(qp.timeout); t > 0 {
 		c.ackDeadline = now.Add(t + ackJitter(t, qp.qpn, c.retryCnt))
 	}
 }
@@ -339,20 +341,20 @@ func ackJitter(t time.Duration, qpn uint32, attempt uint8) time.Duration {
 	return t / 4 * time.Duration(h>>54) / 1024 // h>>54: 0..1023
 }
 
-func (c *completer) onReadResponse(qp *QP, s *reqSent, p *wire.Packet, psn wire.PSN, now time.Time) compResult {
+func (c *completer) onReadResponse(qp *compQP, s *reqSent, p *wire.Packet, psn wire.PSN, now time.Time) compResult {
 	r := c.ackThrough(qp, s, psn.Add(^uint32(0)), true, now)
 	if qp.sq.head == qp.sq.tail {
-		qp.dev.Counters.DropUnexpected.Add(1)
+		qp.c.DropUnexpected.Add(1)
 		return r
 	}
 	w := qp.sq.at(qp.sq.head)
 	if !w.started || w.opcode != verbs.WRRDMARead || !psn.InWindow(w.firstPSN, w.npkts) {
-		qp.dev.Counters.DropUnexpected.Add(1)
+		qp.c.DropUnexpected.Add(1)
 		return r
 	}
 	if psn != w.nextRespPSN {
 		if w.nextRespPSN.Less(psn) && !c.retrying {
-			qp.dev.Counters.CompleterRetryErr.Add(1)
+			qp.c.CompleterRetryErr.Add(1)
 			r.next = compRetry // a response was lost
 		}
 		return r
@@ -378,7 +380,7 @@ func (c *completer) onReadResponse(qp *QP, s *reqSent, p *wire.Packet, psn wire.
 	w.nextRespPSN = psn.Add(1)
 	// A response in order is forward progress: restore the retry budget.
 	c.retrying = false
-	c.retryCnt = qp.attr.RetryCnt
+	c.retryCnt = qp.retryCnt
 	if info.Has(wire.FlagLast) {
 		c.psn = w.lastPSN.Add(1)
 		c.retire(qp, s, w, &r)
@@ -390,15 +392,15 @@ func (c *completer) onReadResponse(qp *QP, s *reqSent, p *wire.Packet, psn wire.
 	return r
 }
 
-func (c *completer) onAtomicAck(qp *QP, s *reqSent, p *wire.Packet, psn wire.PSN, now time.Time) compResult {
+func (c *completer) onAtomicAck(qp *compQP, s *reqSent, p *wire.Packet, psn wire.PSN, now time.Time) compResult {
 	r := c.ackThrough(qp, s, psn.Add(^uint32(0)), true, now)
 	if qp.sq.head == qp.sq.tail {
-		qp.dev.Counters.DropUnexpected.Add(1)
+		qp.c.DropUnexpected.Add(1)
 		return r
 	}
 	w := qp.sq.at(qp.sq.head)
 	if !w.started || w.opcode == verbs.WRRDMARead || !w.isReadOrAtomic() || psn != w.firstPSN {
-		qp.dev.Counters.DropUnexpected.Add(1)
+		qp.c.DropUnexpected.Add(1)
 		return r
 	}
 	var orig [8]byte
@@ -417,9 +419,9 @@ func (c *completer) onAtomicAck(qp *QP, s *reqSent, p *wire.Packet, psn wire.PSN
 // retry decides what a loss (timeout says: found by the local ACK timer,
 // not by a NAK or a gap) costs: another attempt, or, once retry_cnt is
 // used up, the WQE and the QP. It returns compRetry or compError.
-func (c *completer) retry(qp *QP, now time.Time, timeout bool) compResult {
+func (c *completer) retry(qp *compQP, now time.Time, timeout bool) compResult {
 	if c.retryCnt == 0 {
-		qp.dev.Counters.RetryExceededErr.Add(1)
+		qp.c.RetryExceededErr.Add(1)
 		return compResult{next: compError, status: verbs.WCRetryExcErr}
 	}
 	c.retryCnt--
@@ -429,7 +431,7 @@ func (c *completer) retry(qp *QP, now time.Time, timeout bool) compResult {
 }
 
 // onTimeout handles the local ACK timer at now.
-func (c *completer) onTimeout(qp *QP, now time.Time) compResult {
+func (c *completer) onTimeout(qp *compQP, now time.Time) compResult {
 	d := c.ackDeadline
 	if d.IsZero() || now.Before(d) {
 		return compResult{}
@@ -438,7 +440,7 @@ func (c *completer) onTimeout(qp *QP, now time.Time) compResult {
 	if qp.sq.head == qp.sq.tail || !qp.sq.at(qp.sq.head).started {
 		return compResult{}
 	}
-	qp.dev.Counters.Timeouts.Add(1)
+	qp.c.Timeouts.Add(1)
 	return c.retry(qp, now, true)
 }
 
@@ -449,7 +451,8 @@ func (c *completer) onTimeout(qp *QP, now time.Time) compResult {
 // the requester may send now.
 func (qp *QP) applyCompLocked(r compResult, now time.Time) (sendMore bool) {
 	if r.next == compRetry {
-		rr := qp.comp.retry(qp, now, false)
+		cq := qp.compQP()
+		rr := qp.comp.retry(&cq, now, false)
 		r.next, r.status, r.rewindPSN, r.timeout = rr.next, rr.status, rr.rewindPSN, rr.timeout
 		if r.next == compRetry {
 			qp.dev.note(Note{Kind: NoteRetransmit, QPN: qp.qpn, Peer: qp.destAddr, PSN: r.rewindPSN, Reason: "sequence NAK or lost response"})
@@ -470,7 +473,8 @@ func (qp *QP) applyCompLocked(r compResult, now time.Time) (sendMore bool) {
 // QP once the retries are used up.
 func (qp *QP) onTimeoutLocked(now time.Time) {
 	sendMore := qp.req.resume(now)
-	r := qp.comp.onTimeout(qp, now)
+	cq := qp.compQP()
+	r := qp.comp.onTimeout(&cq, now)
 	switch r.next {
 	case compRetry:
 		qp.dev.note(Note{Kind: NoteRetransmit, QPN: qp.qpn, Peer: qp.destAddr, PSN: r.rewindPSN, Reason: "timeout"})

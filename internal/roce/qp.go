@@ -32,10 +32,12 @@ const defaultPKey = 0xFFFF
 // acknowledged, a go-back after a loss, an RNR wait); and the requester
 // tells the completer that it sent (completer.onSent), which returns the
 // deadline to queue. The responder's steps are methods of responder: the
-// receive steps take the QP's receive resources (recvRes), the steps
-// that answer take the QP to queue packets on its transmit queue, and an
-// error that fails the QP comes back in a respResult, which the receive
-// path applies (errorLocked and the async event).
+// receive steps take the QP's receive resources (recvRes), the request
+// steps a respQP view whose answerTx queues their answers on the QP's
+// transmit queue, and an error that fails the QP comes back in a
+// respResult, which the receive path applies (errorLocked and the async
+// event). The completer likewise sees a compQP view, not the QP
+// (views.go).
 type QP struct {
 	dev    *Device
 	pd     *PD

@@ -345,7 +345,8 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 		return false
 	}
 	s := qp.req.sent(qp.sq.next)
-	r := qp.comp.onResponse(qp, &s, p, now)
+	cq := qp.compQP()
+	r := qp.comp.onResponse(&cq, &s, p, now)
 	qp.learnPeerPortLocked(r.inWindow, pk)
 	if r.inWindow && qp.dev.cc.delay {
 		qp.onDelayResponseLocked(p.BTH.PSN(), now) // cc_delay.go
