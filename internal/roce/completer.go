@@ -71,14 +71,14 @@ func (c *completer) setRNRRetry(n uint8) { c.rnrRetry = n }
 // timeout is infinite. now is read (from clock) only if it is zero and
 // the timer starts: a QP with packets in flight has it running already,
 // and PostSend saves a clock read per post that way.
-func (c *completer) onSent(qp compQP, now time.Time, clock func() time.Time) time.Time {
+func (c *completer) onSent(qp *compQP, now time.Time, clock func() time.Time) time.Time {
 	if !c.ackDeadline.IsZero() || qp.timeout == 0 {
 		return time.Time{}
 	}
 	if now.IsZero() {
 		now = clock()
 	}
-	c.restartAckTimer(&qp, now)
+	c.restartAckTimer(qp, now)
 	return c.ackDeadline
 }
 
@@ -190,7 +190,7 @@ func (c *completer) onAck(qp *compQP, s *reqSent, psn wire.PSN, syn uint8, now t
 		if r.next != compDone {
 			return r
 		}
-		if st := qp.state; st != verbs.QPStateRTS && st != verbs.QPStateSQD {
+		if st := qp.stateNow(); st != verbs.QPStateRTS && st != verbs.QPStateSQD {
 			return r
 		}
 		if qp.sq.head == s.next && !qp.sq.at(qp.sq.head).started {
@@ -451,8 +451,7 @@ func (c *completer) onTimeout(qp *compQP, now time.Time) compResult {
 // the requester may send now.
 func (qp *QP) applyCompLocked(r compResult, now time.Time) (sendMore bool) {
 	if r.next == compRetry {
-		cq := qp.compQP()
-		rr := qp.comp.retry(&cq, now, false)
+		rr := qp.comp.retry(&qp.views.comp, now, false)
 		r.next, r.status, r.rewindPSN, r.timeout = rr.next, rr.status, rr.rewindPSN, rr.timeout
 		if r.next == compRetry {
 			qp.dev.note(Note{Kind: NoteRetransmit, QPN: qp.qpn, Peer: qp.destAddr, PSN: r.rewindPSN, Reason: "sequence NAK or lost response"})
@@ -473,8 +472,7 @@ func (qp *QP) applyCompLocked(r compResult, now time.Time) (sendMore bool) {
 // QP once the retries are used up.
 func (qp *QP) onTimeoutLocked(now time.Time) {
 	sendMore := qp.req.resume(now)
-	cq := qp.compQP()
-	r := qp.comp.onTimeout(&cq, now)
+	r := qp.comp.onTimeout(&qp.views.comp, now)
 	switch r.next {
 	case compRetry:
 		qp.dev.note(Note{Kind: NoteRetransmit, QPN: qp.qpn, Peer: qp.destAddr, PSN: r.rewindPSN, Reason: "timeout"})

@@ -76,6 +76,7 @@ type QP struct {
 	sec         *secCtx // packet protection (Secure); nil: plain RoCEv2
 	tclass      uint8   // traffic class byte of the QP's packets (the AV's, cc.go)
 	cc          ccState // congestion control (cc.go)
+	views       views   // what the responder and the completer see of the QP (views.go)
 }
 
 // sendWQE is a send work request as the requester and completer see it.
@@ -271,6 +272,7 @@ func (pd *PD) CreateQP(attr *verbs.QPInitAttr) (verbs.QP, error) {
 	qp.attr.PKeyIndex = 0
 	qp.attr.PortNum = 1
 	qp.attr.Cap = c
+	qp.refreshViewsLocked()
 	if err := pd.dev.addQP(qp); err != nil {
 		return nil, err
 	}
@@ -458,6 +460,7 @@ func (qp *QP) applyLocked(attr *verbs.QPAttr, mask verbs.QPAttrMask) {
 	} else if a.PathMTU.Valid() {
 		qp.pmtu = a.PathMTU.Bytes()
 	}
+	qp.refreshViewsLocked()
 }
 
 // Query returns the attributes.

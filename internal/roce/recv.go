@@ -324,16 +324,14 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 		proven := false
 		switch qp.typ {
 		case verbs.QPTypeRC:
-			rq := qp.respQP()
-			r := qp.resp.onRequestLocked(&rq, p)
+			r := qp.resp.onRequestLocked(&qp.views.resp, p)
 			if r.fail {
 				qp.errorLocked()
 				qp.dev.Event(verbs.AsyncEvent{Type: r.event, QP: qp})
 			}
 			proven = r.expected
 		case verbs.QPTypeUC:
-			rq := qp.respQP()
-			proven = qp.resp.onUCRequestLocked(&rq, p)
+			proven = qp.resp.onUCRequestLocked(&qp.views.resp, p)
 		case verbs.QPTypeUD:
 			qp.resp.onUDRequestLocked(qp.recvRes(), p, pk)
 		}
@@ -345,8 +343,7 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 		return false
 	}
 	s := qp.req.sent(qp.sq.next)
-	cq := qp.compQP()
-	r := qp.comp.onResponse(&cq, &s, p, now)
+	r := qp.comp.onResponse(&qp.views.comp, &s, p, now)
 	qp.learnPeerPortLocked(r.inWindow, pk)
 	if r.inWindow && qp.dev.cc.delay {
 		qp.onDelayResponseLocked(p.BTH.PSN(), now) // cc_delay.go

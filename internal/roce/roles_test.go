@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/softrdma/softrdma/verbs"
 )
 
 // TestRolesTakeNoQP holds the roles to their views: no method of the
@@ -53,4 +55,41 @@ func TestRolesTakeNoQP(t *testing.T) {
 	if checked < 30 {
 		t.Fatalf("checked only %d role methods: did the files move?", checked)
 	}
+}
+
+// TestViewsCurrent: the views the QP keeps for its roles match the QP
+// after it is created, connected and modified.
+func TestViewsCurrent(t *testing.T) {
+	f := newFuzzTarget(t)
+	defer f.destroy()
+	check := func(when string) {
+		t.Helper()
+		for _, q := range []verbs.QP{f.rc, f.uc, f.ud} {
+			qp := q.(*QP)
+			qp.mu.Lock()
+			fresh := views{resp: qp.respQP(), comp: qp.compQP()}
+			same := qp.views == fresh
+			qp.mu.Unlock()
+			if !same {
+				t.Errorf("%s: %v QP's views are stale:\n kept  %+v\n fresh %+v", when, qp.typ, qp.views, fresh)
+			}
+		}
+	}
+	check("after connecting")
+	for _, q := range []verbs.QP{f.rc, f.uc} {
+		if err := q.Modify(&verbs.QPAttr{QPAccessFlags: verbs.AccessRemoteRead, MinRNRTimer: 20, Timeout: 9, RetryCnt: 2, RNRRetry: 3},
+			verbs.QPAttrAccessFlags|verbs.QPAttrMinRNRTimer|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry); err != nil {
+			// UC takes fewer attributes in RTS: change what it takes.
+			if err := q.Modify(&verbs.QPAttr{QPAccessFlags: verbs.AccessRemoteWrite}, verbs.QPAttrAccessFlags); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	check("after RTS → RTS")
+	for _, q := range []verbs.QP{f.rc, f.uc, f.ud} {
+		if err := q.Modify(&verbs.QPAttr{QPState: verbs.QPStateReset}, verbs.QPAttrState); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("after RESET")
 }

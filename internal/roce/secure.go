@@ -94,6 +94,7 @@ func (qp *QP) Secure(s verbs.Security) error {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "%v", err)
 	}
 	qp.sec = c
+	qp.refreshViewsLocked()
 	return nil
 }
 

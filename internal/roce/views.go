@@ -2,10 +2,10 @@ package roce
 
 // What the responder and the completer see of their QP.
 //
-// Neither role is handed the *QP. For each packet (or timeout) the QP
-// builds the role's view: the few attributes and resources the role
-// reads, and a narrow interface for the one thing it cannot do itself
-// and that only the QP can, because it involves the QP's other roles:
+// Neither role is handed the *QP. The QP keeps a view for each: the few
+// attributes and resources the role reads, and a narrow interface for the
+// one thing it cannot do itself and that only the QP can, because it
+// involves the QP's other roles:
 //
 //	responder ── respQP: receive resources (recvRes), access flags,
 //	             min_rnr_timer, whether payloads may be gathered
@@ -17,12 +17,15 @@ package roce
 //	             └─ sendRetirer: retire the oldest WQE into the send CQ
 //	                (also ends a keepalive probe and signals an SQ drain)
 //
-// The views are built on the stack and the interfaces hold the *QP, so a
-// view costs a few word copies per packet and no allocation. What a role
-// must have the QP do afterwards comes back as its result (respResult,
-// compResult), as before.
+// The views live in the QP and are rebuilt whenever what they copy
+// changes (refreshViewsLocked: CreateQP, every Modify, SecureQP), so a
+// packet costs no copying; the QP's state, which changes without a Modify,
+// is read through a pointer. What a role must have the QP do afterwards
+// comes back as its result (respResult, compResult).
 
 import (
+	"sync/atomic"
+
 	"github.com/softrdma/softrdma/verbs"
 	"github.com/softrdma/softrdma/wire"
 )
@@ -50,8 +53,19 @@ func (qp *QP) answerGatherLocked(op wire.Opcode, psn wire.PSN, payload []byte, m
 	return qp.newGatherPacketLocked(qp.route(), op, &bth, payload, mr)
 }
 
-// respQP is what the responder's steps use of their QP while it handles
-// one request.
+// views are the roles' views of one QP.
+type views struct {
+	resp respQP
+	comp compQP
+}
+
+// refreshViewsLocked rebuilds the views from the QP. Precondition: the
+// QP's mu held (or the QP not yet published).
+func (qp *QP) refreshViewsLocked() {
+	qp.views = views{resp: qp.respQP(), comp: qp.compQP()}
+}
+
+// respQP is what the responder's steps use of their QP.
 type respQP struct {
 	recvRes          // receive queue or SRQ, PD, receive CQ, QPN, MTU, Q_Key, counters
 	tx      answerTx // where answers go
@@ -64,7 +78,7 @@ type respQP struct {
 	gather bool
 }
 
-// respQP returns the QP's view for the responder.
+// respQP builds the QP's view for the responder.
 func (qp *QP) respQP() respQP {
 	return respQP{
 		recvRes: *qp.recvRes(),
@@ -82,13 +96,12 @@ type sendRetirer interface {
 	completeSendLocked(w *sendWQE, st verbs.WCStatus)
 }
 
-// compQP is what the completer's steps use of their QP while it handles
-// one response or timeout.
+// compQP is what the completer's steps use of their QP.
 type compQP struct {
 	sq      *sendQueue
 	c       *Counters
 	retirer sendRetirer
-	state   verbs.QPState
+	state   *atomic.Uint32 // the QP's verbs.QPState
 	// The QP's local ACK timeout (IBTA's code) and the retry budgets a
 	// forward step restores.
 	timeout, retryCnt, rnrRetry uint8
@@ -96,13 +109,16 @@ type compQP struct {
 	qpn                         uint32
 }
 
-// compQP returns the QP's view for the completer.
+// stateNow is the QP's state.
+func (q *compQP) stateNow() verbs.QPState { return verbs.QPState(q.state.Load()) }
+
+// compQP builds the QP's view for the completer.
 func (qp *QP) compQP() compQP {
 	return compQP{
 		sq:       &qp.sq,
 		c:        &qp.dev.Counters,
 		retirer:  qp,
-		state:    qp.stateLocked(),
+		state:    &qp.state,
 		timeout:  qp.attr.Timeout,
 		retryCnt: qp.attr.RetryCnt,
 		rnrRetry: qp.attr.RNRRetry,
