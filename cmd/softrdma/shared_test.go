@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -128,6 +129,13 @@ func waitTimeout(cmd *exec.Cmd, d time.Duration) error {
 // while both carry RC traffic. The survivor's traffic goes on to the
 // end; the killed one's client fails (its QPNs find no socket: no
 // packet reaches the survivor by mistake) instead of hanging.
+//
+// Every step waits for the event it needs, not for a time that a loaded
+// machine may exceed: the clients start once their servers listen, the
+// kill comes once both pairs have connected their QPs (the tool prints
+// the remote address right before its first SEND), and the survivor's
+// iterations fit its 60 s even at the 5 ms a round trip can take when
+// busy loops hold both CPUs.
 func TestSharedAddressKill(t *testing.T) {
 	needSharing(t)
 	bin := buildCLI(t)
@@ -135,32 +143,40 @@ func TestSharedAddressKill(t *testing.T) {
 	shared := fmt.Sprintf("127.%d.41.1", k)
 	clientAddr := fmt.Sprintf("127.%d.41.2", k)
 	port := 24000 + os.Getpid()%10000
-	const iters = "20000"
-	start := func(env string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	const iters = "2000"
+	start := func(env string, args ...string) (*exec.Cmd, *syncBuffer) {
 		cmd := exec.Command(bin, args...)
 		cmd.Env = append(os.Environ(), "SOFTRDMA_ADDR="+env)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
+		out := new(syncBuffer)
+		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { cmd.Process.Kill() })
-		return cmd, &out
+		return cmd, out
 	}
 	var servers, clients [2]*exec.Cmd
-	var souts, couts [2]*bytes.Buffer
+	var souts, couts [2]*syncBuffer
 	for i := range 2 {
 		servers[i], souts[i] = start(shared, "ibv_rc_pingpong", "-g", "1", "-n", iters, "-p", fmt.Sprint(port+i))
 	}
-	time.Sleep(300 * time.Millisecond) // the servers listen on TCP for the exchange
+	for i := range 2 {
+		// The servers listen on TCP for the exchange.
+		waitFor(t, fmt.Sprintf("server %d listening on TCP port %d", i, port+i), 30*time.Second, func() bool { return tcpListening(port + i) })
+	}
 	for i := range 2 {
 		clients[i], couts[i] = start(clientAddr, "ibv_rc_pingpong", "-g", "1", "-n", iters, "-p", fmt.Sprint(port+i), shared)
 	}
-	time.Sleep(500 * time.Millisecond)
+	for i := range 2 {
+		waitFor(t, fmt.Sprintf("client %d connected", i), 30*time.Second, func() bool { return strings.Contains(couts[i].String(), "remote address:") })
+	}
 	if err := servers[0].Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	servers[0].Wait()
+	if clients[1].ProcessState != nil {
+		t.Log("the survivor's client had finished before the kill: the machine is fast; the case still checks the killed one")
+	}
 	if err := waitTimeout(clients[1], 60*time.Second); err != nil {
 		t.Fatalf("the survivor's client: %v\n%s\nits server:\n%s", err, couts[1], souts[1])
 	}
@@ -175,6 +191,56 @@ func TestSharedAddressKill(t *testing.T) {
 		t.Fatalf("the killed server's client hung instead of failing: %v\n%s", err, couts[0])
 	}
 	t.Logf("the killed server's client failed as it should: %v\n%s", err, lastLines(couts[0].String(), 3))
+}
+
+// syncBuffer is a bytes.Buffer that a process's output goroutine writes
+// while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitFor polls cond until it holds, failing the test after d.
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(d); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("no %s after %v", what, d)
+		}
+	}
+}
+
+// tcpListening reports whether a socket of this network namespace listens
+// on TCP port (IPv4 or IPv6), from /proc/net/tcp{,6}: without connecting,
+// which a server that takes one connection would count as its client.
+func tcpListening(port int) bool {
+	want := fmt.Sprintf(":%04X", port)
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fields := strings.Fields(line)
+			// sl local_address rem_address st ...; st 0A is LISTEN.
+			if len(fields) > 3 && strings.HasSuffix(fields[1], want) && fields[3] == "0A" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func lastLines(s string, n int) string {
