@@ -92,6 +92,15 @@ func (d *Device) onTimer() {
 		d.timerMu.Unlock()
 		return
 	}
+	// What waits in the socket goes first. The timer fires late when the
+	// process is starved of CPU, and then the receive loop, runnable too,
+	// has not run either: the ACKs that answered the requests whose
+	// timeouts are due may be waiting there, and each timeout run before
+	// them would cost a retry (seven of them fail the QP). If the loop
+	// holds the receive lock it is receiving them itself.
+	if d.poller != nil {
+		d.pollRx(false)
+	}
 	d.eng.OnTimeout(d.clock.Now())
 }
 
@@ -409,6 +418,14 @@ const deadlineLook = 16
 // busy pollers holding every CPU delay until the runtime preempts one (10
 // ms and more; a 0.64 ms RNR wait stalled a stream for that long).
 func (d *Device) inlinePoll() {
+	// Receive first: a poller that comes back after a pause (its thread
+	// was descheduled) may find the ACK that ends a wait in the socket,
+	// and a deadline run before it would spend a retry on a request that
+	// was answered.
+	if d.inline && d.poller != nil && d.serving.Load() {
+		d.inlinePolls.Add(1)
+		d.pollRx(true)
+	}
 	// Reading the clock costs more than a poll here (60 ns on this
 	// project's VMs): look every deadlineLook polls, a few microseconds
 	// apart under busy polling.
@@ -418,9 +435,5 @@ func (d *Device) inlinePoll() {
 				d.eng.OnTimeout(now)
 			}
 		}
-	}
-	if d.inline && d.poller != nil && d.serving.Load() {
-		d.inlinePolls.Add(1)
-		d.pollRx(true)
 	}
 }

@@ -57,6 +57,9 @@ type sendLog struct {
 	// badSlots counts those that did not.
 	checkSlots atomic.Bool
 	badSlots   atomic.Int64
+	// acksOut counts the ACKs whose Send or TrySend call has returned:
+	// on loopback they are in the peer's socket by then.
+	acksOut atomic.Int64
 }
 
 func (s *sendLog) Recv(pkts []transport.Datagram) (int, error) {
@@ -94,7 +97,13 @@ func (s *sendLog) Send(pkts []transport.Datagram) (int, error) {
 	s.mu.Lock()
 	s.calls = append(s.calls, ops)
 	s.mu.Unlock()
-	return s.Transport.Send(pkts)
+	n, err := s.Transport.Send(pkts)
+	for _, p := range pkts[:n] {
+		if wire.BTH(p.Buf).Opcode() == wire.RCAck {
+			s.acksOut.Add(1)
+		}
+	}
+	return n, err
 }
 
 // TrySend records what went, as Send does.
@@ -104,6 +113,9 @@ func (s *sendLog) TrySend(pkts []transport.Datagram) (int, error) {
 	for _, p := range pkts {
 		if p.Sent {
 			ops = append(ops, wire.BTH(p.Buf).Opcode())
+			if wire.BTH(p.Buf).Opcode() == wire.RCAck {
+				s.acksOut.Add(1)
+			}
 		}
 	}
 	if len(ops) > 0 {
