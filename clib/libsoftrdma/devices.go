@@ -50,6 +50,7 @@ func listDevices() ([]devEntry, error) {
 	if openErr != nil {
 		return nil, openErr
 	}
+	opener.ProcessAddrs = true
 	all, err := verbs.Devices()
 	if err != nil {
 		openErr = err
