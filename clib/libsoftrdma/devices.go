@@ -51,6 +51,7 @@ func listDevices() ([]devEntry, error) {
 		return nil, openErr
 	}
 	opener.ProcessAddrs = true
+	logErrors = opener.Env.Log
 	all, err := verbs.Devices()
 	if err != nil {
 		openErr = err

@@ -17,10 +17,11 @@ import (
 	"github.com/softrdma/softrdma/verbs"
 )
 
-// logErrors (SOFTRDMA_LOG=1) prints the error behind every failing call
-// on stderr: rdma-core's functions return only an errno, softrdma's
-// errors say what was wrong and what to do.
-var logErrors = os.Getenv("SOFTRDMA_LOG") == "1"
+// logErrors (SOFTRDMA_LOG=1, read with the tools' other variables when
+// the device list is built) prints the error behind every failing call on
+// stderr: rdma-core's functions return only an errno, softrdma's errors
+// say what was wrong and what to do.
+var logErrors bool
 
 // errnoOf maps a verbs error to the errno rdma-core's providers return
 // for the same failure.

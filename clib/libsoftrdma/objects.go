@@ -357,7 +357,7 @@ func srdgo_create_srq(pdh C.uintptr_t, a *C.struct_ibv_srq_init_attr, h *C.uintp
 		a.attr.max_wr = C.uint32_t(q.MaxWR)
 		a.attr.max_sge = C.uint32_t(q.MaxSGE)
 	}
-	*h = C.uintptr_t(p.c.add(&srqObj{c: p.c, srq: srq}, unsafe.Pointer(uintptr(0)), nil, nil))
+	*h = C.uintptr_t(p.c.add(&srqObj{c: p.c, srq: srq}, nil, nil, nil))
 	return 0
 }
 

@@ -336,7 +336,7 @@ func srdgo_post_send(h C.uintptr_t, wr *C.struct_ibv_send_wr, bad **C.struct_ibv
 			off := used
 			for _, e := range sgl {
 				if e.Length > 0 {
-					used += copy(buf[used:], unsafe.Slice((*byte)(unsafe.Pointer(uintptr(e.Addr))), int(e.Length)))
+					used += copy(buf[used:], unsafe.Slice((*byte)(unsafe.Add(nil, uintptr(e.Addr))), int(e.Length)))
 				}
 			}
 			o.sge = append(o.sge, o.bounce.SGE(off, n))
