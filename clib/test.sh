@@ -83,14 +83,14 @@ run "ibv_devinfo -v -d $dev" ibv_devinfo -v -d $dev
 
 for t in rc uc ud srq; do
 	p=ibv_${t}_pingpong
-	pair "$p -g $gid (C to C)" c c -- $p -d $dev -g $gid -p $port -- $p -d $dev -g $gid -p $port 127.0.0.1
+	pair "$p -g $gid (C to C)" c c -- $p -s 1024 -d $dev -g $gid -p $port -- $p -s 1024 -d $dev -g $gid -p $port 127.0.0.1
 done
 pair "ibv_rc_pingpong -e (events, C to C)" c c -- ibv_rc_pingpong -e -d $dev -g $gid -p $port -- ibv_rc_pingpong -e -d $dev -g $gid -p $port 127.0.0.1
 pair "ibv_rc_pingpong -s 64 -n 10000 (C to C)" c c -- ibv_rc_pingpong -s 64 -n 10000 -d $dev -g $gid -p $port -- ibv_rc_pingpong -s 64 -n 10000 -d $dev -g $gid -p $port 127.0.0.1
 for t in rc uc ud srq; do
 	p=ibv_${t}_pingpong
-	pair "$p: C server, Go client" c go -- $p -d $dev -g $gid -p $port -- "$gotool" $p -d $dev -g $gid -p $port 127.0.0.1
-	pair "$p: Go server, C client" go c -- "$gotool" $p -d $dev -g $gid -p $port -- $p -d $dev -g $gid -p $port 127.0.0.1
+	pair "$p: C server, Go client" c go -- $p -s 1024 -d $dev -g $gid -p $port -- "$gotool" $p -s 1024 -d $dev -g $gid -p $port 127.0.0.1
+	pair "$p: Go server, C client" go c -- "$gotool" $p -s 1024 -d $dev -g $gid -p $port -- $p -s 1024 -d $dev -g $gid -p $port 127.0.0.1
 done
 
 # perftest: every test with each transport it supports.
@@ -114,7 +114,7 @@ pt "" ib_atomic_bw -A FETCH_AND_ADD -n 2000
 pt "" ib_write_bw -a -n 200
 pt "" ib_send_bw -e -n 2000
 pt "" ib_write_bw -q 4 -n 2000
-pt "" ib_send_bw --use_srq -n 2000
+pt "" ib_send_bw --use-srq -n 2000
 pt "" ib_write_bw -I 64 -s 64 -n 2000
 for p in ib_write_bw ib_read_bw ib_send_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat; do
 	pair "$p: C server, Go client" c go -- $p -d $dev -x $gid -p $port -n 1000 -- "$gotool" $p -d $dev -x $gid -p $port -n 1000 127.0.0.1

@@ -9,6 +9,7 @@ package main
 import "C"
 
 import (
+	"context"
 	"errors"
 	"runtime/cgo"
 	"sync"
@@ -329,8 +330,24 @@ func wcToC(d *C.struct_ibv_wc, w *verbs.WC) {
 func srdgo_req_notify_cq(h C.uintptr_t, solicited C.int) (ret C.int) {
 	defer guard("ibv_req_notify_cq", &ret)
 	o := cgo.Handle(h).Value().(*cqObj)
-	return errnoOf("ibv_req_notify_cq", o.cq.ReqNotify(solicited != 0))
+	if err := o.cq.ReqNotify(solicited != 0); err != nil {
+		return errnoOf("ibv_req_notify_cq", err)
+	}
+	// The program arms a CQ to block outside the library next (in
+	// ibv_get_cq_event or poll() on the channel's fd), where no poll of
+	// its drives the device: a Wait that cannot block tells a driver that
+	// stepped aside for busy pollers to receive again, as a Go waiter's
+	// Wait does.
+	o.cq.Wait(doneCtx)
+	return 0
 }
+
+// doneCtx is a context that is already done.
+var doneCtx = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 // ---- SRQ ----
 
