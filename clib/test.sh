@@ -77,6 +77,10 @@ pair() {
 	port=$((port + 1))
 }
 
+# Misuse and blocking checks through the ABI, from C (testdata/abicheck.c).
+${CC:-gcc} -Wall -o "$logs/abicheck" "$here/testdata/abicheck.c" -L"$dir" -libverbs || exit 1
+run "abicheck on $dev (bad arguments, errnos, bad_wr, channel fd with poll())" "$logs/abicheck" $dev $gid
+run "abicheck on shm0" "$logs/abicheck" shm0 0
 run "ibv_devices" ibv_devices
 run "ibv_devinfo" ibv_devinfo
 run "ibv_devinfo -v -d $dev" ibv_devinfo -v -d $dev
