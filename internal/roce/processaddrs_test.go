@@ -22,9 +22,9 @@ func TestProcessAddrs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		real := uint64(uintptr(unsafe.Pointer(&buf[0])))
-		if got := mr.Addr() == real; got != process {
-			t.Errorf("ProcessAddrs=%v: MR.Addr %#x, memory at %#x", process, mr.Addr(), real)
+		mem := uint64(uintptr(unsafe.Pointer(&buf[0])))
+		if got := mr.Addr() == mem; got != process {
+			t.Errorf("ProcessAddrs=%v: MR.Addr %#x, memory at %#x", process, mr.Addr(), mem)
 		}
 		mr.Dereg()
 		pd.Dealloc()
