@@ -652,12 +652,13 @@ int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 
 	if (!channel)
 		return EINVAL;
+	/* As rdma-core: not while CQs still report to it. */
+	if (__atomic_load_n(&channel->refcnt, __ATOMIC_RELAXED))
+		return EBUSY;
 	c = SRD_CONTAINER(channel, struct srd_channel, ch);
 	err = srdgo_destroy_channel(c->h);
-	if (err) {
-		errno = err;
-		return -1;
-	}
+	if (err)
+		return err;
 	close(c->wfd);
 	close(c->ch.fd);
 	free(c);

@@ -225,6 +225,7 @@ int main(int argc, char **argv)
 
 	CHECK(ibv_dealloc_pd(pd) == EBUSY, "ibv_dealloc_pd with a QP and an MR in it returns EBUSY");
 	CHECK(ibv_destroy_qp(qp) == 0, "ibv_destroy_qp");
+	CHECK(ibv_destroy_comp_channel(ch) == EBUSY, "ibv_destroy_comp_channel with a CQ on it returns EBUSY");
 	CHECK(ibv_destroy_cq(cq) == 0, "ibv_destroy_cq");
 	CHECK(ibv_destroy_comp_channel(ch) == 0, "ibv_destroy_comp_channel");
 
