@@ -58,7 +58,7 @@ pair() {
 	[ "$cenv" = c ] && cl=(env LD_LIBRARY_PATH=$dir)
 	"${sl[@]}" timeout 60 "${scmd[@]}" >"$logs/$n.server" 2>&1 &
 	local spid=$!
-	sleep 0.5
+	sleep 1
 	local crc=1 i
 	for i in 1 2 3 4 5 6; do # the server may still be starting
 		"${cl[@]}" timeout 60 "${ccmd[@]}" >"$logs/$n.client" 2>&1 && { crc=0; break; }
@@ -106,8 +106,13 @@ for c in RC UC; do
 	pt "" ib_write_bw -c $c -n 2000
 	pt "" ib_write_lat -c $c -n 2000
 done
-for c in RC UC UD; do
+# UC SEND bandwidth is left out: a UC SEND that finds no receive posted
+# is dropped (IBTA), and perftest's server then waits for it forever
+# (softrdma's Go tool too); latency runs one message at a time.
+for c in RC UD; do
 	pt "" ib_send_bw -c $c -n 2000
+done
+for c in RC UC UD; do
 	pt "" ib_send_lat -c $c -n 2000
 done
 pt "" ib_read_bw -n 2000
