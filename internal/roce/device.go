@@ -126,6 +126,11 @@ type Config struct {
 	// or not: a test switch, to show peers off loopback (Linux rxe) take
 	// them. NoSplitWrites wins.
 	SplitWritesAlways bool
+	// ProcessAddrs makes an MR's address (MR.Addr) the address of its
+	// memory in this process, as rdma-core's are, instead of a random
+	// one (virtAddr): C programs over the libibverbs ABI use pointers as
+	// SGE and remote addresses, and tell them to their peers.
+	ProcessAddrs bool
 	// AcceptUnverifiedICRC accepts packets whose ICRC the transport could
 	// not check (an IPv4 peer that sends a non-zero IP identification, as
 	// Linux rxe does, received on a plain UDP socket). Off, such packets are

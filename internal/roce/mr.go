@@ -111,6 +111,9 @@ func (pd *PD) register(buf []byte, access verbs.Access, mmapped bool) *MR {
 		access:  access,
 		mmapped: mmapped,
 	}
+	if d.cfg.ProcessAddrs {
+		mr.addr = uint64(uintptr(unsafe.Pointer(&buf[0])))
+	}
 	// Keys are random 32-bit values, so a peer cannot guess another MR's
 	// rkey from its own; lkeys and rkeys share one table and never collide.
 	d.keys.mu.Lock()

@@ -104,6 +104,12 @@ type Config struct {
 	// packets to every peer, not only to loopback peers (the interop
 	// suite uses it to test Linux rxe against them). NoSplitWrites wins.
 	SplitWritesAlways bool
+	// ProcessAddrs makes MR.Addr the memory's address in this process,
+	// as rdma-core's MRs have, instead of a random address that reveals
+	// nothing of the process's memory layout. The C library
+	// (libibverbs.so.1, docs/clib.md) sets it: C programs use pointers as
+	// SGE and remote addresses.
+	ProcessAddrs bool
 	// Logger, if set, receives the device's QP errors, retransmissions,
 	// RNR waits and asynchronous events, and once a second the counts of
 	// what it dropped and why, rate-limited (a burst of 10, then 1 a
@@ -246,6 +252,7 @@ func Open(cfg Config) (*Device, error) {
 		NoGather:             cfg.NoGather,
 		NoSplitWrites:        cfg.NoSplitWrites,
 		SplitWritesAlways:    cfg.SplitWritesAlways,
+		ProcessAddrs:         cfg.ProcessAddrs,
 		Clock:                d.clock.Now,
 		SetTimer:             d.setTimer,
 		Poll:                 d.inlinePoll,

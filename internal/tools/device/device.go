@@ -35,6 +35,9 @@ type Opener struct {
 	// Log (--log) logs the device's QP errors, retransmissions, RNR waits
 	// and drops on Stderr (rate-limited).
 	Log bool
+	// ProcessAddrs opens RoCEv2 devices whose MR addresses are process
+	// addresses (soft.Config.ProcessAddrs), as the C library needs.
+	ProcessAddrs bool
 
 	ctx    context.Context
 	stderr io.Writer
@@ -230,6 +233,7 @@ func Config(cfg soft.Config, addr netip.Addr) soft.Config {
 // served on --metrics.
 func (o *Opener) OpenSoft(cfg soft.Config) (*soft.Device, error) {
 	o.Env.Tune(&cfg)
+	cfg.ProcessAddrs = cfg.ProcessAddrs || o.ProcessAddrs
 	if o.Pcap != "" {
 		f, err := os.Create(o.Pcap)
 		if err != nil {

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# build.sh DIR: build softrdma's drop-in libibverbs.so.1 (and the
+# libibverbs.so link) into DIR. Needs Go, a C compiler and the headers of
+# Debian's libibverbs-dev. docs/clib.md says how to use them.
+set -euo pipefail
+out=${1:?usage: clib/build.sh DIR}
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+[ -f /usr/include/infiniband/verbs.h ] || { echo "clib/build.sh: /usr/include/infiniband/verbs.h missing: apt-get install libibverbs-dev librdmacm-dev" >&2; exit 1; }
+cc=${CC:-gcc}
+# One Go runtime per process: all Go code is one c-archive, linked into
+# libibverbs.so.1; the version script exports rdma-core's symbols with
+# their versions and hides the rest.
+(cd "$here/libsoftrdma" && CGO_ENABLED=1 go build -tags clib -buildmode=c-archive -trimpath -o "$tmp/libsoftrdma.a" .)
+"$cc" -shared -o "$out/libibverbs.so.1" -Wl,-soname,libibverbs.so.1 \
+	-Wl,--version-script="$here/libibverbs.map" -Wl,-z,nodelete \
+	-Wl,--whole-archive "$tmp/libsoftrdma.a" -Wl,--no-whole-archive -lpthread
+ln -sf libibverbs.so.1 "$out/libibverbs.so"
+echo "built $out/libibverbs.so.1"

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# interop.sh DIR: Debian's C programs over the libibverbs.so.1 in DIR (built
+# by clib/build.sh) against Linux rxe in the interop VM
+# (test/interop/vm.sh), both roles: the C program runs in the VM fixture's
+# network namespace on softrdma's device for br0, the same program runs
+# in the guest on rxe0. Boots one VM and stops it at the end. Needs root
+# and the VM's lock: run it as
+#   flock /tmp/vm.lock bash clib/interop.sh DIR
+set -uo pipefail
+dir=$(cd "${1:?usage: clib/interop.sh DIR}" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+vm="bash $here/../test/interop/vm.sh"
+trap '$vm down >/dev/null 2>&1' EXIT
+$vm up 1 || exit 1
+host=10.77.0.1 guest=10.77.0.2
+lib=(env LD_LIBRARY_PATH=$dir SOFTRDMA_ADDR=$host)
+fails=0 n=0
+
+# guest_server NAME GUEST-CMD -- HOST-CMD...: the server on rxe in the VM,
+# the client over the library in the namespace.
+guest_server() {
+	local name=$1 gcmd=$2; shift 3
+	n=$((n + 1))
+	local job
+	job=$($vm exec -b vm1 "$gcmd") || { echo "FAIL  $name (could not start the guest side)"; fails=$((fails + 1)); return; }
+	sleep 2
+	local out crc grc
+	out=$($vm nsexec "${lib[@]}" timeout 60 "$@" 2>&1); crc=$?
+	gout=$($vm wait vm1 $job 2>&1); grc=$?
+	if [ $crc = 0 ] && [ $grc = 0 ]; then echo "PASS  $name"; else
+		echo "FAIL  $name (client rc=$crc, rxe server rc=$grc)"; echo "$out" | tail -5; echo "$gout" | tail -5
+		fails=$((fails + 1))
+	fi
+}
+
+# host_server NAME GUEST-CMD -- HOST-CMD...: the server over the library
+# in the namespace, the client on rxe in the VM.
+host_server() {
+	local name=$1 gcmd=$2; shift 3
+	n=$((n + 1))
+	$vm nsexec "${lib[@]}" timeout 60 "$@" >/tmp/clib-interop-server.$$ 2>&1 &
+	local spid=$!
+	sleep 2
+	local gout grc src
+	gout=$($vm exec vm1 "$gcmd" 2>&1); grc=$?
+	wait $spid; src=$?
+	if [ $src = 0 ] && [ $grc = 0 ]; then echo "PASS  $name"; else
+		echo "FAIL  $name (server rc=$src, rxe client rc=$grc)"; tail -5 /tmp/clib-interop-server.$$; echo "$gout" | tail -5
+		fails=$((fails + 1))
+	fi
+	rm -f /tmp/clib-interop-server.$$
+}
+
+dev=softrdma_br0
+guest_server "ibv_rc_pingpong: rxe server, C client over softrdma" "ibv_rc_pingpong -d rxe0 -g 1" -- ibv_rc_pingpong -d $dev -g 1 $guest
+host_server "ibv_rc_pingpong: C server over softrdma, rxe client" "ibv_rc_pingpong -d rxe0 -g 1 $host" -- ibv_rc_pingpong -d $dev -g 1
+guest_server "ibv_ud_pingpong: rxe server, C client over softrdma" "ibv_ud_pingpong -d rxe0 -g 1 -s 1024" -- ibv_ud_pingpong -d $dev -g 1 -s 1024 $guest
+for t in ib_write_bw ib_read_lat ib_send_bw ib_atomic_lat; do
+	guest_server "$t: rxe server, C client over softrdma" "$t -F -d rxe0 -x 1 -n 500" -- $t -F -d $dev -x 1 -n 500 $guest
+	host_server "$t: C server over softrdma, rxe client" "$t -F -d rxe0 -x 1 -n 500 $host" -- $t -F -d $dev -x 1 -n 500
+done
+echo "$((n - fails)) of $n passed"
+[ $fails = 0 ]

@@ -1,0 +1,1228 @@
+//go:build clib
+
+/*
+ * libibverbs.so.1's exported functions and the context ops table.
+ *
+ * Every function here checks its arguments the way rdma-core's libibverbs
+ * does, allocates the public struct the program sees (laid out by the
+ * installed <infiniband/verbs.h>), and calls one Go function (srdgo_*,
+ * exports.go) that does the work on softrdma's verbs API. The Go functions
+ * return an errno value; this file turns it into the convention of each
+ * libibverbs function (NULL with errno set, -1 with errno set, or the errno
+ * value returned).
+ *
+ * The data path: the program's inline ibv_post_send / ibv_post_recv /
+ * ibv_poll_cq / ibv_req_notify_cq call through ibv_context.ops, which
+ * point at the srd_* trampolines below, one Go call each.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <endian.h>
+
+#include "ibverbs.h"
+#include "_cgo_export.h"
+
+/* The Go side reads these structs through cgo's view of the same header;
+ * the build fails here if a layout the Go code assumes differs. */
+_Static_assert(sizeof(struct ibv_sge) == 16, "ibv_sge is {u64 addr; u32 length; u32 lkey}");
+_Static_assert(offsetof(struct ibv_sge, lkey) == 12, "ibv_sge.lkey");
+_Static_assert(offsetof(struct ibv_send_wr, wr) == 40, "ibv_send_wr.wr union");
+_Static_assert(offsetof(struct ibv_qp_ex, qp_base) == 0, "ibv_qp_ex starts with ibv_qp");
+_Static_assert(offsetof(struct verbs_context, context) + sizeof(struct ibv_context) == sizeof(struct verbs_context),
+	       "ibv_context ends verbs_context");
+
+/* ---- devices ---- */
+
+static pthread_mutex_t dev_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct srd_device **devs; /* kept for the life of the process, as rdma-core keeps its */
+static int ndevs;
+
+static int load_devices(void)
+{
+	int n, i;
+
+	if (devs)
+		return 0;
+	n = srdgo_dev_count();
+	if (n < 0)
+		return -n;
+	devs = calloc(n + 1, sizeof(*devs));
+	if (!devs)
+		return ENOMEM;
+	for (i = 0; i < n; i++) {
+		struct srd_device *d = calloc(1, sizeof(*d));
+		uint64_t guid = 0;
+
+		if (!d)
+			return ENOMEM;
+		d->index = i;
+		d->dev.node_type = IBV_NODE_CA;
+		d->dev.transport_type = IBV_TRANSPORT_IB;
+		srdgo_dev_info(i, d->dev.name, sizeof(d->dev.name), &guid);
+		d->guid = guid;
+		snprintf(d->dev.dev_name, sizeof(d->dev.dev_name), "uverbs%d", i);
+		snprintf(d->dev.dev_path, sizeof(d->dev.dev_path), "/sys/class/infiniband_verbs/uverbs%d", i);
+		snprintf(d->dev.ibdev_path, sizeof(d->dev.ibdev_path), "/sys/class/infiniband/%s", d->dev.name);
+		devs[i] = d;
+		ndevs = i + 1;
+	}
+	return 0;
+}
+
+struct ibv_device **ibv_get_device_list(int *num_devices)
+{
+	struct ibv_device **list;
+	int err, i;
+
+	if (num_devices)
+		*num_devices = 0;
+	pthread_mutex_lock(&dev_mu);
+	err = load_devices();
+	if (err) {
+		pthread_mutex_unlock(&dev_mu);
+		errno = err;
+		return NULL;
+	}
+	list = calloc(ndevs + 1, sizeof(*list));
+	if (!list) {
+		pthread_mutex_unlock(&dev_mu);
+		errno = ENOMEM;
+		return NULL;
+	}
+	for (i = 0; i < ndevs; i++)
+		list[i] = &devs[i]->dev;
+	if (num_devices)
+		*num_devices = ndevs;
+	pthread_mutex_unlock(&dev_mu);
+	return list;
+}
+
+void ibv_free_device_list(struct ibv_device **list)
+{
+	free(list);
+}
+
+const char *ibv_get_device_name(struct ibv_device *device)
+{
+	if (!device) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return device->name;
+}
+
+__be64 ibv_get_device_guid(struct ibv_device *device)
+{
+	if (!device)
+		return 0;
+	return htobe64(SRD_CONTAINER(device, struct srd_device, dev)->guid);
+}
+
+int ibv_get_device_index(struct ibv_device *device)
+{
+	if (!device)
+		return -1;
+	return SRD_CONTAINER(device, struct srd_device, dev)->index;
+}
+
+/* ---- ops trampolines ---- */
+
+static int srd_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+{
+	if (n < 0 || (n > 0 && !wc))
+		return -EINVAL;
+	return srdgo_poll_cq(SRD_CONTAINER(cq, struct srd_cq, cq)->h, n, wc);
+}
+
+static int srd_req_notify_cq(struct ibv_cq *cq, int solicited_only)
+{
+	return srdgo_req_notify_cq(SRD_CONTAINER(cq, struct srd_cq, cq)->h, solicited_only);
+}
+
+static int srd_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	struct ibv_send_wr *dummy;
+
+	if (!bad)
+		bad = &dummy;
+	*bad = NULL;
+	if (!wr)
+		return 0;
+	return srdgo_post_send(SRD_CONTAINER(qp, struct srd_qp, qpx.qp_base)->h, wr, bad);
+}
+
+static int srd_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct ibv_recv_wr *dummy;
+
+	if (!bad)
+		bad = &dummy;
+	*bad = NULL;
+	if (!wr)
+		return 0;
+	return srdgo_post_recv(SRD_CONTAINER(qp, struct srd_qp, qpx.qp_base)->h, wr, bad);
+}
+
+static int srd_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct ibv_recv_wr *dummy;
+
+	if (!bad)
+		bad = &dummy;
+	*bad = NULL;
+	if (!wr)
+		return 0;
+	return srdgo_post_srq_recv(SRD_CONTAINER(srq, struct srd_srq, srq)->h, wr, bad);
+}
+
+static struct ibv_mw *srd_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
+{
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+static int srd_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind)
+{
+	return EOPNOTSUPP;
+}
+
+static int srd_dealloc_mw(struct ibv_mw *mw)
+{
+	return EOPNOTSUPP;
+}
+
+static int srd_query_port_ex(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr, size_t len)
+{
+	struct ibv_port_attr a;
+	int err;
+
+	if (!ctx || !attr)
+		return EINVAL;
+	memset(&a, 0, sizeof(a));
+	err = srdgo_query_port(srd_ctx_of(ctx)->h, port, &a);
+	if (err)
+		return err;
+	memcpy(attr, &a, len < sizeof(a) ? len : sizeof(a));
+	return 0;
+}
+
+struct ibv_qp *srd_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr);
+int srd_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *input,
+			struct ibv_device_attr_ex *attr, size_t len);
+
+/* ---- context ---- */
+
+struct ibv_context *ibv_open_device(struct ibv_device *device)
+{
+	struct srd_ctx *c;
+	struct ibv_context *ctx;
+	int fds[2], err;
+	GoUintptr h = 0;
+
+	if (!device) {
+		errno = EINVAL;
+		return NULL;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (pipe2(fds, O_CLOEXEC)) {
+		err = errno;
+		free(c);
+		errno = err;
+		return NULL;
+	}
+	err = srdgo_open(SRD_CONTAINER(device, struct srd_device, dev)->index, fds[1], &h);
+	if (err) {
+		close(fds[0]);
+		close(fds[1]);
+		free(c);
+		errno = err;
+		return NULL;
+	}
+	c->h = h;
+	c->async_wfd = fds[1];
+	c->vctx.sz = sizeof(c->vctx);
+	c->vctx.query_port = srd_query_port_ex;
+	c->vctx.create_qp_ex = srd_create_qp_ex;
+	c->vctx.query_device_ex = srd_query_device_ex;
+	ctx = &c->vctx.context;
+	ctx->device = device;
+	ctx->cmd_fd = -1;
+	ctx->async_fd = fds[0];
+	ctx->num_comp_vectors = 1;
+	ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
+	pthread_mutex_init(&ctx->mutex, NULL);
+	ctx->ops.poll_cq = srd_poll_cq;
+	ctx->ops.req_notify_cq = srd_req_notify_cq;
+	ctx->ops.post_send = srd_post_send;
+	ctx->ops.post_recv = srd_post_recv;
+	ctx->ops.post_srq_recv = srd_post_srq_recv;
+	ctx->ops.alloc_mw = srd_alloc_mw;
+	ctx->ops.bind_mw = srd_bind_mw;
+	ctx->ops.dealloc_mw = srd_dealloc_mw;
+	return ctx;
+}
+
+int ibv_close_device(struct ibv_context *ctx)
+{
+	struct srd_ctx *c;
+
+	if (!ctx)
+		return EINVAL;
+	c = srd_ctx_of(ctx);
+	srdgo_close(c->h);
+	close(c->async_wfd);
+	close(ctx->async_fd);
+	pthread_mutex_destroy(&ctx->mutex);
+	free(c);
+	return 0;
+}
+
+struct srd_async_rec {
+	uint32_t type;
+	uint32_t port;
+	uint64_t element;
+};
+
+int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *event)
+{
+	struct srd_async_rec r;
+	ssize_t n;
+
+	if (!ctx || !event) {
+		errno = EINVAL;
+		return -1;
+	}
+	n = read(ctx->async_fd, &r, sizeof(r));
+	if (n != sizeof(r)) {
+		if (n >= 0)
+			errno = EIO;
+		return -1;
+	}
+	event->event_type = r.type;
+	switch (r.type) {
+	case IBV_EVENT_PORT_ACTIVE:
+	case IBV_EVENT_PORT_ERR:
+		event->element.port_num = r.port;
+		break;
+	default:
+		event->element.qp = (struct ibv_qp *)(uintptr_t)r.element;
+		break;
+	}
+	return 0;
+}
+
+void ibv_ack_async_event(struct ibv_async_event *event)
+{
+}
+
+int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr)
+{
+	if (!ctx || !attr)
+		return EINVAL;
+	memset(attr, 0, sizeof(*attr));
+	return srdgo_query_device(srd_ctx_of(ctx)->h, attr);
+}
+
+int srd_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *input,
+			struct ibv_device_attr_ex *attr, size_t len)
+{
+	struct ibv_device_attr_ex a;
+	int err;
+
+	if (!ctx || !attr || len < sizeof(attr->orig_attr))
+		return EINVAL;
+	if (input && input->comp_mask)
+		return EINVAL;
+	memset(&a, 0, sizeof(a));
+	err = srdgo_query_device(srd_ctx_of(ctx)->h, &a.orig_attr);
+	if (err)
+		return err;
+	a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
+	a.max_dm_size = 0;
+	memcpy(attr, &a, len < sizeof(a) ? len : sizeof(a));
+	return 0;
+}
+
+/* The symbol programs built before the port_attr grew call (verbs.h's
+ * inline ibv_query_port calls query_port in verbs_context instead). Its
+ * struct is ibv_port_attr up to link_layer. */
+#undef ibv_query_port
+int ibv_query_port(struct ibv_context *ctx, uint8_t port, struct _compat_ibv_port_attr *attr)
+{
+	struct ibv_port_attr a;
+	int err;
+
+	if (!ctx || !attr)
+		return EINVAL;
+	memset(&a, 0, sizeof(a));
+	err = srdgo_query_port(srd_ctx_of(ctx)->h, port, &a);
+	if (err)
+		return err;
+	memcpy(attr, &a, offsetof(struct ibv_port_attr, flags));
+	return 0;
+}
+
+int ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid)
+{
+	int err;
+
+	if (!ctx || !gid || index < 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	err = srdgo_query_gid(srd_ctx_of(ctx)->h, port, index, gid->raw);
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	return 0;
+}
+
+int _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
+		      struct ibv_gid_entry *entry, uint32_t flags, size_t entry_size)
+{
+	struct ibv_gid_entry e;
+	int err;
+
+	if (!ctx || !entry || flags || entry_size < sizeof(e) || port > 255)
+		return EINVAL;
+	memset(&e, 0, sizeof(e));
+	err = srdgo_query_gid(srd_ctx_of(ctx)->h, port, index, e.gid.raw);
+	if (err)
+		return err;
+	if (!e.gid.global.subnet_prefix && !e.gid.global.interface_id)
+		return ENODATA;
+	e.gid_index = index;
+	e.port_num = port;
+	e.gid_type = IBV_GID_TYPE_ROCE_V2;
+	e.ndev_ifindex = srdgo_ifindex(srd_ctx_of(ctx)->h);
+	memcpy(entry, &e, sizeof(e));
+	return 0;
+}
+
+ssize_t _ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *entries,
+			     size_t max_entries, uint32_t flags, size_t entry_size)
+{
+	struct ibv_port_attr pa;
+	size_t n = 0;
+	int i, err;
+
+	if (!ctx || (!entries && max_entries) || flags || entry_size < sizeof(struct ibv_gid_entry))
+		return -EINVAL;
+	memset(&pa, 0, sizeof(pa));
+	err = srdgo_query_port(srd_ctx_of(ctx)->h, 1, &pa);
+	if (err)
+		return -err;
+	for (i = 0; i < pa.gid_tbl_len; i++) {
+		struct ibv_gid_entry *e = (struct ibv_gid_entry *)((char *)entries + n * entry_size);
+
+		if (n >= max_entries)
+			return -EINVAL;
+		if (_ibv_query_gid_ex(ctx, 1, i, e, 0, entry_size) == 0)
+			n++;
+	}
+	return n;
+}
+
+/* The GID type as rdma-core's sysfs reading reports it: 0 is RoCE v1 / IB,
+ * 1 RoCE v2. Every softrdma GID is RoCE v2. */
+int ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int index, uint32_t *type)
+{
+	union ibv_gid g;
+
+	if (!ctx || !type) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (srdgo_query_gid(srd_ctx_of(ctx)->h, port, index, g.raw)) {
+		errno = EINVAL;
+		return -1;
+	}
+	*type = 1;
+	return 0;
+}
+
+int ibv_query_pkey(struct ibv_context *ctx, uint8_t port, int index, __be16 *pkey)
+{
+	if (!ctx || !pkey || index < 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (port != 1 || index != 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	*pkey = htobe16(0xffff);
+	return 0;
+}
+
+int ibv_get_pkey_index(struct ibv_context *ctx, uint8_t port, __be16 pkey)
+{
+	if (!ctx || port != 1)
+		return -EINVAL;
+	return be16toh(pkey) == 0xffff ? 0 : -ENOENT;
+}
+
+/* ---- PD, MR ---- */
+
+struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)
+{
+	struct srd_pd *p;
+	GoUintptr h = 0;
+	int err;
+
+	if (!ctx) {
+		errno = EINVAL;
+		return NULL;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	err = srdgo_alloc_pd(srd_ctx_of(ctx)->h, &h);
+	if (err) {
+		free(p);
+		errno = err;
+		return NULL;
+	}
+	p->h = h;
+	p->pd.context = ctx;
+	p->pd.handle = (uint32_t)h;
+	return &p->pd;
+}
+
+int ibv_dealloc_pd(struct ibv_pd *pd)
+{
+	struct srd_pd *p;
+	int err;
+
+	if (!pd)
+		return EINVAL;
+	p = SRD_CONTAINER(pd, struct srd_pd, pd);
+	err = srdgo_dealloc_pd(p->h);
+	if (err)
+		return err;
+	free(p);
+	return 0;
+}
+
+#define SRD_ACCESS_KNOWN (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | \
+			  IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | \
+			  IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | IBV_ACCESS_OPTIONAL_RANGE)
+
+struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access)
+{
+	struct srd_mr *m;
+	GoUintptr h = 0;
+	GoUint32 lkey = 0, rkey = 0;
+	int err;
+
+	if (!pd || (!addr && length)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (access & ~SRD_ACCESS_KNOWN) {
+		errno = EINVAL;
+		return NULL;
+	}
+	/* Remote write or atomic access needs local write (IBTA 10.6.3.1). */
+	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	/* Only identity iovas: the engine addresses memory by virtual address. */
+	if (iova != (uintptr_t)addr || (access & (IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND))) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	err = srdgo_reg_mr(SRD_CONTAINER(pd, struct srd_pd, pd)->h, addr, length,
+			   access & 0xf, &h, &lkey, &rkey);
+	if (err) {
+		free(m);
+		errno = err;
+		return NULL;
+	}
+	m->h = h;
+	m->mr.context = pd->context;
+	m->mr.pd = pd;
+	m->mr.addr = addr;
+	m->mr.length = length;
+	m->mr.handle = (uint32_t)h;
+	m->mr.lkey = lkey;
+	m->mr.rkey = rkey;
+	return &m->mr;
+}
+
+#undef ibv_reg_mr
+struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	return ibv_reg_mr_iova2(pd, addr, length, (uintptr_t)addr, (unsigned int)access);
+}
+
+#undef ibv_reg_mr_iova
+struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access)
+{
+	return ibv_reg_mr_iova2(pd, addr, length, iova, (unsigned int)access);
+}
+
+struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access)
+{
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	return IBV_REREG_MR_ERR_INPUT;
+}
+
+int ibv_dereg_mr(struct ibv_mr *mr)
+{
+	struct srd_mr *m;
+	int err;
+
+	if (!mr)
+		return EINVAL;
+	m = SRD_CONTAINER(mr, struct srd_mr, mr);
+	err = srdgo_dereg_mr(m->h);
+	if (err)
+		return err;
+	free(m);
+	return 0;
+}
+
+/* ---- completion channels and CQs ---- */
+
+struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
+{
+	struct srd_channel *c;
+	GoUintptr h = 0;
+	int fds[2], err;
+
+	if (!ctx) {
+		errno = EINVAL;
+		return NULL;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (pipe2(fds, O_CLOEXEC)) {
+		err = errno;
+		free(c);
+		errno = err;
+		return NULL;
+	}
+	err = srdgo_create_channel(srd_ctx_of(ctx)->h, fds[1], &h);
+	if (err) {
+		close(fds[0]);
+		close(fds[1]);
+		free(c);
+		errno = err;
+		return NULL;
+	}
+	c->h = h;
+	c->wfd = fds[1];
+	c->ch.context = ctx;
+	c->ch.fd = fds[0];
+	return &c->ch;
+}
+
+int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
+{
+	struct srd_channel *c;
+	int err;
+
+	if (!channel)
+		return EINVAL;
+	/* As rdma-core: not while CQs still report to it. */
+	if (__atomic_load_n(&channel->refcnt, __ATOMIC_RELAXED))
+		return EBUSY;
+	c = SRD_CONTAINER(channel, struct srd_channel, ch);
+	err = srdgo_destroy_channel(c->h);
+	if (err)
+		return err;
+	close(c->wfd);
+	close(c->ch.fd);
+	free(c);
+	return 0;
+}
+
+struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+			     struct ibv_comp_channel *channel, int comp_vector)
+{
+	struct srd_cq *q;
+	GoUintptr h = 0;
+	GoInt32 actual = 0;
+	int err;
+
+	if (!ctx || cqe <= 0 || comp_vector < 0 || comp_vector >= ctx->num_comp_vectors) {
+		errno = EINVAL;
+		return NULL;
+	}
+	q = calloc(1, sizeof(*q));
+	if (!q) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	q->cq.context = ctx;
+	q->cq.channel = channel;
+	q->cq.cq_context = cq_context;
+	pthread_mutex_init(&q->cq.mutex, NULL);
+	pthread_cond_init(&q->cq.cond, NULL);
+	err = srdgo_create_cq(srd_ctx_of(ctx)->h, cqe,
+			      channel ? SRD_CONTAINER(channel, struct srd_channel, ch)->h : 0,
+			      &q->cq, &h, &actual);
+	if (err) {
+		free(q);
+		errno = err;
+		return NULL;
+	}
+	q->h = h;
+	q->cq.handle = (uint32_t)h;
+	q->cq.cqe = actual;
+	if (channel)
+		__atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_RELAXED);
+	return &q->cq;
+}
+
+int ibv_resize_cq(struct ibv_cq *cq, int cqe)
+{
+	if (!cq || cqe <= 0)
+		return EINVAL;
+	return cqe <= cq->cqe ? 0 : EOPNOTSUPP;
+}
+
+int ibv_destroy_cq(struct ibv_cq *cq)
+{
+	struct srd_cq *q;
+	int err;
+
+	if (!cq)
+		return EINVAL;
+	q = SRD_CONTAINER(cq, struct srd_cq, cq);
+	err = srdgo_destroy_cq(q->h);
+	if (err)
+		return err;
+	if (cq->channel)
+		__atomic_sub_fetch(&cq->channel->refcnt, 1, __ATOMIC_RELAXED);
+	pthread_mutex_destroy(&cq->mutex);
+	pthread_cond_destroy(&cq->cond);
+	free(q);
+	return 0;
+}
+
+/* The channel's pipe carries one pointer per event: the ibv_cq it is for.
+ * A blocking read waits as the kernel's completion channel does; a
+ * program that set O_NONBLOCK gets EAGAIN. */
+int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context)
+{
+	uint64_t p;
+	ssize_t n;
+
+	if (!channel || !cq || !cq_context) {
+		errno = EINVAL;
+		return -1;
+	}
+	n = read(channel->fd, &p, sizeof(p));
+	if (n != sizeof(p)) {
+		if (n >= 0)
+			errno = EIO;
+		return -1;
+	}
+	*cq = (struct ibv_cq *)(uintptr_t)p;
+	*cq_context = (*cq)->cq_context;
+	return 0;
+}
+
+void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
+{
+	if (!cq)
+		return;
+	pthread_mutex_lock(&cq->mutex);
+	cq->comp_events_completed += nevents;
+	pthread_cond_signal(&cq->cond);
+	pthread_mutex_unlock(&cq->mutex);
+}
+
+/* ---- SRQ ---- */
+
+struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
+{
+	struct srd_srq *s;
+	GoUintptr h = 0;
+	int err;
+
+	if (!pd || !attr) {
+		errno = EINVAL;
+		return NULL;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	err = srdgo_create_srq(SRD_CONTAINER(pd, struct srd_pd, pd)->h, attr, &h);
+	if (err) {
+		free(s);
+		errno = err;
+		return NULL;
+	}
+	s->h = h;
+	s->srq.context = pd->context;
+	s->srq.srq_context = attr->srq_context;
+	s->srq.pd = pd;
+	s->srq.handle = (uint32_t)h;
+	pthread_mutex_init(&s->srq.mutex, NULL);
+	pthread_cond_init(&s->srq.cond, NULL);
+	return &s->srq;
+}
+
+int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
+{
+	if (!srq || !attr)
+		return EINVAL;
+	if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT))
+		return EINVAL;
+	return srdgo_modify_srq(SRD_CONTAINER(srq, struct srd_srq, srq)->h, attr, mask);
+}
+
+int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
+{
+	if (!srq || !attr)
+		return EINVAL;
+	return srdgo_query_srq(SRD_CONTAINER(srq, struct srd_srq, srq)->h, attr);
+}
+
+int ibv_destroy_srq(struct ibv_srq *srq)
+{
+	struct srd_srq *s;
+	int err;
+
+	if (!srq)
+		return EINVAL;
+	s = SRD_CONTAINER(srq, struct srd_srq, srq);
+	err = srdgo_destroy_srq(s->h);
+	if (err)
+		return err;
+	pthread_mutex_destroy(&srq->mutex);
+	pthread_cond_destroy(&srq->cond);
+	free(s);
+	return 0;
+}
+
+/* ---- QP ---- */
+
+void srd_qp_ex_init(struct srd_qp *q, uint64_t send_ops_flags);
+
+static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, int ex, uint64_t send_ops)
+{
+	struct srd_qp *q;
+	GoUintptr h = 0;
+	GoUint32 qpn = 0;
+	int err;
+
+	if (!pd || !attr || !attr->send_cq || (!attr->recv_cq && !attr->srq)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	switch (attr->qp_type) {
+	case IBV_QPT_RC:
+	case IBV_QPT_UC:
+	case IBV_QPT_UD:
+		break;
+	default:
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	q = calloc(1, sizeof(*q));
+	if (!q) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	err = srdgo_create_qp(SRD_CONTAINER(pd, struct srd_pd, pd)->h, attr,
+			      SRD_CONTAINER(attr->send_cq, struct srd_cq, cq)->h,
+			      attr->recv_cq ? SRD_CONTAINER(attr->recv_cq, struct srd_cq, cq)->h : 0,
+			      attr->srq ? SRD_CONTAINER(attr->srq, struct srd_srq, srq)->h : 0,
+			      &q->qpx.qp_base, &h, &qpn);
+	if (err) {
+		free(q);
+		errno = err;
+		return NULL;
+	}
+	q->h = h;
+	q->qpx.qp_base.context = pd->context;
+	q->qpx.qp_base.qp_context = attr->qp_context;
+	q->qpx.qp_base.pd = pd;
+	q->qpx.qp_base.send_cq = attr->send_cq;
+	q->qpx.qp_base.recv_cq = attr->recv_cq;
+	q->qpx.qp_base.srq = attr->srq;
+	q->qpx.qp_base.handle = (uint32_t)h;
+	q->qpx.qp_base.qp_num = qpn;
+	q->qpx.qp_base.state = IBV_QPS_RESET;
+	q->qpx.qp_base.qp_type = attr->qp_type;
+	pthread_mutex_init(&q->qpx.qp_base.mutex, NULL);
+	pthread_cond_init(&q->qpx.qp_base.cond, NULL);
+	if (ex) {
+		q->ex = 1;
+		srd_qp_ex_init(q, send_ops);
+	}
+	return &q->qpx.qp_base;
+}
+
+struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	return create_qp(pd, attr, 0, 0);
+}
+
+#define SRD_QP_INIT_ATTR_KNOWN (IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
+#define SRD_SEND_OPS (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
+		      IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | \
+		      IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV)
+
+struct ibv_qp *srd_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr)
+{
+	struct ibv_qp_init_attr a;
+	uint64_t ops = 0;
+
+	if (!ctx || !attr) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if ((attr->comp_mask & ~SRD_QP_INIT_ATTR_KNOWN) || !(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+		ops = attr->send_ops_flags;
+		if (ops & ~SRD_SEND_OPS) {
+			errno = EOPNOTSUPP;
+			return NULL;
+		}
+	}
+	memcpy(&a, attr, sizeof(a)); /* ibv_qp_init_attr is ibv_qp_init_attr_ex's prefix */
+	{
+		struct ibv_qp *qp = create_qp(attr->pd, &a, (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0, ops);
+
+		if (qp)
+			attr->cap = a.cap;
+		return qp;
+	}
+}
+
+struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
+{
+	struct srd_qp *q;
+
+	if (!qp)
+		return NULL;
+	q = SRD_CONTAINER(qp, struct srd_qp, qpx.qp_base);
+	return q->ex ? &q->qpx : NULL;
+}
+
+#define SRD_QP_ATTR_KNOWN ((1 << 21) - 1)
+
+int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
+{
+	GoInt32 state = -1;
+	int err;
+
+	if (!qp || !attr)
+		return EINVAL;
+	if ((unsigned int)mask & ~SRD_QP_ATTR_KNOWN)
+		return EINVAL;
+	err = srdgo_modify_qp(SRD_CONTAINER(qp, struct srd_qp, qpx.qp_base)->h, attr, mask, &state);
+	if (err)
+		return err;
+	if (state >= 0)
+		qp->state = state;
+	return 0;
+}
+
+int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init)
+{
+	int err;
+
+	if (!qp || !attr || !init)
+		return EINVAL;
+	memset(attr, 0, sizeof(*attr));
+	memset(init, 0, sizeof(*init));
+	err = srdgo_query_qp(SRD_CONTAINER(qp, struct srd_qp, qpx.qp_base)->h, attr, init);
+	if (err)
+		return err;
+	init->qp_context = qp->qp_context;
+	init->send_cq = qp->send_cq;
+	init->recv_cq = qp->recv_cq;
+	init->srq = qp->srq;
+	init->qp_type = qp->qp_type;
+	qp->state = attr->qp_state;
+	return 0;
+}
+
+int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_t flags)
+{
+	return 0;
+}
+
+int ibv_destroy_qp(struct ibv_qp *qp)
+{
+	struct srd_qp *q;
+	int err;
+
+	if (!qp)
+		return EINVAL;
+	q = SRD_CONTAINER(qp, struct srd_qp, qpx.qp_base);
+	err = srdgo_destroy_qp(q->h);
+	if (err)
+		return err;
+	pthread_mutex_destroy(&qp->mutex);
+	pthread_cond_destroy(&qp->cond);
+	free(q);
+	return 0;
+}
+
+/* ---- AH ---- */
+
+struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+	struct srd_ah *a;
+	GoUintptr h = 0;
+	int err;
+
+	if (!pd || !attr) {
+		errno = EINVAL;
+		return NULL;
+	}
+	a = calloc(1, sizeof(*a));
+	if (!a) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	err = srdgo_create_ah(SRD_CONTAINER(pd, struct srd_pd, pd)->h, attr, &h);
+	if (err) {
+		free(a);
+		errno = err;
+		return NULL;
+	}
+	a->h = h;
+	a->ah.context = pd->context;
+	a->ah.pd = pd;
+	a->ah.handle = (uint32_t)h;
+	return &a->ah;
+}
+
+int ibv_destroy_ah(struct ibv_ah *ah)
+{
+	struct srd_ah *a;
+	int err;
+
+	if (!ah)
+		return EINVAL;
+	a = SRD_CONTAINER(ah, struct srd_ah, ah);
+	err = srdgo_destroy_ah(a->h);
+	if (err)
+		return err;
+	free(a);
+	return 0;
+}
+
+/* The GRH a UD receive buffer starts with: for RoCEv2 over IPv4, 20 bytes
+ * then the IPv4 header (source address at offset 20+12); for IPv6 the
+ * IPv6 header (source at offset 8). */
+int ibv_init_ah_from_wc(struct ibv_context *ctx, uint8_t port, struct ibv_wc *wc,
+			struct ibv_grh *grh, struct ibv_ah_attr *ah_attr)
+{
+	const unsigned char *b = (const unsigned char *)grh;
+
+	if (!ctx || !wc || !ah_attr) {
+		errno = EINVAL;
+		return -1;
+	}
+	memset(ah_attr, 0, sizeof(*ah_attr));
+	ah_attr->dlid = wc->slid;
+	ah_attr->sl = wc->sl;
+	ah_attr->src_path_bits = wc->dlid_path_bits;
+	ah_attr->port_num = port;
+	if (wc->wc_flags & IBV_WC_GRH) {
+		if (!grh) {
+			errno = EINVAL;
+			return -1;
+		}
+		ah_attr->is_global = 1;
+		if ((b[20] >> 4) == 4) {
+			memset(ah_attr->grh.dgid.raw, 0, 10);
+			ah_attr->grh.dgid.raw[10] = 0xff;
+			ah_attr->grh.dgid.raw[11] = 0xff;
+			memcpy(&ah_attr->grh.dgid.raw[12], b + 20 + 12, 4);
+			ah_attr->grh.hop_limit = 0xff;
+		} else {
+			memcpy(ah_attr->grh.dgid.raw, grh->sgid.raw, 16);
+			ah_attr->grh.hop_limit = grh->hop_limit;
+		}
+		ah_attr->grh.sgid_index = 0;
+	}
+	return 0;
+}
+
+struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, struct ibv_grh *grh, uint8_t port)
+{
+	struct ibv_ah_attr a;
+
+	if (!pd) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (ibv_init_ah_from_wc(pd->context, port, wc, grh, &a))
+		return NULL;
+	return ibv_create_ah(pd, &a);
+}
+
+/* ---- multicast and the rest ---- */
+
+int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	return qp && gid ? EOPNOTSUPP : EINVAL;
+}
+
+int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	return qp && gid ? EOPNOTSUPP : EINVAL;
+}
+
+static int fork_inited;
+
+int ibv_fork_init(void)
+{
+	/* Registered memory is plain process memory the engine reads and
+	 * writes with the CPU: after fork() the parent keeps working and the
+	 * child sees copy-on-write copies (docs/clib.md). */
+	fork_inited = 1;
+	return 0;
+}
+
+enum ibv_fork_status ibv_is_fork_initialized(void)
+{
+	return IBV_FORK_UNNEEDED;
+}
+
+int ibv_dontfork_range(void *base, size_t size)
+{
+	return 0;
+}
+
+int ibv_dofork_range(void *base, size_t size)
+{
+	return 0;
+}
+
+int ibv_query_ece(struct ibv_qp *qp, struct ibv_ece *ece)
+{
+	return EOPNOTSUPP;
+}
+
+int ibv_set_ece(struct ibv_qp *qp, struct ibv_ece *ece)
+{
+	return EOPNOTSUPP;
+}
+
+struct ibv_context *ibv_import_device(int cmd_fd)
+{
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+struct ibv_pd *ibv_import_pd(struct ibv_context *ctx, uint32_t pd_handle)
+{
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+void ibv_unimport_pd(struct ibv_pd *pd)
+{
+}
+
+struct ibv_mr *ibv_import_mr(struct ibv_pd *pd, uint32_t mr_handle)
+{
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+void ibv_unimport_mr(struct ibv_mr *mr)
+{
+}
+
+struct ibv_dm *ibv_import_dm(struct ibv_context *ctx, uint32_t dm_handle)
+{
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+void ibv_unimport_dm(struct ibv_dm *dm)
+{
+}
+
+int ibv_resolve_eth_l2_from_gid(struct ibv_context *ctx, struct ibv_ah_attr *attr, uint8_t eth_mac[6], uint16_t *vid)
+{
+	return EOPNOTSUPP;
+}
+
+void ibv_register_driver(const char *name, void *init_func)
+{
+}
+
+/* sysfs helpers rdma-core exports for its own libraries and tools. */
+
+const char *ibv_get_sysfs_path(void)
+{
+	return "/sys";
+}
+
+int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size)
+{
+	char *path;
+	int fd, len;
+
+	if (!dir || !file || !buf || !size) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (asprintf(&path, "%s/%s", dir, file) < 0)
+		return -1;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	free(path);
+	if (fd < 0)
+		return -1;
+	len = read(fd, buf, size);
+	close(fd);
+	if (len < 0)
+		return -1;
+	if ((size_t)len == size)
+		len--;
+	buf[len] = '\0';
+	if (len > 0 && buf[len - 1] == '\n')
+		buf[--len] = '\0';
+	return len;
+}
+
+int ibv_read_ibdev_sysfs_file(char *buf, size_t size, void *sysfs_dev, const char *fnfmt, ...)
+{
+	errno = ENOENT;
+	return -1;
+}

@@ -1,0 +1,502 @@
+//go:build cgo && clib
+
+package main
+
+/*
+#include <string.h>
+#include "ibverbs.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"runtime/cgo"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"github.com/softrdma/softrdma/verbs"
+)
+
+func sysWrite(fd int, b []byte) (int, error) {
+	for {
+		n, err := syscall.Write(fd, b)
+		if err == syscall.EINTR {
+			continue
+		}
+		return n, err
+	}
+}
+
+func ctxOf(h C.uintptr_t) *ctxObj { return cgo.Handle(h).Value().(*ctxObj) }
+
+// ---- device and port queries ----
+
+//export srdgo_query_device
+func srdgo_query_device(h C.uintptr_t, a *C.struct_ibv_device_attr) (ret C.int) {
+	defer guard("ibv_query_device", &ret)
+	d, err := ctxOf(h).ctx.QueryDevice()
+	if err != nil {
+		return errnoOf("ibv_query_device", err)
+	}
+	fw := unsafe.Slice((*byte)(unsafe.Pointer(&a.fw_ver[0])), len(a.fw_ver))
+	copy(fw[:len(fw)-1], d.FWVer)
+	a.node_guid = C.__be64(bswap64(d.NodeGUID))
+	a.sys_image_guid = C.__be64(bswap64(d.SysImageGUID))
+	a.max_mr_size = C.uint64_t(d.MaxMRSize)
+	a.page_size_cap = C.uint64_t(d.PageSizeCap)
+	a.vendor_id = C.uint32_t(d.VendorID)
+	a.vendor_part_id = C.uint32_t(d.VendorPartID)
+	a.hw_ver = C.uint32_t(d.HWVer)
+	a.max_qp = C.int(d.MaxQP)
+	a.max_qp_wr = C.int(d.MaxQPWR)
+	a.device_cap_flags = C.uint(d.DeviceCapFlags)
+	a.max_sge = C.int(d.MaxSGE)
+	a.max_sge_rd = C.int(d.MaxSGERd)
+	a.max_cq = C.int(d.MaxCQ)
+	a.max_cqe = C.int(d.MaxCQE)
+	a.max_mr = C.int(d.MaxMR)
+	a.max_pd = C.int(d.MaxPD)
+	a.max_qp_rd_atom = C.int(d.MaxQPRdAtom)
+	a.max_ee_rd_atom = C.int(d.MaxEECRdAtom)
+	a.max_res_rd_atom = C.int(d.MaxResRdAtom)
+	a.max_qp_init_rd_atom = C.int(d.MaxQPInitRdAtom)
+	a.max_ee_init_rd_atom = C.int(d.MaxEEInitRdAtom)
+	a.atomic_cap = uint32(d.AtomicCap)
+	a.max_ee = C.int(d.MaxEE)
+	a.max_rdd = C.int(d.MaxRDD)
+	a.max_mw = C.int(d.MaxMW)
+	a.max_raw_ipv6_qp = C.int(d.MaxRawIPv6QP)
+	a.max_raw_ethy_qp = C.int(d.MaxRawEthyQP)
+	a.max_mcast_grp = C.int(d.MaxMcastGrp)
+	a.max_mcast_qp_attach = C.int(d.MaxMcastQPAttach)
+	a.max_total_mcast_qp_attach = C.int(d.MaxTotalMcastQPAttach)
+	a.max_ah = C.int(d.MaxAH)
+	a.max_fmr = C.int(d.MaxFMR)
+	a.max_map_per_fmr = C.int(d.MaxMapPerFMR)
+	a.max_srq = C.int(d.MaxSRQ)
+	a.max_srq_wr = C.int(d.MaxSRQWR)
+	a.max_srq_sge = C.int(d.MaxSRQSGE)
+	a.max_pkeys = C.uint16_t(d.MaxPKeys)
+	a.local_ca_ack_delay = C.uint8_t(d.LocalCADelayAck)
+	a.phys_port_cnt = C.uint8_t(d.PhysPortCnt)
+	return 0
+}
+
+//export srdgo_query_port
+func srdgo_query_port(h C.uintptr_t, port C.uint8_t, a *C.struct_ibv_port_attr) (ret C.int) {
+	defer guard("ibv_query_port", &ret)
+	p, err := ctxOf(h).ctx.QueryPort(uint8(port))
+	if err != nil {
+		return errnoOf("ibv_query_port", err)
+	}
+	a.state = uint32(p.State)
+	a.max_mtu = uint32(p.MaxMTU)
+	a.active_mtu = uint32(p.ActiveMTU)
+	a.gid_tbl_len = C.int(p.GIDTblLen)
+	a.port_cap_flags = C.uint32_t(p.PortCapFlags)
+	a.max_msg_sz = C.uint32_t(p.MaxMsgSz)
+	a.bad_pkey_cntr = C.uint32_t(p.BadPKeyCntr)
+	a.qkey_viol_cntr = C.uint32_t(p.QKeyViolCntr)
+	a.pkey_tbl_len = C.uint16_t(p.PKeyTblLen)
+	a.lid = C.uint16_t(p.LID)
+	a.sm_lid = C.uint16_t(p.SMLID)
+	a.lmc = C.uint8_t(p.LMC)
+	a.max_vl_num = C.uint8_t(p.MaxVLNum)
+	a.sm_sl = C.uint8_t(p.SMSL)
+	a.subnet_timeout = C.uint8_t(p.SubnetTimeout)
+	a.init_type_reply = C.uint8_t(p.InitTypeReply)
+	a.active_width = C.uint8_t(p.ActiveWidth)
+	a.active_speed = C.uint8_t(p.ActiveSpeed)
+	a.phys_state = C.uint8_t(p.PhysState)
+	a.link_layer = C.uint8_t(p.LinkLayer)
+	return 0
+}
+
+//export srdgo_query_gid
+func srdgo_query_gid(h C.uintptr_t, port C.uint8_t, index C.int, raw *C.uint8_t) (ret C.int) {
+	defer guard("ibv_query_gid", &ret)
+	g, err := ctxOf(h).ctx.QueryGID(uint8(port), int(index))
+	if err != nil {
+		return errnoOf("ibv_query_gid", err)
+	}
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(raw)), 16), g[:])
+	return 0
+}
+
+// ---- PD and MR ----
+
+type pdObj struct {
+	c  *ctxObj
+	pd verbs.PD
+}
+
+func pdOf(h C.uintptr_t) *pdObj { return cgo.Handle(h).Value().(*pdObj) }
+
+//export srdgo_alloc_pd
+func srdgo_alloc_pd(ch C.uintptr_t, h *C.uintptr_t) (ret C.int) {
+	defer guard("ibv_alloc_pd", &ret)
+	c := ctxOf(ch)
+	pd, err := c.ctx.AllocPD()
+	if err != nil {
+		return errnoOf("ibv_alloc_pd", err)
+	}
+	*h = C.uintptr_t(c.add(&pdObj{c: c, pd: pd}, nil, nil, nil))
+	return 0
+}
+
+//export srdgo_dealloc_pd
+func srdgo_dealloc_pd(h C.uintptr_t) (ret C.int) {
+	defer guard("ibv_dealloc_pd", &ret)
+	p := pdOf(h)
+	if err := p.pd.Dealloc(); err != nil {
+		return errnoOf("ibv_dealloc_pd", err)
+	}
+	p.c.remove(cgo.Handle(h), nil)
+	return 0
+}
+
+type mrObj struct {
+	c  *ctxObj
+	mr verbs.MR
+}
+
+//export srdgo_reg_mr
+func srdgo_reg_mr(pdh C.uintptr_t, addr unsafe.Pointer, length C.size_t, access C.int, h *C.uintptr_t, lkey, rkey *C.uint32_t) (ret C.int) {
+	defer guard("ibv_reg_mr", &ret)
+	p := pdOf(pdh)
+	var buf []byte
+	if length > 0 {
+		buf = unsafe.Slice((*byte)(addr), int(length))
+	}
+	mr, err := p.pd.RegMR(buf, verbs.Access(access))
+	if err != nil {
+		return errnoOf("ibv_reg_mr", err)
+	}
+	*lkey, *rkey = C.uint32_t(mr.LKey()), C.uint32_t(mr.RKey())
+	*h = C.uintptr_t(p.c.add(&mrObj{c: p.c, mr: mr}, nil, nil, nil))
+	return 0
+}
+
+//export srdgo_dereg_mr
+func srdgo_dereg_mr(h C.uintptr_t) (ret C.int) {
+	defer guard("ibv_dereg_mr", &ret)
+	m := cgo.Handle(h).Value().(*mrObj)
+	if err := m.mr.Dereg(); err != nil {
+		return errnoOf("ibv_dereg_mr", err)
+	}
+	m.c.remove(cgo.Handle(h), nil)
+	return 0
+}
+
+// ---- completion channels ----
+
+// chanObj is a completion channel: the CQs' events arrive on a
+// verbs.CompChannel and a goroutine writes, for each, the ibv_cq pointer
+// into the pipe whose read end is the channel's fd.
+type chanObj struct {
+	c    *ctxObj
+	ch   *verbs.CompChannel
+	wfd  int
+	done chan struct{}
+	once sync.Once
+}
+
+//export srdgo_create_channel
+func srdgo_create_channel(ch C.uintptr_t, wfd C.int, h *C.uintptr_t) (ret C.int) {
+	defer guard("ibv_create_comp_channel", &ret)
+	c := ctxOf(ch)
+	o := &chanObj{c: c, ch: verbs.NewCompChannel(1024), wfd: int(wfd), done: make(chan struct{})}
+	go o.forward()
+	*h = C.uintptr_t(c.add(o, nil, nil, o.stop))
+	return 0
+}
+
+func (o *chanObj) stop() { o.once.Do(func() { close(o.done) }) }
+
+func (o *chanObj) forward() {
+	for {
+		select {
+		case cq := <-o.ch.C():
+			o.c.mu.Lock()
+			p := o.c.cptr[cq]
+			o.c.mu.Unlock()
+			if p == nil {
+				continue // destroyed since
+			}
+			var rec [8]byte
+			*(*uint64)(unsafe.Pointer(&rec[0])) = uint64(uintptr(p))
+			writeAll(o.wfd, rec[:])
+		case <-o.done:
+			return
+		}
+	}
+}
+
+//export srdgo_destroy_channel
+func srdgo_destroy_channel(h C.uintptr_t) (ret C.int) {
+	defer guard("ibv_destroy_comp_channel", &ret)
+	o := cgo.Handle(h).Value().(*chanObj)
+	o.stop()
+	o.c.remove(cgo.Handle(h), nil)
+	return 0
+}
+
+// ---- CQ ----
+
+type cqObj struct {
+	c  *ctxObj
+	cq verbs.CQ
+	mu sync.Mutex // guards wc, the poll scratch
+	wc []verbs.WC
+}
+
+//export srdgo_create_cq
+func srdgo_create_cq(ch C.uintptr_t, cqe C.int, chh C.uintptr_t, cptr *C.struct_ibv_cq, h *C.uintptr_t, actual *C.int32_t) (ret C.int) {
+	defer guard("ibv_create_cq", &ret)
+	c := ctxOf(ch)
+	var comp *verbs.CompChannel
+	if chh != 0 {
+		comp = cgo.Handle(chh).Value().(*chanObj).ch
+	}
+	cq, err := c.ctx.CreateCQ(int(cqe), comp)
+	if err != nil {
+		return errnoOf("ibv_create_cq", err)
+	}
+	o := &cqObj{c: c, cq: cq, wc: make([]verbs.WC, 64)}
+	*h = C.uintptr_t(c.add(o, unsafe.Pointer(cptr), cq, nil))
+	*actual = C.int32_t(cq.CQE())
+	return 0
+}
+
+//export srdgo_destroy_cq
+func srdgo_destroy_cq(h C.uintptr_t) (ret C.int) {
+	defer guard("ibv_destroy_cq", &ret)
+	o := cgo.Handle(h).Value().(*cqObj)
+	if err := o.cq.Destroy(); err != nil {
+		return errnoOf("ibv_destroy_cq", err)
+	}
+	o.c.remove(cgo.Handle(h), o.cq)
+	return 0
+}
+
+//export srdgo_poll_cq
+func srdgo_poll_cq(h C.uintptr_t, n C.int, out *C.struct_ibv_wc) (ret C.int) {
+	defer guardNeg("ibv_poll_cq", &ret)
+	o := cgo.Handle(h).Value().(*cqObj)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if int(n) > len(o.wc) {
+		o.wc = make([]verbs.WC, int(n))
+	}
+	got, err := o.cq.Poll(o.wc[:n])
+	if err != nil {
+		return -errnoOf("ibv_poll_cq", err)
+	}
+	dst := unsafe.Slice(out, got)
+	for i := range got {
+		wcToC(&dst[i], &o.wc[i])
+	}
+	return C.int(got)
+}
+
+// wcToC fills the program's ibv_wc. Its imm_data is in network order,
+// verbs.WC's in host order; with IBV_WC_WITH_INV the same word holds the
+// invalidated rkey in host order.
+func wcToC(d *C.struct_ibv_wc, w *verbs.WC) {
+	d.wr_id = C.uint64_t(w.WRID)
+	d.status = uint32(w.Status)
+	d.opcode = uint32(w.Opcode)
+	d.vendor_err = C.uint32_t(w.VendorErr)
+	d.byte_len = C.uint32_t(w.ByteLen)
+	imm := (*uint32)(unsafe.Pointer(&d.anon0))
+	switch {
+	case w.WCFlags&verbs.WCWithInv != 0:
+		*imm = w.ImmData
+	default:
+		*imm = bswap32(w.ImmData)
+	}
+	d.qp_num = C.uint32_t(w.QPNum)
+	d.src_qp = C.uint32_t(w.SrcQP)
+	d.wc_flags = C.uint(w.WCFlags)
+	d.pkey_index = C.uint16_t(w.PKeyIndex)
+	d.slid = C.uint16_t(w.SLID)
+	d.sl = C.uint8_t(w.SL)
+	d.dlid_path_bits = C.uint8_t(w.DLIDPathBits)
+}
+
+//export srdgo_req_notify_cq
+func srdgo_req_notify_cq(h C.uintptr_t, solicited C.int) (ret C.int) {
+	defer guard("ibv_req_notify_cq", &ret)
+	o := cgo.Handle(h).Value().(*cqObj)
+	if err := o.cq.ReqNotify(solicited != 0); err != nil {
+		return errnoOf("ibv_req_notify_cq", err)
+	}
+	// The program arms a CQ to block outside the library next (in
+	// ibv_get_cq_event or poll() on the channel's fd), where no poll of
+	// its drives the device: a Wait that cannot block tells a driver that
+	// stepped aside for busy pollers to receive again, as a Go waiter's
+	// Wait does.
+	o.cq.Wait(doneCtx)
+	return 0
+}
+
+// doneCtx is a context that is already done.
+var doneCtx = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+// ---- SRQ ----
+
+type srqObj struct {
+	c   *ctxObj
+	srq verbs.SRQ
+	mu  sync.Mutex
+	rwr []verbs.RecvWR
+}
+
+//export srdgo_create_srq
+func srdgo_create_srq(pdh C.uintptr_t, a *C.struct_ibv_srq_init_attr, h *C.uintptr_t) (ret C.int) {
+	defer guard("ibv_create_srq", &ret)
+	p := pdOf(pdh)
+	srq, err := p.pd.CreateSRQ(&verbs.SRQInitAttr{
+		MaxWR:    uint32(a.attr.max_wr),
+		MaxSGE:   uint32(a.attr.max_sge),
+		SRQLimit: uint32(a.attr.srq_limit),
+	})
+	if err != nil {
+		return errnoOf("ibv_create_srq", err)
+	}
+	if q, err := srq.Query(); err == nil {
+		a.attr.max_wr = C.uint32_t(q.MaxWR)
+		a.attr.max_sge = C.uint32_t(q.MaxSGE)
+	}
+	*h = C.uintptr_t(p.c.add(&srqObj{c: p.c, srq: srq}, nil, nil, nil))
+	return 0
+}
+
+//export srdgo_modify_srq
+func srdgo_modify_srq(h C.uintptr_t, a *C.struct_ibv_srq_attr, mask C.int) (ret C.int) {
+	defer guard("ibv_modify_srq", &ret)
+	s := cgo.Handle(h).Value().(*srqObj)
+	return errnoOf("ibv_modify_srq", s.srq.Modify(&verbs.SRQAttr{
+		MaxWR: uint32(a.max_wr), MaxSGE: uint32(a.max_sge), SRQLimit: uint32(a.srq_limit),
+	}, verbs.SRQAttrMask(mask)))
+}
+
+//export srdgo_query_srq
+func srdgo_query_srq(h C.uintptr_t, a *C.struct_ibv_srq_attr) (ret C.int) {
+	defer guard("ibv_query_srq", &ret)
+	s := cgo.Handle(h).Value().(*srqObj)
+	q, err := s.srq.Query()
+	if err != nil {
+		return errnoOf("ibv_query_srq", err)
+	}
+	a.max_wr, a.max_sge, a.srq_limit = C.uint32_t(q.MaxWR), C.uint32_t(q.MaxSGE), C.uint32_t(q.SRQLimit)
+	return 0
+}
+
+//export srdgo_destroy_srq
+func srdgo_destroy_srq(h C.uintptr_t) (ret C.int) {
+	defer guard("ibv_destroy_srq", &ret)
+	s := cgo.Handle(h).Value().(*srqObj)
+	if err := s.srq.Destroy(); err != nil {
+		return errnoOf("ibv_destroy_srq", err)
+	}
+	s.c.remove(cgo.Handle(h), s.srq)
+	return 0
+}
+
+//export srdgo_post_srq_recv
+func srdgo_post_srq_recv(h C.uintptr_t, wr *C.struct_ibv_recv_wr, bad **C.struct_ibv_recv_wr) (ret C.int) {
+	defer guard("ibv_post_srq_recv", &ret)
+	s := cgo.Handle(h).Value().(*srqObj)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var err error
+	s.rwr, err = recvWRs(s.rwr[:0], wr)
+	if err == nil {
+		err = s.srq.PostRecv(&s.rwr[0])
+	}
+	return postFailed("ibv_post_srq_recv", err, wr, bad)
+}
+
+// ---- AH ----
+
+type ahObj struct {
+	c  *ctxObj
+	ah verbs.AH
+}
+
+//export srdgo_create_ah
+func srdgo_create_ah(pdh C.uintptr_t, a *C.struct_ibv_ah_attr, h *C.uintptr_t) (ret C.int) {
+	defer guard("ibv_create_ah", &ret)
+	p := pdOf(pdh)
+	attr := ahFromC(a)
+	ah, err := p.pd.CreateAH(&attr)
+	if err != nil {
+		return errnoOf("ibv_create_ah", err)
+	}
+	*h = C.uintptr_t(p.c.add(&ahObj{c: p.c, ah: ah}, nil, nil, nil))
+	return 0
+}
+
+//export srdgo_destroy_ah
+func srdgo_destroy_ah(h C.uintptr_t) (ret C.int) {
+	defer guard("ibv_destroy_ah", &ret)
+	a := cgo.Handle(h).Value().(*ahObj)
+	if err := a.ah.Destroy(); err != nil {
+		return errnoOf("ibv_destroy_ah", err)
+	}
+	a.c.remove(cgo.Handle(h), nil)
+	return 0
+}
+
+func ahFromC(a *C.struct_ibv_ah_attr) verbs.AHAttr {
+	var g verbs.GID
+	copy(g[:], unsafe.Slice((*byte)(unsafe.Pointer(&a.grh.dgid)), 16))
+	return verbs.AHAttr{
+		GRH: verbs.GlobalRoute{
+			DGID:         g,
+			FlowLabel:    uint32(a.grh.flow_label),
+			SGIDIndex:    uint8(a.grh.sgid_index),
+			HopLimit:     uint8(a.grh.hop_limit),
+			TrafficClass: uint8(a.grh.traffic_class),
+		},
+		DLID:        uint16(a.dlid),
+		SL:          uint8(a.sl),
+		SrcPathBits: uint8(a.src_path_bits),
+		StaticRate:  uint8(a.static_rate),
+		IsGlobal:    a.is_global != 0,
+		PortNum:     uint8(a.port_num),
+	}
+}
+
+func ahToC(d *C.struct_ibv_ah_attr, a *verbs.AHAttr) {
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&d.grh.dgid)), 16), a.GRH.DGID[:])
+	d.grh.flow_label = C.uint32_t(a.GRH.FlowLabel)
+	d.grh.sgid_index = C.uint8_t(a.GRH.SGIDIndex)
+	d.grh.hop_limit = C.uint8_t(a.GRH.HopLimit)
+	d.grh.traffic_class = C.uint8_t(a.GRH.TrafficClass)
+	d.dlid = C.uint16_t(a.DLID)
+	d.sl = C.uint8_t(a.SL)
+	d.src_path_bits = C.uint8_t(a.SrcPathBits)
+	d.static_rate = C.uint8_t(a.StaticRate)
+	if a.IsGlobal {
+		d.is_global = 1
+	}
+	d.port_num = C.uint8_t(a.PortNum)
+}
+
+func bswap32(v uint32) uint32 {
+	return v>>24 | v>>8&0xff00 | v<<8&0xff0000 | v<<24
+}
+
+func bswap64(v uint64) uint64 {
+	return uint64(bswap32(uint32(v)))<<32 | uint64(bswap32(uint32(v>>32)))
+}
+
+var errBadWR = errors.New("bad work request")
