@@ -40,7 +40,7 @@ const (
 
 // isShmSeries reports whether a series belongs to the shared-memory table.
 func isShmSeries(s string) bool {
-	return strings.HasPrefix(s, "softrdma shm ") || strings.HasPrefix(s, "UCX posix ") || s == seriesFabShm
+	return strings.HasPrefix(s, "softrdma shm ") || strings.HasPrefix(s, "UCX posix ") || s == seriesFabShm || s == seriesCacheLine
 }
 
 // shmPerftest runs a softrdma perftest tool over the shared-memory device:
@@ -84,6 +84,10 @@ func shmJobs(cfg *config, sr *softrdma, u *ucx, f *fabric, add func(series, tool
 			return f.run(ctx, "shm", latSize, cfg.latN)
 		})
 	}
+	// The machine's floor for any of them (cacheline.go).
+	add(seriesCacheLine, cacheLineTool, "lat", latSize, func(ctx context.Context) (metrics, runInfo, error) {
+		return cacheLineProbe(ctx, cfg.latN)
+	})
 	tool := func(t string) string { return t + " -d " + shmDevice }
 	for _, j := range []struct {
 		series, test, kind string
