@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/verbs"
 )
 
@@ -151,7 +152,7 @@ func TestUDInline(t *testing.T) {
 	msg := []byte("inline ud datagram")
 	copy(a.mr.Bytes()[4096:], msg)
 	if err := a.qp.PostSend(&verbs.SendWR{WRID: 3, Opcode: verbs.WRSendWithImm, ImmData: 77, SendFlags: verbs.SendSignaled | verbs.SendInline,
-		SGList: []verbs.SGE{a.mr.SGE(4096, len(msg))}, AH: ah, RemoteQPN: b.qp.QPNum(), RemoteQKey: 0x11111111}); err != nil {
+		SGList: []verbs.SGE{a.mr.SGE(4096, len(msg))}, AH: ah, RemoteQPN: b.qp.QPNum(), RemoteQKey: cm.DefaultParams().QKey}); err != nil {
 		t.Fatal(err)
 	}
 	if w := wait(t, a.cq); w.Status != verbs.WCSuccess {

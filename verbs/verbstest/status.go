@@ -52,7 +52,7 @@ func testLocLen(t *testing.T, p *Pair) {
 	// The responder completes the receive with the local error and NAKs
 	// the request as invalid (rxe: RESPST_ERR_LENGTH).
 	a.expectStatus(a.scq, 1, verbs.WCRemInvReqErr, LengthNAKStatus)
-	b.expect(b.rcq, 5, verbs.WCLocLenErr)
+	b.expectStatus(b.rcq, 5, verbs.WCLocLenErr, LengthNAKStatus)
 	b.expect(b.rcq, 6, verbs.WCWRFlushErr)
 	a.errored(2)
 	if evs != nil {
@@ -231,6 +231,7 @@ func testFlushAfterError(t *testing.T, p *Pair) {
 		}
 	}
 	// Receives posted in ERR flush too.
+	p.need(t, FlushPostedInErr)
 	a.recv(200, 0, 8)
 	a.expect(a.rcq, 200, verbs.WCWRFlushErr)
 	_ = b

@@ -48,6 +48,9 @@ const (
 	SRQ Feature = "shared receive queues"
 	// Atomics: ATOMIC_CMP_AND_SWP and ATOMIC_FETCH_AND_ADD.
 	Atomics Feature = "atomic operations"
+	// FlushPostedInErr: a receive posted to a QP already in ERR
+	// completes with WR_FLUSH_ERR.
+	FlushPostedInErr Feature = "WR_FLUSH_ERR for a receive posted in ERR"
 	// LastWQEEvent: a QP on an SRQ that enters the error state raises
 	// LAST_WQE_REACHED.
 	LastWQEEvent Feature = "LAST_WQE_REACHED when a QP on an SRQ enters ERR"
@@ -59,9 +62,9 @@ const (
 	// LocalKeyStatus: a request whose SGE names no region of the QP's
 	// PD (an unknown lkey, another PD's) completes with LOC_PROT_ERR.
 	LocalKeyStatus Feature = "LOC_PROT_ERR for an lkey that names no region of the QP's PD"
-	// LengthNAKStatus: a SEND longer than the receive completes at the
-	// requester with REM_INV_REQ_ERR.
-	LengthNAKStatus Feature = "REM_INV_REQ_ERR at the requester of a SEND longer than its receive"
+	// LengthNAKStatus: a SEND longer than the receive completes the
+	// receive with LOC_LEN_ERR and the SEND with REM_INV_REQ_ERR.
+	LengthNAKStatus Feature = "LOC_LEN_ERR and REM_INV_REQ_ERR for a SEND longer than its receive"
 	// SendInvRefused: SEND_WITH_INV of a region from RegMR/AllocMR (not
 	// a memory window or fast-registered region) fails as an invalid
 	// request.
