@@ -40,6 +40,7 @@ var rules = []struct {
 	{"internal/pingpong", nil, nil},
 	{"internal/replay", []string{"internal/pcapfile"}, nil},
 	{"internal/pcapfile", nil, []string{"github.com/gopacket/gopacket"}},
+	{"provider/ibverbs", []string{"verbs", "internal/verbsobj"}, nil}, // the kernel devices through libibverbs (cgo)
 	{"provider", []string{"wire", "verbs", "transport", "internal/roce", "internal/netsim", "internal/spin", "internal/reuseport", "internal/verbsobj"}, []string{"golang.org/x/sys"}},
 	{"cm", []string{"verbs", "wire"}, nil},                                                // wire: the CM MAD layouts (DESIGN: MAD layouts live in wire)
 	{"rdmanet", []string{"verbs", "cm"}, nil},                                             // sockets over RDMA (rsocket)

@@ -13,7 +13,7 @@ import (
 )
 
 // libraryPackages are what a program that uses softrdma imports.
-var libraryPackages = []string{"verbs", "cm", "rdmanet", "provider/soft", "provider/shm"}
+var libraryPackages = []string{"verbs", "cm", "rdmanet", "provider/soft", "provider/shm", "provider/ibverbs"}
 
 // heavyModules are the modules only the tools and adapters may pull in:
 // plotting, packet capture, Prometheus.

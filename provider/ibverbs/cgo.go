@@ -1,0 +1,198 @@
+//go:build ibverbs && cgo && linux
+
+package ibverbs
+
+// The C side of the provider: thin wrappers around libibverbs' inline
+// functions and macros (cgo calls only real functions), and the two batch
+// calls of the data path. sr_post_send turns a whole chain of requests,
+// written by Go into C memory the QP owns, into an ibv_send_wr chain and
+// posts it with one ibv_post_send; sr_poll_cq is one ibv_poll_cq into the
+// CQ's array. Neither allocates.
+
+/*
+#cgo LDFLAGS: -libverbs
+#cgo noescape sr_post_send
+#cgo nocallback sr_post_send
+#cgo noescape sr_post_recv
+#cgo nocallback sr_post_recv
+#cgo noescape sr_post_srq_recv
+#cgo nocallback sr_post_srq_recv
+#cgo noescape sr_poll_cq
+#cgo nocallback sr_poll_cq
+#include "sr.h"
+#include <infiniband/verbs.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+
+// sr_post_send builds the ibv_send_wr chain for n requests of in, whose
+// SGEs are at sge + i*maxsge, in wr (room for n), and posts it. On
+// failure *bad is the index of the first request not posted.
+int sr_post_send(struct ibv_qp *qp, struct sr_wr *in, int n,
+		struct ibv_send_wr *wr, struct ibv_sge *sge, int maxsge, int *bad) {
+	int ud = qp->qp_type == IBV_QPT_UD;
+	for (int i = 0; i < n; i++) {
+		struct sr_wr *g = &in[i];
+		struct ibv_send_wr *w = &wr[i];
+		w->wr_id = g->wr_id;
+		w->next = i + 1 < n ? &wr[i + 1] : NULL;
+		w->sg_list = sge + (size_t)i * maxsge;
+		w->num_sge = g->num_sge;
+		w->opcode = g->opcode;
+		w->send_flags = g->flags;
+		w->imm_data = 0;
+		switch (g->opcode) {
+		case IBV_WR_RDMA_WRITE:
+		case IBV_WR_RDMA_WRITE_WITH_IMM:
+		case IBV_WR_RDMA_READ:
+			w->wr.rdma.remote_addr = g->remote_addr;
+			w->wr.rdma.rkey = g->rkey;
+			break;
+		case IBV_WR_ATOMIC_CMP_AND_SWP:
+		case IBV_WR_ATOMIC_FETCH_AND_ADD:
+			w->wr.atomic.remote_addr = g->remote_addr;
+			w->wr.atomic.compare_add = g->compare_add;
+			w->wr.atomic.swap = g->swap;
+			w->wr.atomic.rkey = g->rkey;
+			break;
+		default:
+			if (ud) {
+				w->wr.ud.ah = g->ah;
+				w->wr.ud.remote_qpn = g->remote_qpn;
+				w->wr.ud.remote_qkey = g->remote_qkey;
+			}
+		}
+		if (g->opcode == IBV_WR_SEND_WITH_IMM || g->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+			w->imm_data = htonl(g->imm);
+		else if (g->opcode == IBV_WR_SEND_WITH_INV)
+			w->invalidate_rkey = g->inv_rkey;
+	}
+	struct ibv_send_wr *badwr = NULL;
+	int r = ibv_post_send(qp, wr, &badwr);
+	*bad = (r && badwr) ? (int)(badwr - wr) : 0;
+	return r;
+}
+
+// sr_post_recv posts the chain Go built in wr (linked already).
+int sr_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, int n, int *bad) {
+	struct ibv_recv_wr *badwr = NULL;
+	wr[n - 1].next = NULL;
+	int r = ibv_post_recv(qp, wr, &badwr);
+	*bad = (r && badwr) ? (int)(badwr - wr) : 0;
+	return r;
+}
+
+int sr_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, int n, int *bad) {
+	struct ibv_recv_wr *badwr = NULL;
+	wr[n - 1].next = NULL;
+	int r = ibv_post_srq_recv(srq, wr, &badwr);
+	*bad = (r && badwr) ? (int)(badwr - wr) : 0;
+	return r;
+}
+
+
+// sr_poll_cq polls up to n completions into wc and flattens them into out.
+int sr_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc, struct sr_wc *out) {
+	int r = ibv_poll_cq(cq, n, wc);
+	for (int i = 0; i < r; i++) {
+		struct ibv_wc *w = &wc[i];
+		struct sr_wc *o = &out[i];
+		o->wr_id = w->wr_id;
+		o->status = w->status;
+		o->opcode = w->opcode;
+		o->vendor_err = w->vendor_err;
+		o->byte_len = w->byte_len;
+		if (w->wc_flags & IBV_WC_WITH_IMM)
+			o->imm = ntohl(w->imm_data);
+		else if (w->wc_flags & IBV_WC_WITH_INV)
+			o->imm = w->invalidated_rkey;
+		else
+			o->imm = 0;
+		o->qp_num = w->qp_num;
+		o->src_qp = w->src_qp;
+		o->wc_flags = w->wc_flags;
+		o->pkey_index = w->pkey_index;
+		o->slid = w->slid;
+		o->sl = w->sl;
+		o->dlid_path_bits = w->dlid_path_bits;
+	}
+	return r;
+}
+
+int sr_req_notify_cq(struct ibv_cq *cq, int solicited) {
+	return ibv_req_notify_cq(cq, solicited);
+}
+
+int sr_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr) {
+	return ibv_query_port(ctx, port, attr);
+}
+
+int sr_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index, struct ibv_gid_entry *e) {
+	return ibv_query_gid_ex(ctx, port, index, e, 0);
+}
+
+struct ibv_mr *sr_reg_mr(struct ibv_pd *pd, void *addr, size_t len, unsigned int access) {
+	return ibv_reg_mr_iova2(pd, addr, len, (uint64_t)(uintptr_t)addr, access);
+}
+
+// sr_nonblock makes fd non-blocking and returns a duplicate of it for
+// Go's netpoller (the original stays libibverbs', which closes it).
+int sr_nonblock_dup(int fd) {
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -1;
+	return fcntl(fd, F_DUPFD_CLOEXEC, 0);
+}
+
+// sr_get_cq_event takes one event off a non-blocking channel and acks
+// it: 1 if there was one, 0 if none (EAGAIN), -1 on error.
+int sr_get_cq_event(struct ibv_comp_channel *ch) {
+	struct ibv_cq *cq;
+	void *cqctx;
+	if (ibv_get_cq_event(ch, &cq, &cqctx) < 0)
+		return errno == EAGAIN ? 0 : -1;
+	ibv_ack_cq_events(cq, 1);
+	return 1;
+}
+
+
+// sr_get_async_event takes one event off the non-blocking async fd and
+// acks it: 1 if there was one, 0 if none, -1 on error. Acking before Go
+// looks the object up is safe: Go forgets an object before destroying it.
+int sr_get_async_event(struct ibv_context *ctx, struct sr_async *out) {
+	struct ibv_async_event ev;
+	if (ibv_get_async_event(ctx, &ev) < 0)
+		return errno == EAGAIN ? 0 : -1;
+	out->type = ev.event_type;
+	out->elem = NULL;
+	out->port = 0;
+	switch (ev.event_type) {
+	case IBV_EVENT_CQ_ERR:
+		out->elem = ev.element.cq;
+		break;
+	case IBV_EVENT_QP_FATAL: case IBV_EVENT_QP_REQ_ERR: case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST: case IBV_EVENT_SQ_DRAINED: case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR: case IBV_EVENT_QP_LAST_WQE_REACHED:
+		out->elem = ev.element.qp;
+		break;
+	case IBV_EVENT_SRQ_ERR: case IBV_EVENT_SRQ_LIMIT_REACHED:
+		out->elem = ev.element.srq;
+		break;
+	case IBV_EVENT_PORT_ACTIVE: case IBV_EVENT_PORT_ERR: case IBV_EVENT_LID_CHANGE:
+	case IBV_EVENT_PKEY_CHANGE: case IBV_EVENT_SM_CHANGE: case IBV_EVENT_CLIENT_REREGISTER:
+	case IBV_EVENT_GID_CHANGE:
+		out->port = ev.element.port_num;
+		break;
+	default:
+		break;
+	}
+	ibv_ack_async_event(&ev);
+	return 1;
+}
+
+*/
+import "C"

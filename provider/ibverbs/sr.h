@@ -1,0 +1,55 @@
+// The C side of package ibverbs: the flat structs Go fills and reads,
+// and the wrappers cgo.go defines.
+#ifndef SOFTRDMA_IBVERBS_SR_H
+#define SOFTRDMA_IBVERBS_SR_H
+#include <infiniband/verbs.h>
+#include <stdint.h>
+
+// sr_wr is a send work request as Go writes it: flat, without
+// libibverbs' unions, so Go can fill it field by field.
+struct sr_wr {
+	uint64_t wr_id;
+	uint64_t remote_addr;
+	uint64_t compare_add;
+	uint64_t swap;
+	struct ibv_ah *ah;
+	uint32_t rkey;
+	uint32_t imm;        // host order; sent in network order
+	uint32_t opcode;     // enum ibv_wr_opcode
+	uint32_t flags;      // enum ibv_send_flags
+	uint32_t num_sge;
+	uint32_t remote_qpn;
+	uint32_t remote_qkey;
+	uint32_t inv_rkey;
+};
+
+// sr_wc is a work completion as Go reads it: flat, the immediate data
+// in host order.
+struct sr_wc {
+	uint64_t wr_id;
+	uint32_t status, opcode, vendor_err, byte_len;
+	uint32_t imm, qp_num, src_qp, wc_flags;
+	uint16_t pkey_index, slid;
+	uint8_t sl, dlid_path_bits;
+};
+
+// sr_async is one asynchronous event as Go reads it.
+struct sr_async {
+	int type;
+	void *elem; // the QP, CQ or SRQ
+	int port;
+};
+
+int sr_post_send(struct ibv_qp *qp, struct sr_wr *in, int n, struct ibv_send_wr *wr, struct ibv_sge *sge, int maxsge, int *bad);
+int sr_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, int n, int *bad);
+int sr_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, int n, int *bad);
+int sr_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc, struct sr_wc *out);
+int sr_req_notify_cq(struct ibv_cq *cq, int solicited);
+int sr_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr);
+int sr_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index, struct ibv_gid_entry *e);
+struct ibv_mr *sr_reg_mr(struct ibv_pd *pd, void *addr, size_t len, unsigned int access);
+int sr_nonblock_dup(int fd);
+int sr_get_cq_event(struct ibv_comp_channel *ch);
+int sr_get_async_event(struct ibv_context *ctx, struct sr_async *out);
+
+#endif
