@@ -203,7 +203,7 @@ type Conn struct {
 
 	local, remote netip.AddrPort
 	id            *cmID
-	kc            verbs.CMConn // on a kernel device (kernel.go), else nil
+	kc            verbs.CMConn   // on a kernel device (kernel.go), else nil
 	owned         []func() error // destroy what cm created, in order
 
 	mu       sync.Mutex
