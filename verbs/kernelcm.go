@@ -13,10 +13,10 @@ import (
 // and what is built on them (rdmanet, the tools) run unchanged there.
 //
 // The provider creates no QP of its own: it moves the caller's QP (in
-// RESET, created on any PD of the same device) through INIT, RTR and RTS
-// with the attributes the kernel's CM computes for the connection
-// (rdma_init_qp_attr), so cm's options (a caller's QP, PD, CQs) work as
-// on softrdma's devices.
+// RESET, or in INIT with receives posted; created on any PD of the same
+// device) through INIT, RTR and RTS with the attributes the kernel's CM
+// computes for the connection (rdma_init_qp_attr), so cm's options (a
+// caller's QP, PD, CQs) work as on softrdma's devices.
 type KernelCM interface {
 	// CMDial resolves p.Dst (from p.Src, if valid), connects p.QP to the
 	// listener there (a REQ for RC, a SIDR_REQ for UD) and waits for the
@@ -33,7 +33,7 @@ type CMParams struct {
 	Src, Dst netip.AddrPort // Dst: Dial only; Src's port is unused
 	Port     uint8          // the device port (Dial resolves it; 0: any)
 	QPType   QPType
-	QP       QP     // the QP to connect, in RESET; on this device
+	QP       QP     // the QP to connect, in RESET or INIT; on this device
 	PD       PD     // UD: the PD the peer's AH is created on
 	Access   Access // the QP's access flags at INIT (RC, UC)
 	// PrivateData goes into the REQ, REP or SIDR_REQ after rdma_cm's
@@ -76,7 +76,7 @@ type CMListener interface {
 // once, with Accept or Reject.
 type CMRequest interface {
 	Info() CMRequestInfo
-	// Accept connects p.QP (in RESET) to the requester and, for RC,
+	// Accept connects p.QP (in RESET or INIT) to the requester and, for RC,
 	// waits for the RTU or ctx.
 	Accept(ctx context.Context, p *CMParams) (CMConn, error)
 	Reject(private []byte) error

@@ -438,8 +438,8 @@ func (c *Context) kernelQP(op string, p *verbs.CMParams) (*QP, error) {
 			return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "a UD connection needs the PD for the peer's AH, one of device %s's", c.dev.name)
 		}
 	}
-	if qp.State() != verbs.QPStateReset {
-		return nil, verbs.Errorf(op, verbs.ErrInvalidState, "the QP is in %v; the kernel's CM takes it from RESET", qp.State())
+	if st := qp.State(); st != verbs.QPStateReset && st != verbs.QPStateInit {
+		return nil, verbs.Errorf(op, verbs.ErrInvalidState, "the QP is in %v; the kernel's CM takes it from RESET or INIT", st)
 	}
 	return qp, nil
 }
