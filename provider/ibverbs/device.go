@@ -134,7 +134,9 @@ func Open(cfg Config) (*Context, error) {
 	var n C.int
 	list, err := C.ibv_get_device_list(&n)
 	if list == nil {
-		return nil, errnoErr("ibverbs.Open", err, "ibv_get_device_list (is the rdma-core stack installed and an RDMA device present?)")
+		// ENOSYS: the kernel has no RDMA stack (no
+		// /sys/class/infiniband), so no device of any name.
+		return nil, verbs.Errorf("ibverbs.Open", verbs.ErrNotFound, "the kernel offers no RDMA devices: ibv_get_device_list: %v (load the RDMA modules and a driver, or create a soft device: rdma link add rxe0 type rxe netdev eth0)", err)
 	}
 	defer C.ibv_free_device_list(list)
 	var names []string

@@ -401,6 +401,8 @@ if [ $QUICK = 0 ]; then
 fi
 # --- NVMe-oF: Linux's host and target (nvme_cases.sh), with and without loss ---
 . "$ROOT/test/interop/nvme_cases.sh"
+# --- provider/ibverbs: softrdma built with -tags ibverbs on rxe0 (ibverbs_cases.sh) ---
+. "$ROOT/test/interop/ibverbs_cases.sh"
 # --- rsocket: rstream (rsocket_cases.sh), full run only --------------------
 [ $QUICK = 0 ] && . "$ROOT/test/interop/rsocket_cases.sh"
 # --- kernel devices: the tag build on rxe0 through librdmacm (ibverbs_cm_cases.sh) ---

@@ -407,6 +407,7 @@ func testCloseReleases(t *testing.T, p *Pair) {
 func testLastWQE(t *testing.T, p *Pair) {
 	p.need(t, SRQ)
 	p.need(t, QPEvents)
+	p.need(t, LastWQEEvent)
 	a, b := connect(t, p, opts{srq: true})
 	evs := b.events()
 	b.recv(1, 0, 64)

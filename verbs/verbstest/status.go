@@ -51,7 +51,7 @@ func testLocLen(t *testing.T, p *Pair) {
 	a.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SGList: []verbs.SGE{a.sge(0, 64)}})
 	// The responder completes the receive with the local error and NAKs
 	// the request as invalid (rxe: RESPST_ERR_LENGTH).
-	a.expect(a.scq, 1, verbs.WCRemInvReqErr)
+	a.expectStatus(a.scq, 1, verbs.WCRemInvReqErr, LengthNAKStatus)
 	b.expect(b.rcq, 5, verbs.WCLocLenErr)
 	b.expect(b.rcq, 6, verbs.WCWRFlushErr)
 	a.errored(2)
@@ -67,7 +67,7 @@ func testLocProtKey(t *testing.T, p *Pair) {
 	sge := a.sge(0, 8)
 	sge.LKey ^= 0x5A5A5A5A
 	a.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SGList: []verbs.SGE{sge}})
-	a.expect(a.scq, 1, verbs.WCLocProtErr)
+	a.expectStatus(a.scq, 1, verbs.WCLocProtErr, LocalKeyStatus)
 	a.errored(2)
 }
 
@@ -104,7 +104,7 @@ func testLocProtPD(t *testing.T, p *Pair) {
 	}
 	defer other.Dereg()
 	a.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SGList: []verbs.SGE{other.SGE(0, 8)}})
-	a.expect(a.scq, 1, verbs.WCLocProtErr)
+	a.expectStatus(a.scq, 1, verbs.WCLocProtErr, LocalKeyStatus)
 }
 
 // remoteFails posts a WRITE (or READ) with the given rkey and address and
@@ -180,6 +180,7 @@ func testRemAccessDereg(t *testing.T, p *Pair) {
 // ibv_reg_mr ("mr type is not MEM_REG"). The SEND fails as an invalid
 // request and the region stays usable through its rkey.
 func testSendInv(t *testing.T, p *Pair) {
+	p.need(t, SendInvRefused)
 	a, b := connect(t, p, opts{})
 	b.recv(5, 0, 64)
 	a.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRSendWithInv, InvalidateRKey: b.mr.RKey(), SGList: []verbs.SGE{a.sge(0, 8)}})
@@ -223,7 +224,7 @@ func testFlushAfterError(t *testing.T, p *Pair) {
 	sge := a.sge(0, 8)
 	sge.LKey ^= 0x5A5A5A5A
 	a.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SGList: []verbs.SGE{sge}})
-	a.expect(a.scq, 1, verbs.WCLocProtErr)
+	a.expectStatus(a.scq, 1, verbs.WCLocProtErr, LocalKeyStatus)
 	for i := uint64(0); i < 3; i++ {
 		if w := a.expect(a.rcq, 100+i, verbs.WCWRFlushErr); w.QPNum != a.qp.QPNum() {
 			t.Errorf("flushed receive names QP %#x; want %#x", w.QPNum, a.qp.QPNum())

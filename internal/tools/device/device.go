@@ -79,12 +79,18 @@ func (o *Opener) Close() {
 // address of it in the GID table (soft.Config.Interface); a device on a
 // further address has that address only.
 //
+// A name the kernel lists (rxe0, mlx5_0) opens that kernel RDMA device
+// through provider/ibverbs, in a build with the tag ibverbs.
+//
 // Tools accept packets whose ICRC a UDP socket cannot verify, because
 // their peers are usually Linux rxe, which sends non-zero IPv4
 // identifications.
 func (o *Opener) Open(name string) (verbs.Context, error) {
 	if IsShmName(name) {
 		return ctxOf(o.openShm(name))
+	}
+	if c, ok, err := o.openKernel(name); ok {
+		return c, err
 	}
 	cfg := soft.Config{Name: name, AcceptUnverifiedICRC: true}
 	if a := o.Env.Addr; a != "" {
@@ -129,7 +135,7 @@ func (o *Opener) Open(name string) (verbs.Context, error) {
 	if name == "" {
 		return nil, fmt.Errorf("No IB devices found (set SOFTRDMA_ADDR to an IP address)")
 	}
-	return nil, fmt.Errorf("IB device %s not found", name)
+	return nil, fmt.Errorf("IB device %s not found%s", name, kernelHint())
 }
 
 // OpenCM opens the device of a librdmacm-style tool: the shared-memory
