@@ -14,8 +14,8 @@
 #
 # --quick runs the unit tests and rping in the four roles.
 
-IBV_BIN=$OUT/softrdma-ibverbs-cm
-IBV_TEST=$OUT/ibverbs-cm.test
+IBVCM_BIN=$OUT/softrdma-ibverbs-cm
+IBVCM_TEST=$OUT/ibverbs-cm.test
 IBV_COMMON=$($VM path common)
 
 ibvcm_result() { # ibvcm_result NAME OK LOG
@@ -83,13 +83,19 @@ ibvcm_host() {
 }
 
 ibvcm_build() {
+	# ibverbs_cases.sh built and shared the same binaries already.
+	if [ "${ibv_ready:-0}" = 1 ]; then
+		cp "$IBV_COMMON/softrdma-ibverbs" "$IBV_COMMON/softrdma-ibverbs-cm" &&
+			cp "$IBV_COMMON/ibverbs.test" "$IBV_COMMON/ibverbs-cm.test"
+		return
+	fi
 	if ! [ -e /usr/include/rdma/rdma_cma.h ] || ! [ -e /usr/include/infiniband/verbs.h ]; then
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libibverbs-dev librdmacm-dev >/dev/null 2>&1
 	fi
-	go build -tags ibverbs -o "$IBV_BIN" ./cmd/softrdma &&
-		go test -c -tags ibverbs -o "$IBV_TEST" ./provider/ibverbs &&
-		cp "$IBV_BIN" "$IBV_COMMON/softrdma-ibverbs-cm" &&
-		cp "$IBV_TEST" "$IBV_COMMON/ibverbs-cm.test"
+	go build -tags ibverbs -o "$IBVCM_BIN" ./cmd/softrdma &&
+		go test -c -tags ibverbs -o "$IBVCM_TEST" ./provider/ibverbs &&
+		cp "$IBVCM_BIN" "$IBV_COMMON/softrdma-ibverbs-cm" &&
+		cp "$IBVCM_TEST" "$IBV_COMMON/ibverbs-cm.test"
 }
 
 # Whether SUITE_ONLY can select any of these cases.
