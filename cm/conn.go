@@ -203,6 +203,7 @@ type Conn struct {
 
 	local, remote netip.AddrPort
 	id            *cmID
+	kc            verbs.CMConn   // on a kernel device (kernel.go), else nil
 	owned         []func() error // destroy what cm created, in order
 
 	mu       sync.Mutex
@@ -288,6 +289,9 @@ func (c *Conn) Close() error {
 			a.sendRetriedLocked(id, mad, id.timeout, maxCMRetries)
 		}
 		a.mu.Unlock()
+	}
+	if c.kc != nil {
+		c.kc.Close() // rdma_disconnect: the kernel sends the DREQ
 	}
 	c.closeWith(ErrDisconnected)
 	if c.QP != nil && c.QP.Type() != verbs.QPTypeUD {

@@ -45,6 +45,9 @@ func Dial(ctx context.Context, network, address string, opts *Options) (*Conn, e
 	if err != nil {
 		return nil, err
 	}
+	if k, ok := r.ctx.(verbs.KernelCM); ok {
+		return dialKernel(ctx, k, r, raddr, &o) // kernel.go
+	}
 	a, err := agentFor(r.ctx, r.port)
 	if err != nil {
 		return nil, err

@@ -34,6 +34,8 @@ type Listener struct {
 	parts  []*Listener
 	opened []verbs.Context
 	part   bool // one of parts: the whole drains reqs when it closes
+
+	kernel *kernelListener // on a kernel device (kernel.go), else nil
 }
 
 // Listen starts accepting connection requests at address ("IP:port" with
@@ -67,6 +69,9 @@ func Listen(network, address string, opts *Options) (*Listener, error) {
 // listenOn listens on one device. reqs, if not nil, is the channel of the
 // listener on every device that this one is part of.
 func listenOn(vctx verbs.Context, local netip.Addr, port uint16, o Options, address string, reqs chan *ConnRequest) (*Listener, error) {
+	if k, ok := vctx.(verbs.KernelCM); ok {
+		return listenKernel(k, vctx, local, port, o, address, reqs) // kernel.go
+	}
 	a, err := agentFor(vctx, o.Port)
 	if err != nil {
 		return nil, err
@@ -177,6 +182,7 @@ func (l *Listener) Close() error {
 		if l.unbind != nil {
 			l.unbind()
 		}
+		l.closeKernel()
 		for _, p := range l.parts {
 			p.Close()
 		}
@@ -219,6 +225,7 @@ type ConnRequest struct {
 	l   *Listener
 	id  *cmID
 	src verbs.MADSource
+	k   verbs.CMRequest // a kernel device's request (kernel.go), else nil
 }
 
 // Context returns the device the request came to: the one Accept creates
@@ -256,6 +263,9 @@ func newSIDRRequest(l *Listener, id *cmID, src verbs.MADSource, s *wire.CMSIDRRe
 // Reject refuses the request: a REJ "consumer defined" (reason 28) with
 // private data (at most 148 bytes), or for UD a SIDR_REP "rejected".
 func (r *ConnRequest) Reject(private []byte) error {
+	if r.k != nil {
+		return r.k.Reject(private)
+	}
 	a, id := r.l.a, r.id
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -287,6 +297,9 @@ func (r *ConnRequest) Accept(ctx context.Context, opts *Options) (*Conn, error) 
 	o.QPType = r.QPType
 	if len(o.PrivateData) > wire.RepPrivateLen {
 		return nil, fmt.Errorf("cm: %d bytes of private data; a REP holds at most %d", len(o.PrivateData), wire.RepPrivateLen)
+	}
+	if r.k != nil {
+		return r.acceptKernel(ctx, &o)
 	}
 	a, id := r.l.a, r.id
 	c := newConn()

@@ -153,6 +153,9 @@ func openFor(a netip.Addr) (verbs.Context, error) {
 	if !ok {
 		return nil, verbs.Errorf("cm", verbs.ErrNotFound, "no interface has address %v", a)
 	}
+	if c, ok := openKernelFor(ifname); ok {
+		return c, nil // the kernel's device of the interface wins (kernel.go)
+	}
 	devs, _ := verbs.Devices()
 	for _, d := range devs {
 		if _, opened := d.(verbs.Context); opened || !strings.HasSuffix(d.Name(), "_"+ifname) {

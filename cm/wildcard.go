@@ -14,6 +14,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/softrdma/softrdma/verbs"
@@ -84,8 +85,9 @@ func allDevices(port uint8) (ctxs, opened []verbs.Context, err error) {
 	}
 	usable := func(c verbs.Context) bool {
 		_, gsi := c.(verbs.GSI)
+		_, kernel := c.(verbs.KernelCM)
 		_, byService := c.(verbs.ServiceDirectory)
-		return gsi && !byService && len(addrsOf(c, port)) > 0
+		return (gsi || kernel) && !byService && len(addrsOf(c, port)) > 0
 	}
 	for _, d := range devs {
 		if c, ok := d.(verbs.Context); ok && usable(c) {
@@ -96,6 +98,14 @@ func allDevices(port uint8) (ctxs, opened []verbs.Context, err error) {
 	ifs, _ := interfaces()
 	for _, ifi := range ifs {
 		if ifi.Flags&net.FlagUp == 0 {
+			continue
+		}
+		if c, ok := openKernelFor(ifi.Name); ok {
+			// The kernel's RDMA device of the interface (kernel.go)
+			// has its addresses; no softrdma device is opened there.
+			if usable(c) && !slices.Contains(ctxs, c) {
+				ctxs = append(ctxs, c)
+			}
 			continue
 		}
 		for _, d := range devs {

@@ -405,6 +405,8 @@ fi
 . "$ROOT/test/interop/ibverbs_cases.sh"
 # --- rsocket: rstream (rsocket_cases.sh), full run only --------------------
 [ $QUICK = 0 ] && . "$ROOT/test/interop/rsocket_cases.sh"
+# --- kernel devices: the tag build on rxe0 through librdmacm (ibverbs_cm_cases.sh) ---
+. "$ROOT/test/interop/ibverbs_cm_cases.sh"
 
 say ""
 [ $FAIL -gt 0 ] && say "failed: ${FAILED[*]}"

@@ -175,6 +175,9 @@ func (o *Opener) OpenCM(local, remote string) (verbs.Context, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c, ok, err := o.openKernelAddr(addr); ok {
+		return c, err // kernelcm.go
+	}
 	return ctxOf(o.OpenSoft(Config(soft.Config{AcceptUnverifiedICRC: true}, addr)))
 }
 
