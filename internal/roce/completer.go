@@ -50,6 +50,7 @@ type completer struct {
 	// cleared by the next progress, so the stale responses to the first
 	// attempt do not trigger a go-back of their own.
 	retrying bool
+	rtt      rttEstimator // stretches the ACK timer to the measured round trip
 }
 
 // start makes the completer expect the first acknowledgement for psn,
@@ -70,7 +71,18 @@ func (c *completer) setRNRRetry(n uint8) { c.rnrRetry = n }
 // the timer starts: a QP with packets in flight has it running already,
 // and PostSend saves a clock read per post that way.
 func (c *completer) onSent(qp *QP, now time.Time, clock func() time.Time) time.Time {
-	if !c.ackDeadline.IsZero() || qp.attr.Timeout == 0 {
+	if qp.attr.Timeout == 0 {
+		return time.Time{}
+	}
+	// Time the last PSN sent if it is new (not a go-back-N resend) and
+	// none is timed: one clock read per round trip.
+	if c.rtt.probeAt.IsZero() && qp.req.psn == qp.req.maxPSN {
+		if now.IsZero() {
+			now = clock()
+		}
+		c.rtt.onSent(qp.req.psn.Add(^uint32(0)), now)
+	}
+	if !c.ackDeadline.IsZero() {
 		return time.Time{}
 	}
 	if now.IsZero() {
@@ -300,6 +312,7 @@ func (c *completer) onProgress(qp *QP, s *reqSent, now time.Time, r *compResult)
 	c.retrying = false
 	c.retryCnt = qp.attr.RetryCnt
 	c.rnrRetry = qp.attr.RNRRetry
+	c.rtt.onAcked(c.psn, now)
 	sent := s.psn
 	if r.rewound && sent.Less(r.rewoundEnd) {
 		sent = r.rewoundEnd
@@ -323,6 +336,7 @@ func (c *completer) onProgress(qp *QP, s *reqSent, now time.Time, r *compResult)
 // between one QP's attempts, and a run is reproducible.
 func (c *completer) restartAckTimer(qp *QP, now time.Time) {
 	if t := wire.LocalACKTimeout(qp.attr.Timeout); t > 0 {
+		t = c.rtt.timeout(t)
 		c.ackDeadline = now.Add(t + ackJitter(t, qp.qpn, c.retryCnt))
 	}
 }
@@ -424,6 +438,7 @@ func (c *completer) retry(qp *QP, now time.Time, timeout bool) compResult {
 	}
 	c.retryCnt--
 	c.retrying = !timeout
+	c.rtt.onRewind(timeout)
 	c.restartAckTimer(qp, now)
 	return compResult{next: compRetry, progress: true, rewindPSN: c.psn, timeout: timeout}
 }
