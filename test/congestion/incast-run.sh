@@ -133,8 +133,15 @@ run() {
 			$IP netns exec $P-r$i "$BIN" ib_write_bw "${args[@]}" >"$d/r$i.out" 2>&1 &
 		spid+=($!)
 	done
-	# Clients retry their connect, but give the servers a moment to listen.
-	sleep 1
+	# Each client starts once its server listens (TCP 18515 = 0x4853; a
+	# slow guest takes seconds to start them).
+	local k
+	for ((i = 1; i <= N; i++)); do
+		for ((k = 0; k < 300; k++)); do
+			$IP netns exec $P-r$i cat /proc/net/tcp | grep -qE '^ *[0-9]+: [0-9A-F]+:4853 [0-9A-F]+:0000 0A' && break
+			sleep 0.1
+		done
+	done
 	local t0=$SECONDS
 	for ((i = 1; i <= N; i++)); do
 		SOFTRDMA_CC=$mode SOFTRDMA_NO_PROGRESS=1 SOFTRDMA_ADDR=10.79.0.$i SOFTRDMA_COUNTERS=$d/s$i.ctr \
@@ -148,7 +155,7 @@ run() {
 	local wall=$((SECONDS - t0))
 	# A server whose client failed early would wait for it a long time:
 	# 30 s after the last client, the rest are stopped (status 143).
-	local k p alive
+	local p alive
 	for ((k = 0; k < 300; k++)); do
 		alive=0
 		for p in "${spid[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
