@@ -20,9 +20,15 @@ export PATH=/usr/local/go/bin:$PATH
 VM="bash $ROOT/test/interop/vm.sh"
 RUNNER=$ROOT/test/congestion/incast-run.sh
 
+# INCAST_BIN=FILE runs that (static) softrdma instead of building this tree's
+# (to compare with an older build).
 BIN=$(mktemp -d)/softrdma
 trap 'rm -rf "$(dirname "$BIN")"' EXIT
-CGO_ENABLED=0 go build -o "$BIN" ./cmd/softrdma || exit 1
+if [ -n "${INCAST_BIN:-}" ]; then
+	cp "$INCAST_BIN" "$BIN" || exit 1
+else
+	CGO_ENABLED=0 go build -o "$BIN" ./cmd/softrdma || exit 1
+fi
 
 if [ "${1:-}" = --host ]; then
 	shift
