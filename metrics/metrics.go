@@ -5,7 +5,12 @@
 // "device" label: softrdma_sent_pkts_total{device="softrdma_eth0"}. The
 // names mirror rxe's hw_counters where rxe has the counter (sent_pkts,
 // rcvd_pkts, rcvd_rnr_err, ...), so dashboards built on the kernel's
-// rdma statistics read the same names.
+// rdma statistics read the same names. A counter that is a level rather
+// than a count (cc_limited_qps: QPs rate-limited now) is a gauge without
+// the _total suffix. A device that reports its QPs' congestion control
+// (QPRater, as *soft.Device does) adds per QP
+// softrdma_qp_rate_bits_per_second and softrdma_qp_rate_limited, labelled
+// with device and qpn.
 //
 //	reg := prometheus.NewRegistry()
 //	reg.MustRegister(metrics.NewCollector(dev))
@@ -15,6 +20,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"sync"
@@ -33,6 +39,15 @@ type Source interface {
 	Counters() []soft.Counter
 }
 
+// QPRater is implemented by sources that report each QP's congestion
+// control state; *soft.Device does.
+type QPRater interface {
+	QPRates() []soft.QPRate
+}
+
+// gauges are the device counters that are levels, not counts.
+var gauges = map[string]bool{"cc_limited_qps": true}
+
 // Collector is a prometheus.Collector over devices' counters. It is safe
 // for concurrent use; the zero value is not usable: call NewCollector.
 type Collector struct {
@@ -40,12 +55,17 @@ type Collector struct {
 	srcs  []Source
 	descs map[string]*prometheus.Desc
 	up    *prometheus.Desc
+	rate  *prometheus.Desc
+	limit *prometheus.Desc
 }
 
 // NewCollector returns a Collector over srcs.
 func NewCollector(srcs ...Source) *Collector {
 	return &Collector{srcs: srcs, descs: map[string]*prometheus.Desc{},
-		up: prometheus.NewDesc("softrdma_device_info", "A softrdma device (value 1).", []string{"device"}, nil)}
+		up: prometheus.NewDesc("softrdma_device_info", "A softrdma device (value 1).", []string{"device"}, nil),
+		rate: prometheus.NewDesc("softrdma_qp_rate_bits_per_second", "A QP's congestion control rate (DCQCN's current rate; the line rate while not limited).",
+			[]string{"device", "qpn"}, nil),
+		limit: prometheus.NewDesc("softrdma_qp_rate_limited", "1 while CNPs keep a QP's rate below the line rate.", []string{"device", "qpn"}, nil)}
 }
 
 // Add adds a device to the collector.
@@ -68,7 +88,22 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		name := s.Name()
 		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1, name)
 		for _, ctr := range s.Counters() {
-			ch <- prometheus.MustNewConstMetric(c.desc(ctr.Name), prometheus.CounterValue, float64(ctr.Value), name)
+			kind := prometheus.CounterValue
+			if gauges[ctr.Name] {
+				kind = prometheus.GaugeValue
+			}
+			ch <- prometheus.MustNewConstMetric(c.desc(ctr.Name), kind, float64(ctr.Value), name)
+		}
+		if r, ok := s.(QPRater); ok {
+			for _, q := range r.QPRates() {
+				qpn := fmt.Sprintf("%#06x", q.QPN)
+				limited := 0.0
+				if q.Limited {
+					limited = 1
+				}
+				ch <- prometheus.MustNewConstMetric(c.rate, prometheus.GaugeValue, float64(q.Rate), name, qpn)
+				ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, limited, name, qpn)
+			}
 		}
 	}
 }
@@ -78,7 +113,11 @@ func (c *Collector) desc(counter string) *prometheus.Desc {
 	defer c.mu.Unlock()
 	d, ok := c.descs[counter]
 	if !ok {
-		d = prometheus.NewDesc("softrdma_"+counter+"_total", "softrdma device counter "+counter+".", []string{"device"}, nil)
+		full := "softrdma_" + counter + "_total"
+		if gauges[counter] {
+			full = "softrdma_" + counter
+		}
+		d = prometheus.NewDesc(full, "softrdma device counter "+counter+".", []string{"device"}, nil)
 		c.descs[counter] = d
 	}
 	return d

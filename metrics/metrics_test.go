@@ -17,7 +17,33 @@ type fakeDev struct{}
 
 func (fakeDev) Name() string { return "softrdma_test" }
 func (fakeDev) Counters() []soft.Counter {
-	return []soft.Counter{{Name: "sent_pkts", Value: 7}, {Name: "retransmits", Value: 2}}
+	return []soft.Counter{{Name: "sent_pkts", Value: 7}, {Name: "retransmits", Value: 2}, {Name: "cc_limited_qps", Value: 1}}
+}
+
+func (fakeDev) QPRates() []soft.QPRate {
+	return []soft.QPRate{{QPN: 0x1234, Limited: true, Rate: 2_500_000_000}, {QPN: 0x11, Rate: 100_000_000_000}}
+}
+
+// TestCollectorCC: the congestion level is a gauge, and each QP's rate
+// is reported.
+func TestCollectorCC(t *testing.T) {
+	c := NewCollector(fakeDev{})
+	want := `
+# HELP softrdma_cc_limited_qps softrdma device counter cc_limited_qps.
+# TYPE softrdma_cc_limited_qps gauge
+softrdma_cc_limited_qps{device="softrdma_test"} 1
+# HELP softrdma_qp_rate_bits_per_second A QP's congestion control rate (DCQCN's current rate; the line rate while not limited).
+# TYPE softrdma_qp_rate_bits_per_second gauge
+softrdma_qp_rate_bits_per_second{device="softrdma_test",qpn="0x000011"} 1e+11
+softrdma_qp_rate_bits_per_second{device="softrdma_test",qpn="0x001234"} 2.5e+09
+# HELP softrdma_qp_rate_limited 1 while CNPs keep a QP's rate below the line rate.
+# TYPE softrdma_qp_rate_limited gauge
+softrdma_qp_rate_limited{device="softrdma_test",qpn="0x000011"} 0
+softrdma_qp_rate_limited{device="softrdma_test",qpn="0x001234"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "softrdma_cc_limited_qps", "softrdma_qp_rate_bits_per_second", "softrdma_qp_rate_limited"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestCollector(t *testing.T) {

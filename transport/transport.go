@@ -79,9 +79,28 @@ type Datagram struct {
 	Local   netip.Addr
 	Flow    uint32
 	ICRC    ICRCStatus
+	// TClass is the IPv4 Type of Service or IPv6 Traffic Class byte:
+	// the DSCP in its top six bits, the ECN field (RFC 3168) in its
+	// bottom two. On Send, the byte the packet leaves with (a transport
+	// that cannot set it per packet sends its socket's); on Recv, the
+	// byte it arrived with, so a receiver sees the CE mark a switch
+	// set, or 0 if the transport cannot read it.
+	TClass uint8
 	// Sent is set by TrySend on the datagrams it handed to the network.
 	Sent bool
 }
+
+// The ECN field of Datagram.TClass (RFC 3168 section 5).
+const (
+	ECNMask   = 0x03 // the two ECN bits
+	ECNNotECT = 0x00 // not ECN-capable: a congested switch drops it
+	ECNECT1   = 0x01 // ECN-capable transport (1)
+	ECNECT0   = 0x02 // ECN-capable transport (0): what RoCEv2 senders use
+	ECNCE     = 0x03 // congestion experienced: a switch marked it
+)
+
+// CE reports whether the packet arrived marked Congestion Experienced.
+func (p *Datagram) CE() bool { return p.TClass&ECNMask == ECNCE }
 
 // Len is the length of the packet on the wire.
 func (p *Datagram) Len() int { return len(p.Buf) + len(p.Payload) }

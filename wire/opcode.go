@@ -57,8 +57,9 @@ const (
 )
 
 // Service is the transport service an opcode belongs to: the top three
-// bits of the opcode (IBTA 9.2.1). RD, CNP and XRC have no constants because
-// this package implements none of their opcodes.
+// bits of the opcode (IBTA 9.2.1). RD and XRC have no constants because
+// this package implements none of their opcodes; the CNP (cnp.go) is not
+// in the opcode table, and Parse refuses it like any unknown opcode.
 type Service uint8
 
 // Transport services.

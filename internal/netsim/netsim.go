@@ -151,10 +151,10 @@ func (cfg Config) withDefaults() Config {
 // Stats counts what a Network did with the packets it was given. Every
 // packet that Send accepted is counted in Sent and, once it is no longer in
 // flight, in exactly one of Delivered, Dropped, QueueDrops, TooBig, NoRoute
-// and Filtered; a duplicate adds one to Duplicated and is then counted like
-// any other packet, so Sent+Duplicated is the sum of those six once the
+// Filtered and SwitchDrops; a duplicate adds one to Duplicated and is then counted like
+// any other packet, so Sent+Duplicated is the sum of those seven once the
 // network is idle. Reordered and Corrupted count packets that are also
-// counted in one of those six.
+// counted in one of those seven.
 type Stats struct {
 	Sent       uint64 // packets accepted by Send
 	Delivered  uint64 // packets placed in a receive queue
@@ -166,6 +166,9 @@ type Stats struct {
 	TooBig     uint64 // packets longer than the MTU allows
 	NoRoute    uint64 // packets to an address:port without an open endpoint
 	Filtered   uint64 // packets the filter dropped
+	// SwitchDrops counts packets a switch port dropped (tail drop or
+	// RED); SwitchStats says which.
+	SwitchDrops uint64
 }
 
 // Verdict is a filter's decision about one packet.
@@ -207,6 +210,7 @@ type Network struct {
 	armed     bool        // timer will run deliver at timerAt
 	timerAt   int64
 	free      []*packet
+	ports     map[netip.Addr]*port // switch ports in front of endpoints (switch.go)
 	closed    bool
 }
 
@@ -355,11 +359,11 @@ func (n *Network) sendLocked(e *Endpoint, p *transport.Datagram) error {
 	sent := e.serializeLocked(size, now, n.cfg.Bandwidth)
 	pkt := n.getLocked(size)
 	p.CopyTo(pkt.buf)
-	pkt.from, pkt.sport, pkt.to = e.addr, flowPort(p.Flow), dst
+	pkt.from, pkt.sport, pkt.to, pkt.tclass = e.addr, flowPort(p.Flow), dst, p.TClass
 	putICRC(pkt.buf, pkt.from, dst.addr, pkt.sport)
 
 	if f := n.filter; f != nil {
-		wire := &transport.Datagram{Buf: pkt.buf, Peer: p.Peer, Local: e.addr, Flow: p.Flow}
+		wire := &transport.Datagram{Buf: pkt.buf, Peer: p.Peer, Local: e.addr, Flow: p.Flow, TClass: p.TClass}
 		n.mu.Unlock()
 		v := f(wire, e.addr, dst.addr)
 		n.mu.Lock()
@@ -382,7 +386,7 @@ func (n *Network) sendLocked(e *Endpoint, p *transport.Datagram) error {
 		n.stats.Duplicated++
 		dup = n.getLocked(size)
 		copy(dup.buf, pkt.buf)
-		dup.from, dup.sport, dup.to = pkt.from, pkt.sport, pkt.to
+		dup.from, dup.sport, dup.to, dup.tclass = pkt.from, pkt.sport, pkt.to, pkt.tclass
 	}
 	n.scheduleLocked(e, pkt, now, sent, &d.copies[0])
 	if dup != nil {
@@ -400,6 +404,15 @@ func (n *Network) scheduleLocked(e *Endpoint, p *packet, now, sent int64, c *cop
 	if c.corrupt < cfg.Corrupt {
 		n.stats.Corrupted++
 		corrupt(p.buf, c.spot)
+	}
+	if n.portOfLocked(p.to) != nil {
+		// To the switch port first, at once and in order; the port
+		// adds its queue and the Delay (switch.go).
+		p.at, p.seq, p.toPort = sent, n.seq, true
+		n.seq++
+		n.flight.push(p)
+		n.armLocked(now)
+		return
 	}
 	at := sent + int64(cfg.Delay)
 	if cfg.Jitter > 0 {
@@ -467,7 +480,26 @@ func (n *Network) deliver() {
 	n.armed = false
 	now := n.nowLocked()
 	for len(n.flight) > 0 && n.flight[0].at <= now {
-		n.enqueueLocked(n.flight.pop())
+		p := n.flight.pop()
+		if p.toPort {
+			p.toPort = false
+			pt := n.portOfLocked(p.to)
+			if pt == nil {
+				n.enqueueLocked(p)
+				continue
+			}
+			at, ok := n.switchLocked(pt, p, p.at)
+			if !ok {
+				n.stats.SwitchDrops++
+				n.putLocked(p)
+				continue
+			}
+			p.at, p.seq = at, n.seq
+			n.seq++
+			n.flight.push(p)
+			continue
+		}
+		n.enqueueLocked(p)
 	}
 	n.armLocked(now)
 }
@@ -514,7 +546,7 @@ func (n *Network) getLocked(size int) *packet {
 //
 // Precondition: n.mu held.
 func (n *Network) putLocked(p *packet) {
-	p.to = nil
+	p.to, p.toPort = nil, false
 	if len(n.free) < maxFree && !n.closed {
 		n.free = append(n.free, p)
 	}
@@ -586,7 +618,8 @@ func (e *Endpoint) Send(pkts []transport.Datagram) (int, error) {
 // Recv waits until at least one packet is queued for e and copies up to
 // len(pkts) of them into pkts[i].Buf, resliced to the packet's length within
 // its capacity. It sets Peer to the sender's address and UDP source port,
-// Local to e's address and ICRC to transport.ICRCOK or, for a packet that
+// Local to e's address, TClass to the traffic class byte the packet
+// arrived with (what the sender gave, with CE if a Switch marked it) and ICRC to transport.ICRCOK or, for a packet that
 // was changed on the way or truncated to fit Buf, transport.ICRCBad. Flow is
 // left alone. Recv with an empty pkts returns at once. Once e or its network
 // is closed, Recv returns transport.ErrClosed.
@@ -609,6 +642,7 @@ func (e *Endpoint) Recv(pkts []transport.Datagram) (int, error) {
 		out.Buf = buf[:m]
 		out.Peer = netip.AddrPortFrom(p.from, p.sport)
 		out.Local = e.addr
+		out.TClass = p.tclass
 		out.ICRC = transport.ICRCBad
 		if m == len(p.buf) && checkICRC(p.buf, p.from, e.addr, p.sport) {
 			out.ICRC = transport.ICRCOK

@@ -140,7 +140,7 @@ func mustSend(t *testing.T, e *Endpoint, to netip.Addr, flow uint32, bufs ...[]b
 // checkConservation checks that every packet is accounted for once.
 func checkConservation(t *testing.T, s Stats) {
 	t.Helper()
-	out := s.Delivered + s.Dropped + s.QueueDrops + s.TooBig + s.NoRoute + s.Filtered
+	out := s.Delivered + s.Dropped + s.QueueDrops + s.TooBig + s.NoRoute + s.Filtered + s.SwitchDrops
 	if s.Sent+s.Duplicated != out {
 		t.Errorf("Sent+Duplicated = %d, but %d accounted for: %+v", s.Sent+s.Duplicated, out, s)
 	}

@@ -5,12 +5,16 @@ import "net/netip"
 // packet is the network's copy of one datagram, from Send until Recv copies
 // it out. Packets are recycled through Network.free.
 type packet struct {
-	buf   []byte
-	from  netip.Addr // source address
-	sport uint16     // UDP source port, derived from the flow
-	to    *Endpoint
-	at    int64  // delivery time, nanoseconds since Network.epoch
-	seq   uint64 // send order; breaks ties between equal delivery times
+	buf    []byte
+	from   netip.Addr // source address
+	sport  uint16     // UDP source port, derived from the flow
+	tclass uint8      // the IP traffic class byte: DSCP and ECN field
+	to     *Endpoint
+	at     int64  // delivery time, nanoseconds since Network.epoch
+	seq    uint64 // send order; breaks ties between equal delivery times
+	// toPort: at is when the packet reaches its destination's switch
+	// port, not the destination (switch.go).
+	toPort bool
 }
 
 // before orders packets in flight: by delivery time, then by send order.

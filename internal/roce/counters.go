@@ -51,6 +51,15 @@ type Counters struct {
 	CQOverrun          atomic.Uint64 // completions lost because a CQ was full
 	KeepaliveProbes    atomic.Uint64 // probes sent to the peers of idle RC QPs (Config.Keepalive)
 	KeepaliveFailures  atomic.Uint64 // probes whose retries ran out: the QP went to ERR
+
+	// Congestion control (cc.go).
+	CEPktsRcvd     atomic.Uint64 // packets for RC/UC/UD QPs that arrived marked CE (mlx5: np_ecn_marked_roce_packets)
+	CNPsSent       atomic.Uint64 // CNPs sent (np_cnp_sent)
+	CNPsRcvd       atomic.Uint64 // CNPs that cut a QP's rate (rp_cnp_handled)
+	CNPsIgnored    atomic.Uint64 // CNPs for a QP without congestion control (rp_cnp_ignored)
+	CCRateCuts     atomic.Uint64 // rate decreases
+	CCLimitedQPs   atomic.Uint64 // QPs rate-limited now (a gauge)
+	CCLimitedNanos atomic.Uint64 // total time QPs spent rate-limited, counted as each recovers, in ns
 }
 
 // Counter is one named counter value.
@@ -105,5 +114,12 @@ func (c *Counters) Snapshot() []Counter {
 		{"cq_overrun", c.CQOverrun.Load()},
 		{"keepalive_probes", c.KeepaliveProbes.Load()},
 		{"keepalive_failures", c.KeepaliveFailures.Load()},
+		{"np_ecn_marked_roce_packets", c.CEPktsRcvd.Load()},
+		{"np_cnp_sent", c.CNPsSent.Load()},
+		{"rp_cnp_handled", c.CNPsRcvd.Load()},
+		{"rp_cnp_ignored", c.CNPsIgnored.Load()},
+		{"cc_rate_cuts", c.CCRateCuts.Load()},
+		{"cc_limited_qps", c.CCLimitedQPs.Load()},
+		{"cc_limited_ns", c.CCLimitedNanos.Load()},
 	}
 }

@@ -142,6 +142,9 @@ type Config struct {
 	// keepalive.go); retry_cnt failed retries of the probe move the QP
 	// to ERR. 0 means DefaultKeepalive; negative turns probing off.
 	Keepalive time.Duration
+	// CC configures congestion control (cc.go): DCQCN with the paper's
+	// parameters by default.
+	CC CCConfig
 }
 
 // Device is one softrdma RoCEv2 device with one port. It implements both
@@ -174,6 +177,7 @@ type Device struct {
 	splitAlways bool
 	clock       func() time.Time
 	keepalive   time.Duration // Config.Keepalive with its default; ≤ 0: off
+	cc          ccParams      // Config.CC with its defaults
 	timers      timerQueue
 	trySender   transport.TrySender // nil: the transport cannot send without blocking
 	gsi         gsi
@@ -216,6 +220,7 @@ func New(cfg Config) (*Device, error) {
 		}
 	}
 	d.timers.set = cfg.SetTimer
+	d.cc = newCCParams(cfg.CC)
 	d.keepalive = cfg.Keepalive
 	if d.keepalive == 0 {
 		d.keepalive = DefaultKeepalive

@@ -177,6 +177,11 @@ func FuzzReceive(f *testing.F) {
 	for _, s := range seedPackets(f) {
 		f.Add(s)
 	}
+	// CNPs to each QP, and one marked CE (bit 6 of the first byte).
+	for i := range byte(3) {
+		f.Add(append([]byte{i}, wire.EncodeCNP(make([]byte, wire.CNPLen), 0xFFFF, 0)...))
+	}
+	f.Add(append([]byte{0x40}, wire.EncodeCNP(make([]byte, wire.CNPLen), 0xFFFF, 0)...))
 	target := newFuzzTarget(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) < 1 {
@@ -190,7 +195,11 @@ func FuzzReceive(f *testing.F) {
 				rewriteKeys(pkt, target)
 			}
 		}
-		target.handle([]transport.Datagram{{Buf: pkt, Peer: target.peer, Local: target.dev.local, ICRC: transport.ICRCOK}})
+		var tclass uint8
+		if data[0]&0x40 != 0 { // sometimes marked Congestion Experienced
+			tclass = transport.ECNCE
+		}
+		target.handle([]transport.Datagram{{Buf: pkt, Peer: target.peer, Local: target.dev.local, ICRC: transport.ICRCOK, TClass: tclass}})
 		target.checkGuards(t)
 		target.revive(t)
 		target.refill()

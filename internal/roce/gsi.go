@@ -126,7 +126,7 @@ func (d *Device) sendGSI(src netip.Addr, dst verbs.GID, dstQP uint32, qkey uint3
 	wire.DETH(b[info.DETHOff:]).Encode(&wire.DETHFields{QKey: qkey, SrcQP: gsiQPN})
 	copy(b[info.Length:], mad)
 	clear(b[info.Length+len(mad) : len(b)-wire.ICRCLen])
-	pkts := [1]transport.Datagram{{Buf: b, Peer: netip.AddrPortFrom(addr, d.port), Local: src, Flow: gsiQPN}}
+	pkts := [1]transport.Datagram{{Buf: b, Peer: netip.AddrPortFrom(addr, d.port), Local: src, Flow: gsiQPN, TClass: d.cc.tclassFor(0)}}
 	var sent int
 	var err error
 	if !block && d.trySender != nil {

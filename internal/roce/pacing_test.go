@@ -43,8 +43,14 @@ type manyQPs struct {
 
 func newManyQPs(t *testing.T, tr transport.Transport, nqp, bufSize int, o qpOpts) *manyQPs {
 	t.Helper()
-	m := &manyQPs{dev: newDevice(t, Config{Transport: tr})}
-	go serve(m.dev, tr)
+	return newManyQPsWith(t, Config{Transport: tr}, nqp, bufSize, o)
+}
+
+// newManyQPsWith is newManyQPs with a device configured by cfg.
+func newManyQPsWith(t *testing.T, cfg Config, nqp, bufSize int, o qpOpts) *manyQPs {
+	t.Helper()
+	m := &manyQPs{dev: newDevice(t, cfg)}
+	go serve(m.dev, cfg.Transport)
 	var err error
 	m.pd, err = m.dev.AllocPD()
 	must(t, err)

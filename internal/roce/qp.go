@@ -72,6 +72,8 @@ type QP struct {
 	lastHeard   time.Time // when the last packet from the peer arrived (keepalive.go)
 	destroyed   bool
 	sec         *secCtx // packet protection (Secure); nil: plain RoCEv2
+	tclass      uint8   // traffic class byte of the QP's packets (the AV's, cc.go)
+	cc          ccState // congestion control (cc.go)
 }
 
 // sendWQE is a send work request as the requester and completer see it.
@@ -89,6 +91,7 @@ type sendWQE struct {
 	dest     netip.AddrPort // UD
 	src      netip.Addr     // UD: the AH's source address
 	destQPN  uint32         // UD
+	tclass   uint8          // UD: the AH's traffic class byte
 	qkey     uint32         // UD
 	sgl      sgl
 	inline   []byte
@@ -408,6 +411,7 @@ func (qp *QP) applyLocked(attr *verbs.QPAttr, mask verbs.QPAttrMask) {
 		qp.src = qp.dev.srcs[attr.AHAttr.GRH.SGIDIndex] // checked by checkSGID
 		qp.peerPort = 0
 		qp.dest = netip.AddrPortFrom(qp.destAddr, qp.dev.port)
+		qp.tclass = qp.dev.cc.tclassFor(attr.AHAttr.GRH.TrafficClass)
 		qp.splitWrites = qp.typ == verbs.QPTypeRC &&
 			(qp.dev.splitAlways || qp.dev.coalescer != nil && qp.dev.coalescer.Coalesces(qp.dest))
 	}
@@ -486,6 +490,7 @@ func (qp *QP) Destroy() error {
 	qp.tx.drop(qp.dev)
 	qp.setStateLocked(verbs.QPStateReset)
 	qp.stopTimerLocked()
+	qp.ccResetLocked()
 	qp.clearRecvLocked()
 	qp.mu.Unlock()
 	qp.dev.removeQP(qp)
@@ -511,6 +516,7 @@ func (qp *QP) checkDrainedLocked() {
 func (qp *QP) resetLocked() {
 	qp.setStateLocked(verbs.QPStateReset)
 	qp.stopTimerLocked()
+	qp.ccResetLocked()
 	qp.clearProbesLocked()
 	qp.sq.head, qp.sq.next, qp.sq.tail, qp.sq.probes = 0, 0, 0, 0
 	qp.lastHeard = time.Time{}
@@ -766,6 +772,7 @@ func (qp *QP) postOneLocked(wr *verbs.SendWR) error {
 		}
 		w.dest = ah.dest
 		w.src = ah.src
+		w.tclass = ah.tclass
 		w.destQPN = wr.RemoteQPN & 0xFFFFFF
 		w.qkey = wr.RemoteQKey
 		if w.qkey&0x80000000 != 0 { // IBTA 10.2.5: use the QP's own Q_Key

@@ -227,6 +227,10 @@ func (d *Device) HandleBatch(rx *RxBatch, pkts []transport.Datagram, now time.Ti
 			qp.tx.attach(rx.stage)
 			cur, more = qp, false
 		}
+		if wire.BTH(pk.Buf).Opcode() == wire.CNPOpcode {
+			qp.receiveCNPLocked(pk, now)
+			continue
+		}
 		if qp.sec != nil {
 			// A protected QP checks and strips the trailer before it
 			// believes anything in the packet; the source check comes
@@ -308,6 +312,9 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 		}
 		qp.heardLocked(now)
 	}
+	if pk.CE() {
+		qp.onCELocked(now) // the notification point (cc.go)
+	}
 	if st == verbs.QPStateRTR && !qp.commEst {
 		// IBTA 11.6.3: the first packet on a QP in RTR establishes it.
 		qp.commEst = true
@@ -338,7 +345,37 @@ func (qp *QP) receiveLocked(p *wire.Packet, pk *transport.Datagram, now time.Tim
 	s := qp.req.sent(qp.sq.next)
 	r := qp.comp.onResponse(qp, &s, p, now)
 	qp.learnPeerPortLocked(r.inWindow, pk)
+	if r.inWindow && qp.dev.cc.delay {
+		qp.onDelayResponseLocked(p.BTH.PSN(), now) // cc_delay.go
+	}
 	return qp.applyCompLocked(r, now)
+}
+
+// receiveCNPLocked checks a CNP for the QP and hands it to the reaction
+// point (cc.go). A CNP is taken only by an RC or UC QP that sends, from
+// its peer (address and pinned port, as any packet); a protected QP
+// takes none, since a CNP carries no tag and would let anyone on the
+// path slow it.
+func (qp *QP) receiveCNPLocked(pk *transport.Datagram, now time.Time) {
+	c := &qp.dev.Counters
+	switch st := qp.stateLocked(); {
+	case qp.destroyed:
+		c.DropUnknownQP.Add(1)
+	case st != verbs.QPStateRTS && st != verbs.QPStateSQD:
+		c.DropQPState.Add(1)
+	case qp.typ == verbs.QPTypeUD:
+		c.DropWrongTransport.Add(1)
+	case !qp.fromPeerLocked(pk):
+		c.DropWrongSource.Add(1)
+	case qp.sec != nil:
+		c.DropAuth.Add(1)
+	default:
+		if _, ok := wire.ParseCNP(pk.Buf); !ok {
+			c.DropMalformed.Add(1)
+			return
+		}
+		qp.onCNPLocked(now)
+	}
 }
 
 // fromPeerLocked reports whether an RC/UC packet comes from the QP's

@@ -161,12 +161,28 @@ func (qp *QP) runRequesterLocked(now time.Time) {
 				break
 			}
 		}
+		paced := qp.cc.limited // DCQCN cut the QP's rate (cc.go)
+		if paced {
+			var ok bool
+			if now, ok = qp.paceLocked(now); !ok {
+				break // the QP's timer resumes it
+			}
+			qp.cc.ackDue = rc && qp.ackDueLocked(now)
+		}
+		if rc && qp.dev.cc.delay && !w.isReadOrAtomic() {
+			now = qp.delaySampleLocked(qp.req.psn, now) // CCDelay's round trip (cc_delay.go)
+		}
 		if !w.started {
 			qp.startWQELocked(w)
 		}
 		if !qp.sendPacketLocked(w) {
 			return // the QP went to ERR
 		}
+		if paced {
+			p := &qp.tx.pkts[qp.tx.n-1]
+			qp.pacedLocked(p.Len(), now, wire.BTH(p.Buf).AckReq())
+		}
+		qp.cc.ackDue = false
 		sent = true
 		if w.sent == w.npkts {
 			qp.sq.next++
@@ -224,7 +240,7 @@ func (qp *QP) sendPacketLocked(w *sendWQE) bool {
 	bth := wire.BTHFields{PSN: psn, DestQP: qp.attr.DestQPNum}
 	dst := qp.route()
 	if qp.typ == verbs.QPTypeUD {
-		dst = route{src: w.src, dst: w.dest}
+		dst = route{src: w.src, dst: w.dest, tclass: w.tclass}
 		bth.DestQP = w.destQPN
 	}
 
@@ -301,7 +317,7 @@ func (qp *QP) sendPacketLocked(w *sendWQE) bool {
 	// packet that fills the window (a window shrunk by loss may be smaller
 	// than ackReqEvery, and the requester would wait for an ACK that the
 	// responder has no reason to send).
-	ackReq := qp.typ == verbs.QPTypeRC && (last || qp.req.noAck >= ackReqEvery-1 || psn.Sub(qp.comp.psn)+1 >= qp.req.window())
+	ackReq := qp.typ == verbs.QPTypeRC && (last || qp.req.noAck >= ackReqEvery-1 || psn.Sub(qp.comp.psn)+1 >= qp.req.window() || qp.cc.ackDue)
 	bth.AckReq = ackReq
 	bth.SolicitedEvent = last && w.flags&verbs.SendSolicited != 0 && w.opcode != verbs.WRRDMAWrite
 	var b []byte

@@ -114,7 +114,9 @@ type AH struct {
 	attr verbs.AHAttr
 	dest netip.AddrPort
 	src  netip.Addr
-	life verbsobj.Life
+	// tclass is the traffic class byte of packets to the AH (cc.go).
+	tclass uint8
+	life   verbsobj.Life
 }
 
 // CreateAH creates an address handle.
@@ -132,7 +134,8 @@ func (pd *PD) CreateAH(attr *verbs.AHAttr) (verbs.AH, error) {
 	}
 	pd.refs.Add(1)
 	pd.dev.nAH.Add(1)
-	ah := &AH{pd: pd, attr: *attr, dest: netip.AddrPortFrom(attr.GRH.DGID.Addr(), pd.dev.port), src: src}
+	ah := &AH{pd: pd, attr: *attr, dest: netip.AddrPortFrom(attr.GRH.DGID.Addr(), pd.dev.port), src: src,
+		tclass: pd.dev.cc.tclassFor(attr.GRH.TrafficClass)}
 	add(&pd.dev.objs, pd.dev.objs.ahs, ah)
 	return ah, nil
 }

@@ -147,6 +147,9 @@ func (qp *QP) onTimer(at, now time.Time) {
 	if st := qp.stateLocked(); st == verbs.QPStateRTS || st == verbs.QPStateSQD {
 		qp.onTimeoutLocked(now)
 		qp.keepaliveLocked(now)
+		if qp.ccTimerLocked(now) {
+			qp.runRequesterLocked(now)
+		}
 		qp.flushLocked()
 	}
 	qp.rearmLocked()
@@ -163,6 +166,9 @@ func (qp *QP) rearmLocked() {
 	}
 	if ka := qp.keepaliveAtLocked(); !ka.IsZero() && (at.IsZero() || ka.Before(at)) {
 		at = ka
+	}
+	if cc := qp.ccDeadlineLocked(); !cc.IsZero() && (at.IsZero() || cc.Before(at)) {
+		at = cc
 	}
 	if !at.IsZero() {
 		qp.armTimerLocked(at)

@@ -295,12 +295,13 @@ func release(d *Device, p *transport.Datagram, b **pktBuf, mr **MR) {
 // route is where a packet goes: from one of the device's addresses (a
 // GID it can send from; zero: the transport's first) to a peer.
 type route struct {
-	src netip.Addr
-	dst netip.AddrPort
+	src    netip.Addr
+	dst    netip.AddrPort
+	tclass uint8 // the IP traffic class byte (cc.go tclassFor)
 }
 
 // route is where the QP's packets go (RC, UC: the address vector's).
-func (qp *QP) route() route { return route{src: qp.src, dst: qp.dest} }
+func (qp *QP) route() route { return route{src: qp.src, dst: qp.dest, tclass: qp.tclass} }
 
 // newPacketLocked appends a packet with opcode op and payloadLen bytes of
 // payload to the QP's batch, flushing first if the batch is full. It writes
@@ -350,7 +351,7 @@ func (qp *QP) appendPacketLocked(dst route, op wire.Opcode, bth *wire.BTHFields,
 	bth.PKey = defaultPKey
 	wire.BTH(b).Encode(bth)
 	clear(b[info.Length+inBuf : info.Length+inBuf+pad])
-	qp.tx.push(transport.Datagram{Buf: b, Payload: gathered, Split: info.Length, Peer: dst.dst, Local: dst.src, Flow: qp.qpn}, pb, mr, info.Has(wire.FlagRequest))
+	qp.tx.push(transport.Datagram{Buf: b, Payload: gathered, Split: info.Length, Peer: dst.dst, Local: dst.src, Flow: qp.qpn, TClass: dst.tclass}, pb, mr, info.Has(wire.FlagRequest))
 	return b
 }
 

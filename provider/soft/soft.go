@@ -138,6 +138,9 @@ type Config struct {
 	// port a tap sees is the real one and each sent packet's ICRC verifies
 	// against headers rebuilt from it. Close closes the tapped transport.
 	Tap func(transport.Transport) (transport.Transport, error)
+	// CC configures congestion control: DCQCN by default (see
+	// CongestionControl and docs/congestion.md).
+	CC CongestionControl
 }
 
 // Open creates a device and starts its receive loop.
@@ -149,6 +152,9 @@ func Open(cfg Config) (*Device, error) {
 	if tr == nil {
 		ucfg := cfg.UDP
 		ucfg.Port = cfg.Port
+		if ucfg.TClass == 0 {
+			ucfg.TClass = cfg.CC.socketTClass()
+		}
 		if ucfg.Share == nil {
 			ucfg.Share = shareAddrs
 		}
@@ -246,6 +252,7 @@ func Open(cfg Config) (*Device, error) {
 		QPNSlot:              slot,
 		QPNSlotBits:          slotBits,
 		Keepalive:            cfg.Keepalive,
+		CC:                   cfg.CC.engine(),
 	})
 	if err != nil {
 		tr.Close()

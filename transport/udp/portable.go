@@ -23,6 +23,9 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
+
 	"github.com/softrdma/softrdma/transport"
 	"github.com/softrdma/softrdma/wire"
 )
@@ -30,11 +33,12 @@ import (
 // portable is a transport.Transport over net.UDPConn. Send and Recv are
 // safe for concurrent use; each serialises its callers.
 type portable struct {
-	conn  *net.UDPConn // the receiving socket, bound to local
-	local netip.AddrPort
-	v6    bool
-	mtu   int
-	batch int
+	conn   *net.UDPConn // the receiving socket, bound to local
+	local  netip.AddrPort
+	v6     bool
+	mtu    int
+	batch  int
+	tclass uint8 // Config.TClass: every packet leaves with it
 
 	sendMu  sync.Mutex
 	senders []portableSender
@@ -71,6 +75,7 @@ func listenPortable(cfg Config) (*portable, error) {
 	addr := netip.AddrPortFrom(cfg.Addr.Unmap(), cfg.Port)
 	t := &portable{local: addr, v6: addr.Addr().Is6(), batch: cfg.BatchSize, mtu: linkMTU(addr.Addr()), rbuf: make([]byte, maxDatagram)}
 	var err error
+	t.tclass = cfg.TClass
 	if t.conn, err = t.open(addr, cfg.SocketBuffer); err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
 			return nil, fmt.Errorf("udp.Listen: %v is in use: another softrdma device or Linux rxe is bound there; use another address", addr)
@@ -111,6 +116,14 @@ func (t *portable) open(addr netip.AddrPort, bufSize int) (*net.UDPConn, error) 
 	// check under the same assumption (see the package comment).
 	c.SetReadBuffer(bufSize)
 	c.SetWriteBuffer(bufSize)
+	// The traffic class, best effort too: one per socket (Config.TClass).
+	// Received datagrams report 0: reading each one's needs control
+	// messages this transport does not ask for.
+	if t.v6 {
+		ipv6.NewConn(c).SetTrafficClass(int(t.tclass))
+	} else {
+		ipv4.NewConn(c).SetTOS(int(t.tclass))
+	}
 	if rc, err := c.SyscallConn(); err == nil {
 		rc.Control(func(fd uintptr) { setDontFragment(int(fd), t.v6) })
 	}
@@ -250,6 +263,7 @@ func (t *portable) Recv(pkts []transport.Datagram) (int, error) {
 	p.Peer = netip.AddrPortFrom(peer.Addr().Unmap(), peer.Port())
 	p.Local = t.local.Addr()
 	p.Flow = 0
+	p.TClass = 0
 	ip := wire.IPInfo{Src: p.Peer.Addr(), Dst: p.Local, SrcPort: p.Peer.Port(), DstPort: t.local.Port(), DF: true}
 	switch {
 	case n < wire.BTHLen+wire.ICRCLen:

@@ -75,6 +75,14 @@ type Config struct {
 	// every segment's ICRC is computed for IP ID 0, which holds when the
 	// super-packet is never split on a wire.
 	DisableGSO bool
+	// TClass is the sending sockets' IPv4 TOS / IPv6 Traffic Class byte
+	// (DSCP and ECN field, transport.Datagram.TClass): a packet whose
+	// TClass is this leaves without a control message; any other value
+	// goes in a per-message IP_TOS / IPV6_TCLASS control message (Linux;
+	// the portable transport sends every packet with this one).
+	// Receiving always reads each datagram's byte (IP_RECVTOS,
+	// IPV6_RECVTCLASS) into Datagram.TClass.
+	TClass uint8
 	// Exclusive binds the addresses alone, as Linux rxe binds its port,
 	// even when Share is set.
 	Exclusive bool

@@ -60,6 +60,7 @@ type Transport struct {
 	batch int
 
 	gso     bool
+	tclass  uint8 // the sockets' TClass (Config.TClass)
 	sendMu  sync.Mutex
 	senders []sender
 	sbuf    batchBuf
@@ -79,6 +80,7 @@ type Transport struct {
 	rbig    [][]byte // receive buffers, one per message slot
 	rlen    []int    // datagram length per slot
 	rgso    []int    // GRO segment size per slot (0: one packet)
+	rtclass []uint8  // traffic class byte per slot (IP_TOS / IPV6_TCLASS)
 	rtrunc  []bool
 	pendMsg int // next slot to hand out
 	pendEnd int // slots filled by the last recvmmsg
@@ -111,8 +113,10 @@ type batchBuf struct {
 	segs  []int  // packets in each message (GSO)
 }
 
-// ctrlSlot fits one UDP_SEGMENT (uint16) or UDP_GRO (int) control message.
-var ctrlSlot = unix.CmsgSpace(4)
+// ctrlSlot fits two control messages of up to an int each: on send a
+// UDP_SEGMENT (uint16) and an IP_TOS (int) or IPV6_TCLASS (int), on
+// receive a UDP_GRO (int) and an IP_TOS (byte) or IPV6_TCLASS (int).
+var ctrlSlot = 2 * unix.CmsgSpace(4)
 
 func newBatchBuf(n int) batchBuf {
 	return batchBuf{
@@ -143,7 +147,7 @@ func Listen(cfg Config) (*Transport, error) {
 	}
 	cfg = cfg.withDefaults()
 	addr := netip.AddrPortFrom(addrs[0], cfg.Port)
-	t := &Transport{fd: -1, evfd: -1, local: addr, v6: addr.Addr().Is6(), batch: cfg.BatchSize, mtu: linkMTU(addr.Addr())}
+	t := &Transport{fd: -1, evfd: -1, local: addr, v6: addr.Addr().Is6(), batch: cfg.BatchSize, mtu: linkMTU(addr.Addr()), tclass: cfg.TClass}
 	if t.evfd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
 		return nil, fmt.Errorf("udp.Listen: eventfd: %w", err)
 	}
@@ -187,6 +191,7 @@ func Listen(cfg Config) (*Transport, error) {
 	}
 	t.rlen = make([]int, cfg.BatchSize)
 	t.rgso = make([]int, cfg.BatchSize)
+	t.rtclass = make([]uint8, cfg.BatchSize)
 	t.rtrunc = make([]bool, cfg.BatchSize)
 	for i := range cfg.BatchSize {
 		t.prepRecv(i)
@@ -234,6 +239,9 @@ func (t *Transport) addHome(a netip.Addr, cfg Config) error {
 	if serr := setSockopts(fd, v6, cfg.SocketBuffer); serr != nil {
 		return fmt.Errorf("udp.Listen: setting Don't Fragment: %w", serr)
 	}
+	if serr := setTClass(fd, v6, cfg.TClass, true); serr != nil {
+		return fmt.Errorf("udp.Listen: %v: %w", addr, serr)
+	}
 	scope := zoneIndex(a)
 	if cfg.SourcePorts < 0 {
 		t.senders = append(t.senders, sender{fd: fd, port: addr.Port(), v6: v6, src: h.addr, scope: scope})
@@ -243,6 +251,9 @@ func (t *Transport) addHome(a netip.Addr, cfg Config) error {
 			if err == nil {
 				t.senders = append(t.senders, sender{fd: sfd, port: port, v6: v6, src: h.addr, scope: scope})
 				err = setSockopts(sfd, v6, cfg.SocketBuffer)
+				if err == nil {
+					err = setTClass(sfd, v6, cfg.TClass, false)
+				}
 			}
 			if err != nil {
 				return fmt.Errorf("udp.Listen: opening sending socket %d on %v: %w", i, a, err)
@@ -338,6 +349,26 @@ func setSockopts(fd int, v6 bool, bufSize int) error {
 		}
 	}
 	return err
+}
+
+// setTClass sets the traffic class byte (DSCP and ECN field) a socket
+// sends with and, on a receiving socket (recv), asks for every datagram's
+// byte in a control message. Linux keeps the ECN bits a UDP socket sets
+// (it clears them only for TCP).
+func setTClass(fd int, v6 bool, tclass uint8, recv bool) error {
+	level, opt, ropt := unix.IPPROTO_IP, unix.IP_TOS, unix.IP_RECVTOS
+	if v6 {
+		level, opt, ropt = unix.IPPROTO_IPV6, unix.IPV6_TCLASS, unix.IPV6_RECVTCLASS
+	}
+	if err := unix.SetsockoptInt(fd, level, opt, int(tclass)); err != nil {
+		return fmt.Errorf("setting the traffic class: %w", err)
+	}
+	if recv {
+		if err := unix.SetsockoptInt(fd, level, ropt, 1); err != nil {
+			return fmt.Errorf("asking for received traffic classes: %w", err)
+		}
+	}
+	return nil
 }
 
 // setDontFragment sets Don't Fragment on a UDP socket (path MTU
@@ -654,7 +685,7 @@ func (t *Transport) send(orig []transport.Datagram, block bool) (int, error) {
 				for npkt+k < len(pkts) && npkt+k < t.batch && k < maxSegments {
 					q := &pkts[npkt+k]
 					ql := q.Len()
-					if q.Peer != first.Peer || ql > seg || size+ql > maxGSOBytes || t.senderFor(q) != si || !sameSteering(first, q) {
+					if q.Peer != first.Peer || ql > seg || size+ql > maxGSOBytes || t.senderFor(q) != si || !sameSteering(first, q) || q.TClass != first.TClass {
 						break
 					}
 					size += ql
@@ -696,14 +727,9 @@ func (t *Transport) send(orig []transport.Datagram, block bool) (int, error) {
 			h.Iov = &b.iovs[iov0]
 			h.SetIovlen(niov - iov0)
 			t.setName(b, nmsg, s, first.Peer)
-			if k > 1 {
-				ctrl := b.ctrl[nmsg*ctrlSlot : (nmsg+1)*ctrlSlot]
-				cm := (*unix.Cmsghdr)(unsafe.Pointer(&ctrl[0]))
-				cm.Level, cm.Type = unix.SOL_UDP, unix.UDP_SEGMENT
-				cm.SetLen(unix.CmsgLen(2))
-				*(*uint16)(unsafe.Pointer(&ctrl[unix.CmsgLen(0)])) = uint16(seg)
-				h.Control = &ctrl[0]
-				h.SetControllen(unix.CmsgSpace(2))
+			if n := putSendCtrl(b.ctrl[nmsg*ctrlSlot:(nmsg+1)*ctrlSlot], k, seg, first.TClass, t.tclass, s.v6); n > 0 {
+				h.Control = &b.ctrl[nmsg*ctrlSlot]
+				h.SetControllen(n)
 			} else {
 				h.Control = nil
 				h.SetControllen(0)
@@ -969,14 +995,7 @@ func (t *Transport) recvLocked(pkts []transport.Datagram, block bool) (int, erro
 		mh := &b.hdrs[i]
 		t.rlen[i] = int(mh.len)
 		t.rtrunc[i] = mh.hdr.Flags&unix.MSG_TRUNC != 0
-		t.rgso[i] = 0
-		if mh.hdr.Controllen >= uint64(unix.CmsgLen(4)) {
-			ctrl := b.ctrl[i*ctrlSlot:]
-			cm := (*unix.Cmsghdr)(unsafe.Pointer(&ctrl[0]))
-			if cm.Level == unix.SOL_UDP && cm.Type == unix.UDP_GRO {
-				t.rgso[i] = int(*(*int32)(unsafe.Pointer(&ctrl[unix.CmsgLen(0)])))
-			}
-		}
+		t.rgso[i], t.rtclass[i] = parseRecvCtrl(b.ctrl[i*ctrlSlot : i*ctrlSlot+min(int(mh.hdr.Controllen), ctrlSlot)])
 	}
 	t.pendMsg, t.pendEnd, t.pendOff = 0, got, 0
 	return t.drain(pkts), nil
@@ -1035,6 +1054,7 @@ func (t *Transport) drain(pkts []transport.Datagram) int {
 		}
 		p.Local = local
 		p.Flow = 0
+		p.TClass = t.rtclass[i]
 		t.stats.received.Add(1)
 		switch {
 		case t.rtrunc[i] || n < len(data) || n < wire.BTHLen+wire.ICRCLen:

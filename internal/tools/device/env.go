@@ -40,6 +40,10 @@ type Env struct {
 	NoGather          bool // SOFTRDMA_NO_GATHER=1: Config.NoGather
 	NoSplitWrites     bool // SOFTRDMA_NO_SPLIT_WRITES=1: Config.NoSplitWrites
 	SplitWritesAlways bool // SOFTRDMA_SPLIT_WRITES=always: Config.SplitWritesAlways
+	// CC (SOFTRDMA_CC=dcqcn|delay|off) sets Config.CC.Algorithm; CCSet says
+	// the variable was given.
+	CC    soft.CCAlgorithm
+	CCSet bool
 }
 
 // ReadEnv reads the variables through getenv (os.Getenv in the tools, a
@@ -78,6 +82,17 @@ func ReadEnv(getenv func(string) string) (Env, error) {
 			return Env{}, fmt.Errorf("%s=%q: want 1 (on) or 0 (off)", b.name, v)
 		}
 	}
+	switch v := getenv("SOFTRDMA_CC"); v {
+	case "":
+	case "dcqcn":
+		e.CC, e.CCSet = soft.CCDCQCN, true
+	case "off":
+		e.CC, e.CCSet = soft.CCOff, true
+	case "delay":
+		e.CC, e.CCSet = soft.CCDelay, true
+	default:
+		return Env{}, fmt.Errorf("SOFTRDMA_CC=%q: want dcqcn (congestion control, the default), delay or off", v)
+	}
 	switch v := getenv("SOFTRDMA_SPLIT_WRITES"); v {
 	case "":
 	case "always":
@@ -102,4 +117,7 @@ func (e *Env) Tune(cfg *soft.Config) {
 	cfg.NoGather = cfg.NoGather || e.NoGather
 	cfg.NoSplitWrites = cfg.NoSplitWrites || e.NoSplitWrites
 	cfg.SplitWritesAlways = cfg.SplitWritesAlways || e.SplitWritesAlways
+	if e.CCSet && cfg.CC.Algorithm == soft.CCDCQCN {
+		cfg.CC.Algorithm = e.CC
+	}
 }

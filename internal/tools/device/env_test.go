@@ -16,25 +16,25 @@ func TestReadEnv(t *testing.T) {
 		"SOFTRDMA_ADDR": "127.0.0.9", "SOFTRDMA_DEVICE": "shm1", "SOFTRDMA_LOG": "1",
 		"SOFTRDMA_TRACE": "t.out", "SOFTRDMA_COUNTERS": "c.txt", "SOFTRDMA_NO_PROGRESS": "yes", "SOFTRDMA_SPIN_POLLS": "-1",
 		"SOFTRDMA_NO_INLINE_POLL": "1", "SOFTRDMA_NO_DEFERRED_ACK": "1", "SOFTRDMA_NO_GATHER": "1",
-		"SOFTRDMA_NO_SPLIT_WRITES": "0", "SOFTRDMA_SPLIT_WRITES": "always",
+		"SOFTRDMA_NO_SPLIT_WRITES": "0", "SOFTRDMA_SPLIT_WRITES": "always", "SOFTRDMA_CC": "off",
 	}
 	e, err := ReadEnv(func(k string) string { return vars[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Env{Addr: "127.0.0.9", Device: "shm1", Log: true, Trace: "t.out", Counters: "c.txt", NoProgress: true, SpinPolls: -1,
-		NoInlinePoll: true, NoDeferredAck: true, NoGather: true, SplitWritesAlways: true}
+		NoInlinePoll: true, NoDeferredAck: true, NoGather: true, SplitWritesAlways: true, CC: soft.CCOff, CCSet: true}
 	if e != want {
 		t.Fatalf("ReadEnv: %+v, want %+v", e, want)
 	}
 	cfg := soft.Config{SpinPolls: 500, NoSplitWrites: true}
 	e.Tune(&cfg)
-	if cfg.SpinPolls != 500 || !cfg.NoSplitWrites || !cfg.NoInlinePoll || !cfg.NoDeferredAck || !cfg.NoGather || !cfg.SplitWritesAlways {
+	if cfg.SpinPolls != 500 || !cfg.NoSplitWrites || !cfg.NoInlinePoll || !cfg.NoDeferredAck || !cfg.NoGather || !cfg.SplitWritesAlways || cfg.CC.Algorithm != soft.CCOff {
 		t.Fatalf("Tune: %+v: want the code's SpinPolls and NoSplitWrites kept, the environment's switches on", cfg)
 	}
 	var zero soft.Config
 	(&Env{}).Tune(&zero)
-	if zero.SpinPolls != 0 || zero.NoInlinePoll || zero.NoDeferredAck || zero.NoGather || zero.NoSplitWrites || zero.SplitWritesAlways {
+	if zero.SpinPolls != 0 || zero.NoInlinePoll || zero.NoDeferredAck || zero.NoGather || zero.NoSplitWrites || zero.SplitWritesAlways || zero.CC != (soft.CongestionControl{}) {
 		t.Fatalf("an empty environment changed the config: %+v", zero)
 	}
 }
@@ -43,7 +43,7 @@ func TestReadEnv(t *testing.T) {
 // setting silently ignored.
 func TestReadEnvErrors(t *testing.T) {
 	for k, v := range map[string]string{
-		"SOFTRDMA_SPIN_POLLS": "many", "SOFTRDMA_NO_GATHER": "yes", "SOFTRDMA_SPLIT_WRITES": "sometimes", "SOFTRDMA_LOG": "true",
+		"SOFTRDMA_SPIN_POLLS": "many", "SOFTRDMA_NO_GATHER": "yes", "SOFTRDMA_SPLIT_WRITES": "sometimes", "SOFTRDMA_LOG": "true", "SOFTRDMA_CC": "cubic",
 	} {
 		_, err := ReadEnv(func(name string) string {
 			if name == k {
