@@ -20,8 +20,8 @@ import (
 // the error state with nothing lost to the peer. IBTA lets the timer
 // run longer than the attribute; RoCE NICs adapt it as well.
 //
-// Until a sample says how long the queue is, each expiry in a row
-// doubles the timer (RFC 6298 5.5): the first flight into a slow link
+// Each expiry in a row without progress doubles the timer (RFC 6298
+// 5.5), until an acknowledgement comes: the first flight into a slow link
 // queues behind itself, and its acknowledgements come later than any
 // fixed timer; a resend then waits behind the data already queued. Only
 // a peer that has acknowledged something on the QP gets that patience:
@@ -37,7 +37,7 @@ type rttEstimator struct {
 	probeAt time.Time // zero: no PSN timed
 	srtt    time.Duration
 	rttvar  time.Duration // zero srtt: no sample yet
-	backoff uint8         // expiries in a row since the last sample: the timer doubles per expiry
+	backoff uint8         // expiries in a row without progress: the timer doubles per expiry
 	heard   bool          // the peer acknowledged something: expiries may back off
 }
 
@@ -56,12 +56,12 @@ func (e *rttEstimator) onSent(psn wire.PSN, now time.Time) {
 // next) include the timed one.
 func (e *rttEstimator) onAcked(next wire.PSN, now time.Time) {
 	e.heard = true
+	e.backoff = 0 // the peer is answering: the next expiry is a loss, not the queue
 	if e.probeAt.IsZero() || now.IsZero() || !e.probe.Less(next) {
 		return
 	}
 	r := max(now.Sub(e.probeAt), 0)
 	e.probeAt = time.Time{}
-	e.backoff = 0
 	if e.srtt == 0 {
 		e.srtt, e.rttvar = max(r, 1), r/2
 		return
