@@ -138,7 +138,7 @@ run() {
 	local k
 	for ((i = 1; i <= N; i++)); do
 		for ((k = 0; k < 300; k++)); do
-			$IP netns exec $P-r$i cat /proc/net/tcp | grep -qE '^ *[0-9]+: [0-9A-F]+:4853 [0-9A-F]+:0000 0A' && break
+			$IP netns exec $P-r$i cat /proc/net/tcp /proc/net/tcp6 | grep -qE '^ *[0-9]+: [0-9A-F]+:4853 [0-9A-F]+:0000 0A' && break
 			sleep 0.1
 		done
 	done
@@ -177,7 +177,7 @@ report() {
 	local mode=$1 d=$2 wall=$3 i g gs=() sum=0 sq=0 bad=0
 	printf '\n== SOFTRDMA_CC=%s: %d pairs, uplink %s (%s), ib_write_bw -D %s %s%s; clients ended after %d s\n' \
 		"$mode" "$N" "$RATE" "$QDISC" "$DUR" "${SIZE:+-s $SIZE }" "${EXTRA[*]:-}" "$wall"
-	printf '%-5s %12s %7s %12s %9s %10s %10s %9s %s\n' pair "goodput" "link" retransmits timeouts seq_naks retry_exc "exit s/r" "error"
+	printf '%-5s %12s %7s %12s %9s %8s %9s %13s %9s %s\n' pair "goodput" "link" retransmits timeouts seq_naks retry_exc "CE rcvd/CNPs" "exit s/r" "error"
 	for ((i = 1; i <= N; i++)); do
 		g=$(goodput "$d/s$i.out")
 		gs+=("$g")
@@ -185,10 +185,11 @@ report() {
 		rs=$(cat "$d/s$i.rc") rr=$(cat "$d/r$i.rc")
 		[ "$rs" = 0 ] && [ "$rr" = 0 ] || bad=$((bad + 1))
 		err=$(grep -hiE "error|fail|EOF|giving up|couldn't" "$d/s$i.out" "$d/r$i.out" | head -n1 | cut -c1-70)
-		printf '%-5s %7.3f Mb/s %6.1f%% %12s %9s %10s %10s %4s/%-4s %s\n' "$i" \
+		printf '%-5s %7.3f Mb/s %6.1f%% %12s %9s %8s %9s %13s %4s/%-4s %s\n' "$i" \
 			"$(awk -v g="$g" 'BEGIN { print g / 1e6 }')" "$(awk -v g="$g" -v l="$LINK" 'BEGIN { print 100 * g / l }')" \
 			"$(counter "$d/s$i.ctr" retransmits)" "$(counter "$d/s$i.ctr" timeouts)" \
-			"$(counter "$d/s$i.ctr" naks_rcvd)" "$(counter "$d/s$i.ctr" retry_exceeded_err)" "$rs" "$rr" "$err"
+			"$(counter "$d/s$i.ctr" rcvd_seq_err)" "$(counter "$d/s$i.ctr" retry_exceeded_err)" \
+			"$(counter "$d/r$i.ctr" np_ecn_marked_roce_packets)/$(counter "$d/s$i.ctr" rp_cnp_handled)" "$rs" "$rr" "$err"
 	done
 	awk -v l="$LINK" -v n="$N" 'BEGIN {
 		for (i = 1; i < ARGC; i++) { s += ARGV[i]; q += ARGV[i] * ARGV[i] }
