@@ -42,6 +42,10 @@ fi
 $VM build >/dev/null || { echo "incast: vm.sh build failed"; exit 1; }
 $VM down >/dev/null 2>&1
 trap '$VM down >/dev/null 2>&1; rm -rf "$(dirname "$BIN")"' EXIT
+# A signal ends the script through the EXIT trap too: a VM left running
+# would hold the lock it inherited.
+trap 'exit 143' TERM
+trap 'exit 130' INT
 $VM up 1 >/dev/null || { echo "incast: vm.sh up failed"; $VM log vm1 | tail -30; exit 1; }
 COMMON=$($VM path common)
 cp "$BIN" "$RUNNER" "$COMMON/"
