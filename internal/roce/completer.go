@@ -52,6 +52,7 @@ type completer struct {
 	// cleared by the next progress, so the stale responses to the first
 	// attempt do not trigger a go-back of their own.
 	retrying bool
+	rtt      rttEstimator // stretches the ACK timer to the measured round trip
 }
 
 // start makes the completer expect the first acknowledgement for psn,
@@ -65,14 +66,27 @@ func (c *completer) start(psn wire.PSN, retryCnt, rnrRetry uint8) {
 func (c *completer) setRetryCnt(n uint8) { c.retryCnt = n }
 func (c *completer) setRNRRetry(n uint8) { c.rnrRetry = n }
 
-// onSent tells the completer that the requester sent requests at now: an
-// idle ACK timer starts. It returns the deadline the QP must queue, zero
+// onSent tells the completer that the requester sent requests at now,
+// next being the PSN after the last one sent and fresh whether that was
+// new rather than a go-back-N resend (only new PSNs time a round trip):
+// an idle ACK timer starts. It returns the deadline the QP must queue, zero
 // if the timer was running already (its deadline is queued) or the QP's
 // timeout is infinite. now is read (from clock) only if it is zero and
 // the timer starts: a QP with packets in flight has it running already,
 // and PostSend saves a clock read per post that way.
-func (c *completer) onSent(qp *compQP, now time.Time, clock func() time.Time) time.Time {
-	if !c.ackDeadline.IsZero() || qp.timeout == 0 {
+func (c *completer) onSent(qp *compQP, next wire.PSN, fresh bool, now time.Time, clock func() time.Time) time.Time {
+	if qp.timeout == 0 {
+		return time.Time{}
+	}
+	// Time the last PSN sent if it is new (fresh: not a go-back-N
+	// resend) and none is timed: one clock read per round trip.
+	if c.rtt.probeAt.IsZero() && fresh {
+		if now.IsZero() {
+			now = clock()
+		}
+		c.rtt.onSent(next.Add(^uint32(0)), now)
+	}
+	if !c.ackDeadline.IsZero() {
 		return time.Time{}
 	}
 	if now.IsZero() {
@@ -302,6 +316,7 @@ func (c *completer) onProgress(qp *compQP, s *reqSent, now time.Time, r *compRes
 	c.retrying = false
 	c.retryCnt = qp.retryCnt
 	c.rnrRetry = qp.rnrRetry
+	c.rtt.onAcked(c.psn, now)
 	sent := s.psn
 	if r.rewound && sent.Less(r.rewoundEnd) {
 		sent = r.rewoundEnd
@@ -325,6 +340,7 @@ func (c *completer) onProgress(qp *compQP, s *reqSent, now time.Time, r *compRes
 // between one QP's attempts, and a run is reproducible.
 func (c *completer) restartAckTimer(qp *compQP, now time.Time) {
 	if t := wire.LocalACKTimeout(qp.timeout); t > 0 {
+		t = c.rtt.timeout(t)
 		c.ackDeadline = now.Add(t + ackJitter(t, qp.qpn, c.retryCnt))
 	}
 }
@@ -426,6 +442,7 @@ func (c *completer) retry(qp *compQP, now time.Time, timeout bool) compResult {
 	}
 	c.retryCnt--
 	c.retrying = !timeout
+	c.rtt.onRewind(timeout)
 	c.restartAckTimer(qp, now)
 	return compResult{next: compRetry, progress: true, rewindPSN: c.psn, timeout: timeout}
 }

@@ -194,7 +194,7 @@ func (qp *QP) runRequesterLocked(now time.Time) {
 	if sent && rc {
 		// The completer owns the ACK timer: it starts it if idle, and
 		// the QP queues the deadline it returns.
-		if at := qp.comp.onSent(&qp.views.comp, now, qp.dev.clock); !at.IsZero() {
+		if at := qp.comp.onSent(&qp.views.comp, qp.req.psn, qp.req.psn == qp.req.maxPSN, now, qp.dev.clock); !at.IsZero() {
 			qp.armTimerLocked(at)
 		}
 	}

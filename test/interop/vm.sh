@@ -75,9 +75,12 @@ librdmacm1 iproute2 busybox-static bash libc6 libgcc-s1 nvme-cli"
 # crc32_generic: rxe computes the ICRC through the crypto API ("crc32"); without
 # it `rdma link add` fails with ENOENT. crc32c_generic and crct10dif_generic
 # serve ext4 and the block layer (NVMe-oF cases) where the CPU-specific
-# versions cannot load.
+# versions cannot load. veth, bridge and the sch_* qdiscs build the congestion
+# tests' namespaces (test/congestion): a shaped (htb/tbf) uplink that marks or
+# drops (red, fq_codel).
 GUEST_MODULES="virtio_pci virtio_net 9pnet_virtio 9p crc32_generic rdma_rxe ib_uverbs ib_umad
-rdma_ucm sch_netem crc32c_generic crct10dif_generic nvme_rdma nvmet_rdma null_blk ext4"
+rdma_ucm sch_netem crc32c_generic crct10dif_generic nvme_rdma nvmet_rdma null_blk ext4
+veth bridge sch_htb sch_red sch_fq_codel sch_tbf"
 
 # Executables copied into the guest (globs relative to the unpacked packages);
 # busybox provides everything else (mount, sleep, timeout, ...). /bin/sh is

@@ -43,7 +43,8 @@ type Opener struct {
 	stderr io.Writer
 
 	mu    sync.Mutex
-	files []*os.File // capture files: Close closes them, after the devices
+	files []*os.File     // capture files: Close closes them, after the devices
+	softs []*soft.Device // with Env.Counters: Close writes their counters
 }
 
 // NewOpener returns an Opener for a run that ends with ctx, reading the
@@ -57,7 +58,8 @@ func NewOpener(ctx context.Context, stderr io.Writer) (*Opener, error) {
 }
 
 // Close closes the capture files once every device is closed (closing a
-// device flushes its capture).
+// device flushes its capture) and, with SOFTRDMA_COUNTERS, writes the
+// devices' final counters.
 func (o *Opener) Close() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -65,6 +67,25 @@ func (o *Opener) Close() {
 		f.Close()
 	}
 	o.files = nil
+	if o.Env.Counters != "" && len(o.softs) > 0 {
+		if err := writeCounters(o.Env.Counters, o.softs); err != nil {
+			fmt.Fprintf(o.stderr, " Warning: SOFTRDMA_COUNTERS: %v\n", err)
+		}
+	}
+	o.softs = nil
+}
+
+// writeCounters writes each device's counters to path: a "device NAME"
+// line, then "name value" lines.
+func writeCounters(path string, devs []*soft.Device) error {
+	var b strings.Builder
+	for _, d := range devs {
+		fmt.Fprintf(&b, "device %s\n", d.Name())
+		for _, c := range d.Counters() {
+			fmt.Fprintf(&b, "%s %d\n", c.Name, c.Value)
+		}
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 // Open opens the device a tool's -d names, or with no -d the device
@@ -259,6 +280,11 @@ func (o *Opener) OpenSoft(cfg soft.Config) (*soft.Device, error) {
 	d, err := soft.Open(cfg)
 	if err != nil {
 		return nil, err
+	}
+	if o.Env.Counters != "" {
+		o.mu.Lock()
+		o.softs = append(o.softs, d)
+		o.mu.Unlock()
 	}
 	if o.Metrics != "" {
 		addr, _, err := metrics.Serve(o.ctx, o.Metrics, d)

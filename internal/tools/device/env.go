@@ -24,6 +24,10 @@ type Env struct {
 	Log bool
 	// Trace (SOFTRDMA_TRACE=FILE) writes a runtime/trace of the command.
 	Trace string
+	// Counters (SOFTRDMA_COUNTERS=FILE) writes the softrdma devices'
+	// counters to FILE when the tool ends ("name value" lines, one block
+	// per device), for scripts that compare runs (retransmissions, drops).
+	Counters string
 	// NoProgress (SOFTRDMA_NO_PROGRESS set to anything) turns the
 	// progress bar off even on a terminal.
 	NoProgress bool
@@ -50,6 +54,7 @@ func ReadEnv(getenv func(string) string) (Env, error) {
 		Addr:       getenv("SOFTRDMA_ADDR"),
 		Device:     getenv("SOFTRDMA_DEVICE"),
 		Trace:      getenv("SOFTRDMA_TRACE"),
+		Counters:   getenv("SOFTRDMA_COUNTERS"),
 		NoProgress: getenv("SOFTRDMA_NO_PROGRESS") != "",
 	}
 	if v := getenv("SOFTRDMA_SPIN_POLLS"); v != "" {

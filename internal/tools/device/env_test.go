@@ -1,6 +1,10 @@
 package device
 
 import (
+	"context"
+	"io"
+	"net/netip"
+	"os"
 	"strings"
 	"testing"
 
@@ -10,7 +14,7 @@ import (
 func TestReadEnv(t *testing.T) {
 	vars := map[string]string{
 		"SOFTRDMA_ADDR": "127.0.0.9", "SOFTRDMA_DEVICE": "shm1", "SOFTRDMA_LOG": "1",
-		"SOFTRDMA_TRACE": "t.out", "SOFTRDMA_NO_PROGRESS": "yes", "SOFTRDMA_SPIN_POLLS": "-1",
+		"SOFTRDMA_TRACE": "t.out", "SOFTRDMA_COUNTERS": "c.txt", "SOFTRDMA_NO_PROGRESS": "yes", "SOFTRDMA_SPIN_POLLS": "-1",
 		"SOFTRDMA_NO_INLINE_POLL": "1", "SOFTRDMA_NO_DEFERRED_ACK": "1", "SOFTRDMA_NO_GATHER": "1",
 		"SOFTRDMA_NO_SPLIT_WRITES": "0", "SOFTRDMA_SPLIT_WRITES": "always", "SOFTRDMA_CC": "off",
 	}
@@ -18,7 +22,7 @@ func TestReadEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Env{Addr: "127.0.0.9", Device: "shm1", Log: true, Trace: "t.out", NoProgress: true, SpinPolls: -1,
+	want := Env{Addr: "127.0.0.9", Device: "shm1", Log: true, Trace: "t.out", Counters: "c.txt", NoProgress: true, SpinPolls: -1,
 		NoInlinePoll: true, NoDeferredAck: true, NoGather: true, SplitWritesAlways: true, CC: soft.CCOff, CCSet: true}
 	if e != want {
 		t.Fatalf("ReadEnv: %+v, want %+v", e, want)
@@ -50,5 +54,26 @@ func TestReadEnvErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), k) {
 			t.Errorf("%s=%s: %v, want an error naming the variable", k, v, err)
 		}
+	}
+}
+
+// With SOFTRDMA_COUNTERS, closing the Opener writes the counters of the
+// devices it opened.
+func TestOpenerWritesCounters(t *testing.T) {
+	path := t.TempDir() + "/counters"
+	o := &Opener{Env: Env{Counters: path}, ctx: context.Background(), stderr: io.Discard}
+	d, err := o.OpenSoft(soft.Config{Name: "softrdma_ctr", Addr: netip.MustParseAddr("127.0.0.1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	o.Close()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(b)
+	if !strings.HasPrefix(got, "device softrdma_ctr\n") || !strings.Contains(got, "\nretransmits 0\n") || !strings.Contains(got, "\nretry_exceeded_err 0\n") {
+		t.Fatalf("counters file:\n%s\nwant a device line and name value lines", got)
 	}
 }
