@@ -63,7 +63,10 @@ host_server "ibv_rc_pingpong: C server over softrdma, rxe client" "ibv_rc_pingpo
 guest_server "ibv_ud_pingpong: rxe server, C client over softrdma" "ibv_ud_pingpong -d rxe0 -g 1 -s 1024" -- ibv_ud_pingpong -d $dev -g 1 -s 1024 $guest
 for t in ib_write_bw ib_read_lat ib_send_bw ib_atomic_lat; do
 	guest_server "$t: rxe server, C client over softrdma" "$t -F -d rxe0 -x 1 -n 500" -- $t -F -d $dev -x 1 -n 500 $guest
-	[ $t = ib_send_bw ] && xfail="rxe's client sends 64 KiB SENDs at a few MB/s, then both ends time out; cause not yet found"
+	# Now and then the C server receives all 500 SENDs but rxe's client
+	# never completes its last ones (rxe retries forever with
+	# retry_cnt 7), and both ends time out; the cause is not yet found.
+	[ $t = ib_send_bw ] && xfail="intermittent: the server receives all SENDs, rxe's client never completes, both time out"
 	host_server "$t: C server over softrdma, rxe client" "$t -F -d rxe0 -x 1 -n 500 $host" -- $t -F -d $dev -x 1 -n 500
 	xfail=
 done

@@ -132,7 +132,12 @@ pt "" ib_atomic_bw -A FETCH_AND_ADD -n 2000
 pt "" ib_write_bw -a -n 200
 pt "" ib_send_bw -e -n 2000
 pt "" ib_write_bw -q 4 -n 2000
-xfail="flaky under heavy load (the client fails, the server then waits for the rest until its timeout); cause not yet found"
+# Under packet loss or heavy load the client's QP can use up its
+# transport retries (IBV_WC_RETRY_EXC_ERR after seven timeouts in a row)
+# and the server then waits for the rest until its timeout. Seen in CI on
+# this case only, and with 1% loss on a veth pair; the cause in the
+# requester's recovery is not yet found.
+xfail="under loss or heavy load the client's QP may exceed its transport retries; the server then times out"
 pt "" ib_send_bw --use-srq -n 2000
 xfail=
 pt "" ib_write_bw -I 64 -s 64 -n 2000
