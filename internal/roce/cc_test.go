@@ -94,9 +94,14 @@ func TestCNPIgnored(t *testing.T) {
 	if c.CNPsRcvd.Load() != 0 || rc.CCState().Limited {
 		t.Fatalf("a bad CNP cut the rate: %+v", rc.CCState())
 	}
+	// The good one cuts the rate. The fuzz target's device runs on the
+	// real clock, and its rate timer may already have raised the rate
+	// again by the time the state is read (on a loaded machine it was
+	// back at 99.8 % of the line rate): the cut is counted, and
+	// TestDCQCNRate follows the rate itself in virtual time.
 	f.handle([]transport.Datagram{{Buf: cnpTo(f.rc), Peer: f.peer, ICRC: transport.ICRCOK}})
-	if st := rc.CCState(); c.CNPsRcvd.Load() != 1 || !st.Limited || st.Rate != DefaultCCLineRate/2 {
-		t.Fatalf("a good CNP: rp_cnp_handled %d, state %+v; want 1 and half the line rate", c.CNPsRcvd.Load(), st)
+	if st := rc.CCState(); c.CNPsRcvd.Load() != 1 || c.CCRateCuts.Load() != 1 || st.Target != DefaultCCLineRate {
+		t.Fatalf("a good CNP: rp_cnp_handled %d, cc_rate_cuts %d, state %+v; want 1, 1 and the line rate as the target", c.CNPsRcvd.Load(), c.CCRateCuts.Load(), st)
 	}
 }
 
