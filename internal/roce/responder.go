@@ -600,9 +600,11 @@ func (r *responder) onDuplicateLocked(qp *respQP, p *wire.Packet, psn wire.PSN) 
 	info := p.Info
 	switch {
 	case info.Has(wire.FlagSend) || info.Has(wire.FlagWrite):
-		if p.BTH.AckReq() {
-			r.ackPending, r.ackPSN = true, r.psn.Add(^uint32(0))
-		}
+		// ACKed again with or without AckReq, as rxe does (C9-105): a
+		// requester resending from the middle of a message sends packets
+		// without it, and waits for this ACK to end its retries. One ACK
+		// per receive batch however many duplicates it holds.
+		r.ackPending, r.ackPSN = true, r.psn.Add(^uint32(0))
 	case info.Has(wire.FlagRead):
 		va, rkey, dlen := p.RETH.VA(), p.RETH.RKey(), uint64(p.RETH.DMALen())
 		for i := range r.res {
