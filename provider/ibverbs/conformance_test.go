@@ -35,6 +35,7 @@ func TestConformance(t *testing.T) {
 				verbstest.LastWQEEvent:          "rxe raises no IBV_EVENT_QP_LAST_WQE_REACHED when a QP on an SRQ enters ERR",
 				verbstest.LocalKeyStatus:        "rxe completes a request whose lkey names no region of the PD with LOC_QP_OP_ERR",
 				verbstest.LengthNAKStatus:       "rxe completes a SEND longer than its receive with REM_OP_ERR, and the receive with LOC_QP_OP_ERR",
+				verbstest.LengthErrEvent:        "rxe moves the responder QP to ERR after a SEND longer than its receive without raising IBV_EVENT_QP_REQ_ERR",
 				verbstest.FlushPostedInErr:      "rxe leaves a receive posted to a QP in ERR queued instead of flushing it",
 				verbstest.SendInvRefused:        "rxe invalidates the rkey of an ibv_reg_mr region on SEND_WITH_INV instead of refusing it",
 			}

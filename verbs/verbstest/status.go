@@ -43,7 +43,9 @@ func (s *side) errored(id uint64) {
 func testLocLen(t *testing.T, p *Pair) {
 	a, b := connect(t, p, opts{})
 	var evs <-chan verbs.AsyncEvent
-	if _, lacks := p.Lacks[QPEvents]; !lacks {
+	_, noEvents := p.Lacks[QPEvents]
+	_, noLengthEvent := p.Lacks[LengthErrEvent]
+	if !noEvents && !noLengthEvent {
 		evs = b.events()
 	}
 	b.recv(5, 0, 16)

@@ -65,6 +65,10 @@ const (
 	// LengthNAKStatus: a SEND longer than the receive completes the
 	// receive with LOC_LEN_ERR and the SEND with REM_INV_REQ_ERR.
 	LengthNAKStatus Feature = "LOC_LEN_ERR and REM_INV_REQ_ERR for a SEND longer than its receive"
+	// LengthErrEvent: the responder whose receive was too short for a
+	// SEND raises QP_REQ_ERR on its QP (IBTA's local work queue
+	// catastrophic error class for an invalid request).
+	LengthErrEvent Feature = "QP_REQ_ERR at the responder of a SEND longer than its receive"
 	// SendInvRefused: SEND_WITH_INV of a region from RegMR/AllocMR (not
 	// a memory window or fast-registered region) fails as an invalid
 	// request.
