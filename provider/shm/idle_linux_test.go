@@ -37,7 +37,10 @@ func TestIdleCostsNoCPU(t *testing.T) {
 	time.Sleep(time.Second)
 	used := cpuTime(t) - before
 	t.Logf("CPU used in 1 s idle: %v", used)
-	if used > 5*time.Millisecond {
+	// A device that spins uses the whole second; one that sleeps uses
+	// next to nothing, plus what the race detector and the rest of a
+	// loaded machine's process charge it (5.5 ms once under CI's load).
+	if used > 50*time.Millisecond {
 		t.Errorf("idle devices used %v of CPU in 1 s", used)
 	}
 	sent := time.Now()
