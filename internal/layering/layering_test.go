@@ -1,5 +1,5 @@
 // Package layering holds the test that keeps softrdma's imports pointing
-// one way: wire, verbs, transport → engine → providers → cm, ULPs → cmd.
+// one way: wire, verbs, transport, congestion → engine → providers → cm, ULPs → cmd.
 package layering
 
 import (
@@ -28,20 +28,21 @@ var rules = []struct {
 	{"transport/udp", []string{"transport", "wire"}, []string{"golang.org/x/sys", "golang.org/x/net"}}, // address sharing comes in through Config.Share
 	{"transport/capture", []string{"transport"}, []string{"github.com/gopacket/gopacket"}},
 	{"transport", nil, nil},
+	{"congestion", nil, nil},
 	{"internal/netsim", []string{"transport", "wire"}, nil},
 	{"internal/bench", []string{"verbs", "cm", "internal/spin", "internal/perftest"}, nil},
 	{"internal/spin", nil, nil},
 	{"internal/cmattack", []string{"wire"}, nil},                                        // a hostile CM peer for tests
 	{"internal/reuseport", nil, []string{"github.com/cilium/ebpf", "golang.org/x/sys"}}, // address sharing: eBPF steering, SO_REUSEPORT
 	{"examples", []string{""}, []string{""}},
-	{"internal/roce", []string{"wire", "verbs", "transport", "internal/spin", "internal/verbsobj"}, nil},
+	{"internal/roce", []string{"wire", "verbs", "transport", "congestion", "internal/spin", "internal/verbsobj"}, nil},
 	{"internal/verbsobj", []string{"verbs"}, nil}, // the verbs objects' rules every provider shares
 	{"internal/perftest", []string{"verbs"}, nil},
 	{"internal/pingpong", nil, nil},
 	{"internal/replay", []string{"internal/pcapfile"}, nil},
 	{"internal/pcapfile", nil, []string{"github.com/gopacket/gopacket"}},
 	{"provider/ibverbs", []string{"verbs", "internal/verbsobj"}, nil}, // the kernel devices through libibverbs (cgo)
-	{"provider", []string{"wire", "verbs", "transport", "internal/roce", "internal/netsim", "internal/spin", "internal/reuseport", "internal/verbsobj"}, []string{"golang.org/x/sys"}},
+	{"provider", []string{"wire", "verbs", "transport", "congestion", "internal/roce", "internal/netsim", "internal/spin", "internal/reuseport", "internal/verbsobj"}, []string{"golang.org/x/sys"}},
 	{"cm", []string{"verbs", "wire"}, nil},                                                // wire: the CM MAD layouts (DESIGN: MAD layouts live in wire)
 	{"rdmanet", []string{"verbs", "cm"}, nil},                                             // sockets over RDMA (rsocket)
 	{"nvmeof", []string{"verbs", "cm"}, []string{"golang.org/x/sys"}},                     // NVMe over Fabrics, a ULP like rdmanet

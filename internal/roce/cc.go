@@ -31,124 +31,44 @@ package roce
 import (
 	"time"
 
+	"github.com/softrdma/softrdma/congestion"
 	"github.com/softrdma/softrdma/transport"
 	"github.com/softrdma/softrdma/verbs"
 	"github.com/softrdma/softrdma/wire"
 )
 
-// CCAlgorithm selects a device's congestion control.
-type CCAlgorithm uint8
-
-const (
-	// CCDCQCN: packets leave ECN-capable, CE marks are answered with
-	// CNPs, CNPs cut the QP's rate (the default).
-	CCDCQCN CCAlgorithm = iota
-	// CCOff: packets leave not ECN-capable (a congested switch drops
-	// them), no CNPs are sent and CNPs received are ignored.
-	CCOff
-	// CCDelay: a delay-based alternative (cc_delay.go): the QP's rate
-	// follows the round-trip times it measures against TargetDelay, with
-	// the same pacer. Packets leave ECN-capable; marks are counted and
-	// not answered, CNPs ignored.
-	CCDelay
+// CCAlgorithm and CCConfig are the congestion package's types, which
+// provider/soft exposes as its Config.CC.
+type (
+	CCAlgorithm = congestion.Algorithm
+	CCConfig    = congestion.Config
 )
 
-func (a CCAlgorithm) String() string {
-	switch a {
-	case CCDCQCN:
-		return "dcqcn"
-	case CCOff:
-		return "off"
-	case CCDelay:
-		return "delay"
-	}
-	return "CCAlgorithm(?)"
-}
-
-// CCConfig configures congestion control. Its zero value is DCQCN with
-// the paper's parameters; every field's zero means its default. Rates are
-// in bits per second.
-type CCConfig struct {
-	Algorithm CCAlgorithm
-	// TClass is the traffic class byte (DSCP in its top six bits) of
-	// packets whose address vector names none (GRH.TrafficClass 0). With
-	// DCQCN the ECN bits of every data packet are ECT(0), whatever the
-	// address vector says.
-	TClass uint8
-	// CNPTClass is the traffic class byte of CNPs; default 0xC0 (DSCP
-	// 48, mlx5's cnp_dscp). Its ECN bits are set to ECT(0) too.
-	CNPTClass uint8
-	// LineRate is the rate a QP starts from when its first CNP arrives
-	// and returns to when it recovers (the NIC's line rate); default
-	// 100 Gbit/s.
-	LineRate int64
-	// MinRate is the lowest rate a cut goes to; default 1 Mbit/s
-	// (mlx5's rpg_min_rate).
-	MinRate int64
-	// CNPInterval is the least time between two CNPs for one QP (the
-	// paper's N, mlx5's min_time_between_cnps); default 50 µs.
-	CNPInterval time.Duration
-	// AlphaG is the gain of α's moving average, g; default 1/256 (mlx5's
-	// dce_tcp_g 1019/1024 is 1 − g with g ≈ 1/205).
-	AlphaG float64
-	// InitialAlpha is α at a QP's first CNP; default 1 (mlx5's
-	// initial_alpha_value 1023).
-	InitialAlpha float64
-	// AlphaPeriod is how often α decays without CNPs (the paper's K);
-	// default 55 µs.
-	AlphaPeriod time.Duration
-	// RateTimer is the increase timer (the paper's T, mlx5's
-	// rpg_time_reset); default 55 µs.
-	RateTimer time.Duration
-	// ByteCounter is the increase byte counter (the paper's B, mlx5's
-	// rpg_byte_reset in bytes); default 10 MB.
-	ByteCounter int64
-	// FastRecovery is how many increase events of each kind pass in
-	// fast recovery (the paper's F, mlx5's rpg_threshold); default 5.
-	FastRecovery int
-	// AIRate is the additive increase step (R_AI, mlx5's rpg_ai_rate);
-	// default 40 Mbit/s.
-	AIRate int64
-	// HAIRate is the hyper increase step (R_HAI, mlx5's rpg_hai_rate);
-	// default 400 Mbit/s.
-	HAIRate int64
-	// PaceBurst is how many bytes a paced QP may send back to back
-	// before it waits for its next transmission time; default 16 KiB
-	// (a few packets per system call, and a driver timer that fires a
-	// little late still finds the rate's worth to send).
-	PaceBurst int
-
-	// CCDelay's parameters (cc_delay.go). TargetDelay is the round trip
-	// above which the QP slows down; default 25 µs. DelayAIRate is the
-	// rate added per round trip below the target; default 50 Mbit/s.
-	// DelayBeta scales a decrease by how far the round trip is above
-	// the target; default 0.8. DelayMaxDecrease is the largest fraction
-	// one decrease takes off; default 0.5.
-	TargetDelay      time.Duration
-	DelayAIRate      int64
-	DelayBeta        float64
-	DelayMaxDecrease float64
-}
+const (
+	CCDCQCN = congestion.DCQCN
+	CCOff   = congestion.Off
+	CCDelay = congestion.Delay
+)
 
 // Defaults of CCConfig.
 const (
-	DefaultCCLineRate       = 100_000_000_000
-	DefaultCCMinRate        = 1_000_000
-	DefaultCNPInterval      = 50 * time.Microsecond
-	DefaultAlphaG           = 1.0 / 256
-	DefaultAlphaPeriod      = 55 * time.Microsecond
-	DefaultRateTimer        = 55 * time.Microsecond
-	DefaultByteCounter      = 10_000_000
-	DefaultFastRecovery     = 5
-	DefaultAIRate           = 40_000_000
-	DefaultHAIRate          = 400_000_000
-	DefaultPaceBurst        = 16 << 10
-	DefaultCNPTClass        = 0xC0
-	DefaultTargetDelay      = 25 * time.Microsecond
-	DefaultDelayAIRate      = 50_000_000
-	DefaultDelayBeta        = 0.8
-	DefaultDelayMaxDecrease = 0.5
-	defaultInitialAlpha     = 1.0
+	DefaultCCLineRate       = congestion.DefaultLineRate
+	DefaultCCMinRate        = congestion.DefaultMinRate
+	DefaultCNPInterval      = congestion.DefaultCNPInterval
+	DefaultAlphaG           = congestion.DefaultAlphaG
+	DefaultAlphaPeriod      = congestion.DefaultAlphaPeriod
+	DefaultRateTimer        = congestion.DefaultRateTimer
+	DefaultByteCounter      = congestion.DefaultByteCounter
+	DefaultFastRecovery     = congestion.DefaultFastRecovery
+	DefaultAIRate           = congestion.DefaultAIRate
+	DefaultHAIRate          = congestion.DefaultHAIRate
+	DefaultPaceBurst        = congestion.DefaultPaceBurst
+	DefaultCNPTClass        = congestion.DefaultCNPTClass
+	DefaultTargetDelay      = congestion.DefaultTargetDelay
+	DefaultDelayAIRate      = congestion.DefaultDelayAIRate
+	DefaultDelayBeta        = congestion.DefaultDelayBeta
+	DefaultDelayMaxDecrease = congestion.DefaultDelayMaxDecrease
+	defaultInitialAlpha     = congestion.DefaultInitialAlpha
 	lineRateTolerance       = 0.999 // a rate this close to the line rate is the line rate
 	bitsPerByte             = 8
 )

@@ -159,7 +159,7 @@ func Open(cfg Config) (*Device, error) {
 		ucfg := cfg.UDP
 		ucfg.Port = cfg.Port
 		if ucfg.TClass == 0 {
-			ucfg.TClass = cfg.CC.socketTClass()
+			ucfg.TClass = socketTClass(&cfg.CC)
 		}
 		if ucfg.Share == nil {
 			ucfg.Share = shareAddrs
@@ -262,7 +262,7 @@ func Open(cfg Config) (*Device, error) {
 		QPNSlot:              slot,
 		QPNSlotBits:          slotBits,
 		Keepalive:            cfg.Keepalive,
-		CC:                   cfg.CC.engine(),
+		CC:                   cfg.CC,
 	})
 	if err != nil {
 		tr.Close()
