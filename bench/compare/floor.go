@@ -45,6 +45,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/softrdma/softrdma/bench/internal/harness"
 	"github.com/softrdma/softrdma/internal/spin"
 	"github.com/softrdma/softrdma/wire"
 )
@@ -388,7 +389,7 @@ func floorPingPong(fd int, o goOpts) (metrics, error) {
 	for range 3 {
 		rawSend(fd, nil) // goodbye
 	}
-	m := metrics(latMetrics(samples))
+	m := metrics(harness.LatMetrics(samples))
 	m["datagram_bytes"] = float64(len(buf))
 	return m, nil
 }

@@ -19,7 +19,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,12 +26,10 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime/pprof"
-	"runtime/trace"
-	"sort"
 	"syscall"
 	"time"
 
+	"github.com/softrdma/softrdma/bench/internal/harness"
 	"github.com/softrdma/softrdma/bench/internal/sockets"
 )
 
@@ -111,7 +108,7 @@ func goBaselineMain(role string, args []string) {
 	o, err := parseGoOpts(args)
 	stop := func() {}
 	if err == nil {
-		stop, err = startProfiles(o)
+		stop, err = harness.StartProfiles(o.cpuProfile, o.trace)
 	}
 	if err == nil {
 		switch {
@@ -130,45 +127,6 @@ func goBaselineMain(role string, args []string) {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", role, err)
 		os.Exit(1)
 	}
-}
-
-// startProfiles starts the CPU profile and the runtime trace o asks for
-// (to see where a run's time goes on each side); stop ends them.
-func startProfiles(o goOpts) (stop func(), err error) {
-	var files []*os.File
-	stop = func() {
-		pprof.StopCPUProfile()
-		trace.Stop()
-		for _, f := range files {
-			f.Close()
-		}
-		files = nil
-	}
-	open := func(path string, start func(io.Writer) error) error {
-		if path == "" {
-			return nil
-		}
-		f, err := os.Create(path)
-		if err != nil {
-			return err
-		}
-		files = append(files, f)
-		return start(f)
-	}
-	if err := open(o.cpuProfile, pprof.StartCPUProfile); err != nil {
-		stop()
-		return func() {}, err
-	}
-	if err := open(o.trace, trace.Start); err != nil {
-		stop()
-		return func() {}, err
-	}
-	return stop, nil
-}
-
-func printResult(m map[string]float64) {
-	b, _ := json.Marshal(m)
-	fmt.Printf("RESULT %s\n", b)
 }
 
 func goServer(o goOpts) error {
@@ -277,7 +235,7 @@ func goServer(o goOpts) error {
 		return fmt.Errorf("only %d datagrams arrived", dgrams)
 	}
 	bytesPerGap := float64(got) * gaps / float64(dgrams)
-	printResult(map[string]float64{
+	harness.PrintResult(map[string]float64{
 		"bw_MiBps":   bytesPerGap / ns * 1e9 / (1 << 20),
 		"msg_rate_M": gaps / float64(per) / ns * 1e3,
 		"loss":       1 - float64(got)/float64(total),
@@ -314,7 +272,7 @@ func goClient(o goOpts) error {
 	if o.floor() {
 		m, err := floorClient(o)
 		if err == nil {
-			printResult(m)
+			harness.PrintResult(m)
 		}
 		return err
 	}
@@ -382,7 +340,7 @@ func goClient(o goOpts) error {
 				c.Write(nil) // goodbye
 			}
 		}
-		printResult(latMetrics(samples))
+		harness.PrintResult(harness.LatMetrics(samples))
 		return nil
 	}
 
@@ -397,7 +355,7 @@ func goClient(o goOpts) error {
 			return fmt.Errorf("no acknowledgement: %w", err)
 		}
 		ns := float64(time.Since(t0).Nanoseconds())
-		printResult(map[string]float64{
+		harness.PrintResult(map[string]float64{
 			"bw_MiBps":   float64(o.size) * float64(o.n) / ns * 1e9 / (1 << 20),
 			"msg_rate_M": float64(o.n) / ns * 1e3,
 		})
@@ -421,29 +379,6 @@ func goClient(o goOpts) error {
 		}
 	}
 	return nil
-}
-
-// latMetrics summarises one-way latency samples the way perftest does
-// (typical = median).
-func latMetrics(s []time.Duration) map[string]float64 {
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
-	var sum time.Duration
-	for _, d := range s {
-		sum += d
-	}
-	pct := func(q float64) time.Duration {
-		i := int(q*float64(len(s))+0.5) - 1
-		return s[max(0, min(i, len(s)-1))]
-	}
-	return map[string]float64{
-		"lat_min_us":  us(s[0]),
-		"lat_p50_us":  us(s[len(s)/2]),
-		"lat_avg_us":  us(sum / time.Duration(len(s))),
-		"lat_p99_us":  us(pct(0.99)),
-		"lat_p999_us": us(pct(0.999)),
-		"lat_max_us":  us(s[len(s)-1]),
-	}
 }
 
 // sockOpts is o's transport for package sockets.

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/softrdma/softrdma/bench/internal/harness"
 	"github.com/softrdma/softrdma/bench/internal/sockets"
 )
 
@@ -95,6 +96,6 @@ func httpClient(o goOpts) error {
 		}
 		samples[i] = time.Since(t0)
 	}
-	printResult(latMetrics(samples))
+	harness.PrintResult(harness.LatMetrics(samples))
 	return nil
 }

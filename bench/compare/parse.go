@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/softrdma/softrdma/bench/internal/harness"
 )
 
 // metrics maps a metric name to its value. Names carry their unit:
@@ -284,6 +286,6 @@ func parsePerftestRun(out string, size, warm int) (metrics, string, error) {
 	for i, x := range timed {
 		d[i] = time.Duration(x * 1e3)
 	}
-	m := metrics(latMetrics(d))
+	m := metrics(harness.LatMetrics(d))
 	return m, fmt.Sprintf("%d samples after %d of warm-up: p50 %.2f p99 %.2f p99.9 %.2f µs", len(timed), warm, m["lat_p50_us"], m["lat_p99_us"], m["lat_p999_us"]), nil
 }

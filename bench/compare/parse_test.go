@@ -80,17 +80,6 @@ func TestParseFiPingpong(t *testing.T) {
 	}
 }
 
-func TestLatMetrics(t *testing.T) {
-	var s []time.Duration
-	for i := 1000; i >= 1; i-- {
-		s = append(s, time.Duration(i)*time.Microsecond)
-	}
-	m := latMetrics(s)
-	if m["lat_min_us"] != 1 || m["lat_p50_us"] != 501 || m["lat_p99_us"] != 990 || m["lat_max_us"] != 1000 {
-		t.Fatal(m)
-	}
-}
-
 func TestSummarize(t *testing.T) {
 	r := &report{Sizes: []int{8, refSize}}
 	for round, v := range []float64{3, 1, 2} {

@@ -15,16 +15,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"os"
-	"runtime/pprof"
-	"runtime/trace"
-	"sort"
 	"time"
 
 	"google.golang.org/grpc"
@@ -32,6 +27,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/softrdma/softrdma/bench/internal/harness"
 	"github.com/softrdma/softrdma/bench/internal/sockets"
 )
 
@@ -66,7 +62,7 @@ func main() {
 	}
 	if err == nil {
 		var stop func()
-		if stop, err = startProfiles(o); err == nil {
+		if stop, err = harness.StartProfiles(o.cpuProfile, o.trace); err == nil {
 			if role == "_go-server" {
 				err = server(o)
 			} else {
@@ -138,61 +134,6 @@ func client(o opts) error {
 		}
 		samples[i] = time.Since(t0)
 	}
-	b, _ := json.Marshal(latMetrics(samples))
-	fmt.Printf("RESULT %s\n", b)
+	harness.PrintResult(harness.LatMetrics(samples))
 	return nil
-}
-
-// latMetrics summarises call times as bench/compare does its latencies.
-func latMetrics(s []time.Duration) map[string]float64 {
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
-	var sum time.Duration
-	for _, d := range s {
-		sum += d
-	}
-	pct := func(q float64) time.Duration {
-		i := int(q*float64(len(s))+0.5) - 1
-		return s[max(0, min(i, len(s)-1))]
-	}
-	return map[string]float64{
-		"lat_min_us":  us(s[0]),
-		"lat_p50_us":  us(s[len(s)/2]),
-		"lat_avg_us":  us(sum / time.Duration(len(s))),
-		"lat_p99_us":  us(pct(0.99)),
-		"lat_p999_us": us(pct(0.999)),
-		"lat_max_us":  us(s[len(s)-1]),
-	}
-}
-
-// startProfiles starts the CPU profile and the runtime trace o asks for.
-func startProfiles(o opts) (stop func(), err error) {
-	var files []*os.File
-	stop = func() {
-		pprof.StopCPUProfile()
-		trace.Stop()
-		for _, f := range files {
-			f.Close()
-		}
-	}
-	open := func(path string, start func(io.Writer) error) error {
-		if path == "" {
-			return nil
-		}
-		f, err := os.Create(path)
-		if err != nil {
-			return err
-		}
-		files = append(files, f)
-		return start(f)
-	}
-	if err := open(o.cpuProfile, pprof.StartCPUProfile); err != nil {
-		stop()
-		return nil, err
-	}
-	if err := open(o.trace, trace.Start); err != nil {
-		stop()
-		return nil, err
-	}
-	return stop, nil
 }
