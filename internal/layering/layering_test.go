@@ -37,8 +37,9 @@ var rules = []struct {
 	{"examples", []string{""}, []string{""}},
 	{"internal/roce", []string{"wire", "verbs", "transport", "congestion", "internal/spin", "internal/verbsobj"}, nil},
 	{"internal/verbsobj", []string{"verbs"}, nil}, // the verbs objects' rules every provider shares
-	{"internal/perftest", []string{"verbs"}, nil},
-	{"internal/pingpong", nil, nil},
+	{"internal/perftest", []string{"verbs", "internal/ctxio"}, nil},
+	{"internal/pingpong", []string{"internal/ctxio"}, nil},
+	{"internal/ctxio", nil, nil},
 	{"internal/replay", []string{"internal/pcapfile"}, nil},
 	{"internal/pcapfile", nil, []string{"github.com/gopacket/gopacket"}},
 	{"provider/ibverbs", []string{"verbs", "internal/verbsobj"}, nil}, // the kernel devices through libibverbs (cgo)

@@ -11,7 +11,8 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"time"
+
+	"github.com/softrdma/softrdma/internal/ctxio"
 )
 
 // Config describes a test run as far as the exchange depends on it. Both
@@ -499,7 +500,7 @@ func (s *Session) ConnectQPs(ctx context.Context, connect func(context.Context) 
 // do runs one step f within ctx.
 func (s *Session) do(ctx context.Context, f func() error) error {
 	if s.msgr == nil {
-		return withContext(ctx, s.conn, f)
+		return ctxio.Do(ctx, s.conn, f)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -691,24 +692,4 @@ func atoi(s string) int {
 		n = n*10 + int(s[i]-'0')
 	}
 	return n
-}
-
-// withContext runs f, making conn's blocked I/O fail when ctx is done, and
-// reports ctx's error in that case.
-func withContext(ctx context.Context, conn net.Conn, f func() error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if ctx.Done() == nil {
-		return f()
-	}
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
-	err := f()
-	if !stop() {
-		if err == nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("%w (%w)", ctx.Err(), err)
-	}
-	return err
 }

@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"time"
+
+	"github.com/softrdma/softrdma/internal/ctxio"
 )
 
 // ClientExchange runs the client side of the pingpong exchange on conn: it
@@ -54,7 +55,7 @@ func ClientExchangeN(ctx context.Context, conn net.Conn, local []Dest) ([]Dest, 
 		return nil, errors.New("pingpong: no local address to send")
 	}
 	var remote []Dest
-	err := withContext(ctx, conn, func() error {
+	err := ctxio.Do(ctx, conn, func() error {
 		out := make([]byte, 0, len(local)*MsgSize)
 		for _, d := range local {
 			out = Append(out, d)
@@ -85,7 +86,7 @@ func ServerExchangeN(ctx context.Context, conn net.Conn, local []Dest, connect f
 		return nil, errors.New("pingpong: no local address to send")
 	}
 	var remote []Dest
-	err := withContext(ctx, conn, func() error {
+	err := ctxio.Do(ctx, conn, func() error {
 		var err error
 		if remote, err = readDests(conn, len(local)); err != nil {
 			return err
@@ -140,26 +141,4 @@ func readDests(conn net.Conn, n int) ([]Dest, error) {
 		out[i] = d
 	}
 	return out, nil
-}
-
-// withContext runs f, making conn's blocked I/O fail when ctx is done, and
-// reports ctx's error in that case.
-func withContext(ctx context.Context, conn net.Conn, f func() error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if ctx.Done() == nil {
-		return f()
-	}
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
-	err := f()
-	if !stop() {
-		// The deadline was (or is being) forced into the past: conn is no
-		// longer usable, say why.
-		if err == nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("%w (%w)", ctx.Err(), err)
-	}
-	return err
 }
