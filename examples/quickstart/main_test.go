@@ -3,8 +3,9 @@ package main
 import (
 	"fmt"
 	"os"
-	"strings"
 	"testing"
+
+	"github.com/softrdma/softrdma/examples/internal/readme"
 )
 
 // TestRun runs the example on two loopback addresses of this process's
@@ -17,41 +18,6 @@ func TestRun(t *testing.T) {
 	}
 }
 
-// TestREADMEShowsThisCode: the README's Go example is the code between
-// "README begin" and "README end" here, line for line, so it compiles.
-func TestREADMEShowsThisCode(t *testing.T) {
-	src, err := os.ReadFile("main.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want []string
-	in := false
-	for _, l := range strings.Split(string(src), "\n") {
-		switch strings.TrimSpace(l) {
-		case "// README begin":
-			in = true
-		case "// README end":
-			in = false
-		default:
-			if in {
-				want = append(want, strings.TrimPrefix(l, "\t"))
-			}
-		}
-	}
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, block, ok := strings.Cut(string(readme), "```go\n")
-	if ok {
-		block, _, ok = strings.Cut(block, "```")
-	}
-	if !ok {
-		t.Fatal("README.md has no ```go block")
-	}
-	got := strings.Split(strings.TrimSuffix(block, "\n"), "\n")
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("README.md's Go example differs from examples/quickstart/main.go's README lines; README:\n%s\nmain.go:\n%s",
-			strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-}
+// TestREADMEShowsThisCode: the README's first Go example is this
+// example's README lines.
+func TestREADMEShowsThisCode(t *testing.T) { readme.Check(t, "") }
