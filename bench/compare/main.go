@@ -122,12 +122,18 @@ when missing (root); a stack that cannot be set up is skipped with a reason.
 	secure := fs.String("secure", "auth,encrypt", "also measure softrdma's protected modes (--secure; docs/security.md): 8-byte WRITE latency and 1 MiB WRITE bandwidth, interleaved with the plain runs (empty: none)")
 	fs.BoolVar(&c.verbose, "v", false, "print every measurement")
 	fs.BoolVar(&c.shmPin, "shm-pin", true, "shm stack: run servers on CPU 0 and clients on CPU 1 (taskset), softrdma and UCX alike")
+	fs.StringVar(&profileDir, "profile-dir", "", "write a CPU profile and a runtime trace of both processes of every pair here (softrdma's and the Go loops'; NNNN-program-test-size-srv|cli.pprof|.trace), to see what limits a row")
 	fs.StringVar(&c.from, "from", "", "measure nothing: reprint the tables and redraw the plot from this JSON file of an earlier run")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if profileDir != "" {
+		if err := os.MkdirAll(profileDir, 0o755); err != nil {
+			return nil, fmt.Errorf("-profile-dir: %w", err)
+		}
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

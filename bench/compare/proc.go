@@ -16,9 +16,11 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -314,6 +316,7 @@ type pairResult struct {
 // after the client ends.
 func runPair(ctx context.Context, timeout time.Duration, p pairSpec) (pairResult, error) {
 	var r pairResult
+	p.srvEnv, p.cliEnv = profileEnv(p, p.srvEnv, "srv"), profileEnv(p, p.cliEnv, "cli")
 	srvName, srvArgs := pinned(p.pin, 0, p.srvName, p.srvArgs)
 	cliName, cliArgs := pinned(p.pin, 1, p.cliName, p.cliArgs)
 	srv, err := start(ctx, timeout, append(append([]string{}, p.env...), p.srvEnv...), srvName, srvArgs...)
@@ -352,6 +355,39 @@ func runPair(ctx context.Context, timeout time.Duration, p pairSpec) (pairResult
 		return r, fmt.Errorf("server failed (%v):\n  $ %s\n%s", serr, r.srvCmd, indent(tailLines(r.srvOut, 8)))
 	}
 	return r, nil
+}
+
+// profileDir, when set (-profile-dir), is where every pair's processes
+// write a CPU profile and a runtime trace; profileSeq numbers the pairs.
+var (
+	profileDir string
+	profileSeq atomic.Int64
+)
+
+// profileEnv adds to env the variables that make one side of p write its
+// CPU profile and trace into profileDir (the softrdma CLI and the Go
+// loops read them; other programs ignore them). Files are named by the
+// pair's number, program, test and size, so a run's files sort in the
+// order it ran them: 0042-softrdma-ib_write_bw-8-cli.pprof.
+func profileEnv(p pairSpec, env []string, side string) []string {
+	if profileDir == "" {
+		return env
+	}
+	if side == "srv" {
+		profileSeq.Add(1)
+	}
+	name := []string{fmt.Sprintf("%04d", profileSeq.Load()), filepath.Base(p.srvName)}
+	for i, a := range p.srvArgs {
+		switch {
+		case i == 0 && a == "_go-server": // the program says it: compare, grpc
+		case i == 0 && !strings.HasPrefix(a, "-"):
+			name = append(name, a)
+		case (a == "-s" || a == "-proto" || a == "-mode") && i+1 < len(p.srvArgs):
+			name = append(name, p.srvArgs[i+1])
+		}
+	}
+	base := filepath.Join(profileDir, strings.Join(append(name, side), "-"))
+	return append(append([]string{}, env...), "SOFTRDMA_CPUPROFILE="+base+".pprof", "SOFTRDMA_TRACE="+base+".trace")
 }
 
 // runOne runs a single command to completion.

@@ -363,7 +363,8 @@ func (g *goBase) runBin(ctx context.Context, bin, proto, mode string, size, n in
 		srvArgs = []string{"_go-server", "-addr", g.srvDev + ":0", "-dev", g.srvDev}
 		cliArgs = []string{"_go-client", "-dev", g.cliDev}
 	}
-	srv, err := start(ctx, g.timeout, nil, bin, append(srvArgs, opts...)...)
+	ps := pairSpec{srvName: bin, srvArgs: append(append([]string{}, srvArgs...), "-proto", proto, "-mode", mode, "-s", itoa(size))}
+	srv, err := start(ctx, g.timeout, profileEnv(ps, nil, "srv"), bin, append(srvArgs, opts...)...)
 	if err != nil {
 		return nil, runInfo{}, err
 	}
@@ -378,7 +379,7 @@ func (g *goBase) runBin(ctx context.Context, bin, proto, mode string, size, n in
 			addr = strings.TrimSpace(a)
 		}
 	}
-	cli, err := start(ctx, g.timeout, nil, bin, append(append(cliArgs, "-addr", addr), opts...)...)
+	cli, err := start(ctx, g.timeout, profileEnv(ps, nil, "cli"), bin, append(append(cliArgs, "-addr", addr), opts...)...)
 	if err != nil {
 		return nil, info, err
 	}

@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"runtime/trace"
 	"strings"
 
@@ -116,14 +117,14 @@ func run(argv []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 1
 	}
-	stopTrace, err := startTrace(env.Trace, stderr)
+	stopProfiles, err := startProfiles(env.Trace, env.CPUProfile, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: SOFTRDMA_TRACE: %v\n", name, err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 1
 	}
-	exitOnSignal(name, stopTrace)
+	exitOnSignal(name, stopProfiles)
 	err = cmd.run(context.Background(), args, stdout, stderr)
-	stopTrace()
+	stopProfiles()
 	if errors.Is(err, flag.ErrHelp) {
 		return 0 // -h printed the usage: success, as rdma-core and perftest
 	}
@@ -143,26 +144,46 @@ func run(argv []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// startTrace writes a runtime/trace of the whole command to file, if it is
-// not empty (SOFTRDMA_TRACE=<file>; `go tool trace <file>` reads it): the
-// way to see goroutine hand-offs, timer wake-ups and system calls of both
-// ends of a two-process benchmark. The function it returns stops the trace.
-func startTrace(file string, stderr io.Writer) (func(), error) {
-	if file == "" {
-		return func() {}, nil
-	}
-	f, err := os.Create(file)
-	if err != nil {
-		return nil, err
-	}
-	if err := trace.Start(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() {
-		trace.Stop()
-		if err := f.Close(); err != nil {
-			fmt.Fprintln(stderr, "softrdma: SOFTRDMA_TRACE:", err)
+// startProfiles writes a runtime/trace of the whole command to traceFile
+// and a CPU profile to cpuFile, each if its name is not empty
+// (SOFTRDMA_TRACE=<file>, SOFTRDMA_CPUPROFILE=<file>; `go tool trace` and
+// `go tool pprof` read them): the way to see where both ends of a
+// two-process benchmark spend their time, goroutine hand-offs, timer
+// wake-ups and system calls. The function it returns stops both.
+func startProfiles(traceFile, cpuFile string, stderr io.Writer) (func(), error) {
+	var stops []func()
+	stop := func() {
+		for _, f := range stops {
+			f()
 		}
-	}, nil
+	}
+	for _, p := range []struct {
+		env, file string
+		start     func(io.Writer) error
+		stop      func()
+	}{
+		{"SOFTRDMA_TRACE", traceFile, trace.Start, trace.Stop},
+		{"SOFTRDMA_CPUPROFILE", cpuFile, pprof.StartCPUProfile, pprof.StopCPUProfile},
+	} {
+		if p.file == "" {
+			continue
+		}
+		f, err := os.Create(p.file)
+		if err == nil {
+			if err = p.start(f); err != nil {
+				f.Close()
+			}
+		}
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("%s: %w", p.env, err)
+		}
+		stops = append(stops, func() {
+			p.stop()
+			if err := f.Close(); err != nil {
+				fmt.Fprintf(stderr, "softrdma: %s: %v\n", p.env, err)
+			}
+		})
+	}
+	return stop, nil
 }

@@ -5,6 +5,7 @@
 package harness
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -47,9 +48,13 @@ func LatMetrics(s []time.Duration) map[string]float64 {
 }
 
 // StartProfiles starts a CPU profile into cpuProfile and a runtime trace
-// into tracePath, each only if its path is not empty. stop ends both and
-// closes their files; on error it has already been called.
+// into tracePath. An empty path falls back to SOFTRDMA_CPUPROFILE or
+// SOFTRDMA_TRACE, as the softrdma CLI reads them (bench/compare's
+// -profile-dir sets them); with neither, that one is not started. stop
+// ends both and closes their files; on error it has already been called.
 func StartProfiles(cpuProfile, tracePath string) (stop func(), err error) {
+	cpuProfile = cmp.Or(cpuProfile, os.Getenv("SOFTRDMA_CPUPROFILE"))
+	tracePath = cmp.Or(tracePath, os.Getenv("SOFTRDMA_TRACE"))
 	var files []*os.File
 	stop = func() {
 		pprof.StopCPUProfile()

@@ -24,6 +24,9 @@ type Env struct {
 	Log bool
 	// Trace (SOFTRDMA_TRACE=FILE) writes a runtime/trace of the command.
 	Trace string
+	// CPUProfile (SOFTRDMA_CPUPROFILE=FILE) writes a CPU profile of the
+	// command (go tool pprof reads it).
+	CPUProfile string
 	// Counters (SOFTRDMA_COUNTERS=FILE) writes the softrdma devices'
 	// counters to FILE when the tool ends ("name value" lines, one block
 	// per device), for scripts that compare runs (retransmissions, drops).
@@ -54,6 +57,7 @@ func ReadEnv(getenv func(string) string) (Env, error) {
 		Addr:       getenv("SOFTRDMA_ADDR"),
 		Device:     getenv("SOFTRDMA_DEVICE"),
 		Trace:      getenv("SOFTRDMA_TRACE"),
+		CPUProfile: getenv("SOFTRDMA_CPUPROFILE"),
 		Counters:   getenv("SOFTRDMA_COUNTERS"),
 		NoProgress: getenv("SOFTRDMA_NO_PROGRESS") != "",
 	}

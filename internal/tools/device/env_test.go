@@ -14,7 +14,7 @@ import (
 func TestReadEnv(t *testing.T) {
 	vars := map[string]string{
 		"SOFTRDMA_ADDR": "127.0.0.9", "SOFTRDMA_DEVICE": "shm1", "SOFTRDMA_LOG": "1",
-		"SOFTRDMA_TRACE": "t.out", "SOFTRDMA_COUNTERS": "c.txt", "SOFTRDMA_NO_PROGRESS": "yes", "SOFTRDMA_SPIN_POLLS": "-1",
+		"SOFTRDMA_TRACE": "t.out", "SOFTRDMA_CPUPROFILE": "cpu.pprof", "SOFTRDMA_COUNTERS": "c.txt", "SOFTRDMA_NO_PROGRESS": "yes", "SOFTRDMA_SPIN_POLLS": "-1",
 		"SOFTRDMA_NO_INLINE_POLL": "1", "SOFTRDMA_NO_DEFERRED_ACK": "1", "SOFTRDMA_NO_GATHER": "1",
 		"SOFTRDMA_NO_SPLIT_WRITES": "0", "SOFTRDMA_SPLIT_WRITES": "always", "SOFTRDMA_CC": "off",
 	}
@@ -22,7 +22,7 @@ func TestReadEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Env{Addr: "127.0.0.9", Device: "shm1", Log: true, Trace: "t.out", Counters: "c.txt", NoProgress: true, SpinPolls: -1,
+	want := Env{Addr: "127.0.0.9", Device: "shm1", Log: true, Trace: "t.out", CPUProfile: "cpu.pprof", Counters: "c.txt", NoProgress: true, SpinPolls: -1,
 		NoInlinePoll: true, NoDeferredAck: true, NoGather: true, SplitWritesAlways: true, CC: soft.CCOff, CCSet: true}
 	if e != want {
 		t.Fatalf("ReadEnv: %+v, want %+v", e, want)
