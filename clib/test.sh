@@ -90,6 +90,9 @@ pair() {
 ${CC:-gcc} -Wall -o "$logs/abicheck" "$here/testdata/abicheck.c" -L"$dir" -libverbs || exit 1
 run "abicheck on $dev (bad arguments, errnos, bad_wr, channel fd with poll())" "$logs/abicheck" $dev $gid
 run "abicheck on shm0" "$logs/abicheck" shm0 0
+# A C busy poller yields the CPU as the Go pollers do (testdata/pollidle.c).
+${CC:-gcc} -Wall -rdynamic -o "$logs/pollidle" "$here/testdata/pollidle.c" -L"$dir" -libverbs || exit 1
+run "pollidle on $dev (an empty-polling thread yields every 64 polls)" "$logs/pollidle" $dev
 run "ibv_devices" ibv_devices
 run "ibv_devinfo" ibv_devinfo
 run "ibv_devinfo -v -d $dev" ibv_devinfo -v -d $dev
