@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# uverbs-ns.sh CMD [ARGS...]: run CMD where /dev/infiniband/uverbs0..31
-# exist, without root and without changing the host.
+# uverbs-ns.sh CMD [ARGS...]: run CMD where /dev/infiniband/uverbs0..7
+# exist (SOFTRDMA_UVERBS=N: 0..N-1), without root and without changing
+# the host.
 #
 # UCX lists an RDMA device only if /dev/infiniband/<ibv_device.dev_name>
 # is a character device the process may read and write
@@ -9,7 +10,7 @@
 # This script runs CMD in a private mount namespace (inside a user
 # namespace unless it runs as root, which unprivileged users may create
 # where the kernel allows it: Debian's default) whose /dev is a tmpfs
-# holding the host's /dev entries, bound one by one, plus
+# holding the host's usual /dev entries, bound one by one, plus
 # /dev/infiniband/uverbsN bound to /dev/null. The host and other
 # processes see nothing of it. Example, with the library built by
 # clib/build.sh into DIR:
@@ -34,23 +35,27 @@ old=$SOFTRDMA_UVERBS_NS
 unset SOFTRDMA_UVERBS_NS
 mount --rbind /dev "$old"
 mount -t tmpfs -o mode=755 softrdma-dev /dev
-# The host's entries, each bound from the original: a device node on a
-# mount made inside a user namespace could not be opened (nodev).
-for e in "$old"/* "$old"/.[!.]*; do
-	[ -e "$e" ] || [ -L "$e" ] || continue
-	b=/dev/$(basename "$e")
-	[ -e "$b" ] && continue
-	if [ -L "$e" ]; then
-		cp -P "$e" "$b"
-	elif [ -d "$e" ]; then
-		mkdir "$b" && mount --rbind "$e" "$b"
+# The host's usual entries, each bound from the original (a device node
+# on a mount made inside a user namespace could not be opened: nodev).
+# Only these, and few uverbs nodes (one per device is needed: dev_name is
+# uverbs<index>): every mount is a process, and on a loaded machine a
+# mount for each entry of a full /dev took seconds.
+for e in null zero full random urandom tty ptmx pts shm; do
+	[ -e "$old/$e" ] || continue
+	if [ -d "$old/$e" ]; then
+		mkdir "/dev/$e" && mount --rbind "$old/$e" "/dev/$e"
 	else
-		touch "$b" && mount --bind "$e" "$b"
+		: >"/dev/$e"
+		mount --bind "$old/$e" "/dev/$e"
 	fi
 done
+ln -s /proc/self/fd /dev/fd
+ln -s /proc/self/fd/0 /dev/stdin
+ln -s /proc/self/fd/1 /dev/stdout
+ln -s /proc/self/fd/2 /dev/stderr
 mkdir -p /dev/infiniband
-for i in $(seq 0 31); do
-	touch /dev/infiniband/uverbs$i
+for i in $(seq 0 $((${SOFTRDMA_UVERBS:-8} - 1))); do
+	: >/dev/infiniband/uverbs$i
 	mount --bind "$old/null" /dev/infiniband/uverbs$i
 done
 exec "$@"
