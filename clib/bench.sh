@@ -4,8 +4,10 @@
 # and sizes, both ends on loopback (softrdma_lo, GID 1). Prints, per
 # test, the median of REPEATS runs (default 5) for each and the ratio
 # C/Go: latency in usec (t_typical, perftest's median), bandwidth in
-# MB/sec (BW average). Numbers are only comparable within one run on one
-# machine.
+# MB/sec (BW average). The C and Go runs alternate, so a change in the
+# machine's load hits both alike. Numbers are only comparable within one
+# run on one machine. BENCH_TESTS="ib_send_bw 64,ib_write_lat 8" runs
+# only those (test and size, comma-separated).
 set -uo pipefail
 dir=$(cd "${1:?usage: clib/bench.sh DIR [REPEATS]}" && pwd)
 reps=${2:-5}
@@ -35,15 +37,24 @@ one() {
 median() { sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print "-"}'; }
 
 printf "%-14s %-8s %12s %12s %8s\n" test size C-over-lib Go-tool C/Go
-for spec in "ib_write_lat 8" "ib_send_lat 8" "ib_read_lat 8" "ib_atomic_lat 8" \
-	"ib_write_bw 65536" "ib_send_bw 65536" "ib_read_bw 65536" "ib_write_bw 4096" "ib_send_bw 64"; do
+tests=${BENCH_TESTS:-ib_write_lat 8,ib_send_lat 8,ib_read_lat 8,ib_atomic_lat 8,ib_write_bw 65536,ib_send_bw 65536,ib_read_bw 65536,ib_write_bw 4096,ib_send_bw 64}
+IFS=, read -ra specs <<<"$tests"
+for spec in "${specs[@]}"; do
 	set -- $spec
 	t=$1 s=$2
+	# Enough messages that a run lasts well beyond its start-up: small
+	# bandwidth runs of 5000 messages took a few milliseconds.
 	n=5000
+	case $t in *_bw) [ $s -le 4096 ] && n=100000 ;; esac
 	args=(-s $s -n $n)
 	[ $t = ib_atomic_lat ] && args=(-n $n)
-	c=$(for i in $(seq $reps); do one c $t "${args[@]}"; done | median)
-	g=$(for i in $(seq $reps); do one go $t "${args[@]}"; done | median)
+	cs=() gs=()
+	for i in $(seq $reps); do
+		cs+=("$(one c $t "${args[@]}")")
+		gs+=("$(one go $t "${args[@]}")")
+	done
+	c=$(printf '%s\n' "${cs[@]}" | median)
+	g=$(printf '%s\n' "${gs[@]}" | median)
 	r=$(awk -v c="$c" -v g="$g" 'BEGIN { if (c+0 > 0 && g+0 > 0) printf "%.2f", c/g; else print "-" }')
 	printf "%-14s %-8s %12s %12s %8s\n" $t $s "$c" "$g" "$r"
 done

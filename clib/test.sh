@@ -90,6 +90,9 @@ pair() {
 ${CC:-gcc} -Wall -o "$logs/abicheck" "$here/testdata/abicheck.c" -L"$dir" -libverbs || exit 1
 run "abicheck on $dev (bad arguments, errnos, bad_wr, channel fd with poll())" "$logs/abicheck" $dev $gid
 run "abicheck on shm0" "$logs/abicheck" shm0 0
+# A C busy poller yields the CPU as the Go pollers do (testdata/pollidle.c).
+${CC:-gcc} -Wall -rdynamic -o "$logs/pollidle" "$here/testdata/pollidle.c" -L"$dir" -libverbs || exit 1
+run "pollidle on $dev (an empty-polling thread yields every 64 polls)" "$logs/pollidle" $dev
 run "ibv_devices" ibv_devices
 run "ibv_devinfo" ibv_devinfo
 run "ibv_devinfo -v -d $dev" ibv_devinfo -v -d $dev
@@ -145,6 +148,34 @@ for p in ib_write_bw ib_read_bw ib_send_bw ib_write_lat ib_read_lat ib_send_lat 
 	pair "$p: C server, Go client" c go -- $p -d $dev -x $gid -p $port -n 1000 -- "$gotool" $p -d $dev -x $gid -p $port -n 1000 127.0.0.1
 	pair "$p: Go server, C client" go c -- "$gotool" $p -d $dev -x $gid -p $port -n 1000 -- $p -d $dev -x $gid -p $port -n 1000 127.0.0.1
 done
+# Bigger consumers, where installed. rdma-core's Python bindings (Debian's
+# python3-pyverbs, for the system's python3).
+if /usr/bin/python3 -c "import pyverbs" 2>/dev/null; then
+	run "pyverbs on $dev (devices, PD, MR, CQ, RC QP to RTS, RDMA WRITE)" /usr/bin/python3 "$here/testdata/pyverbs_check.py" $dev $gid
+	run "pyverbs on shm0" /usr/bin/python3 "$here/testdata/pyverbs_check.py" shm0 0
+else
+	echo "SKIP  pyverbs: apt-get install python3-pyverbs"
+fi
+# UCX lists a device only where /dev/infiniband/uverbsN exists
+# (uverbs-ns.sh makes it in a private namespace). Its UD transport drops
+# what its GRH check cannot match: the check reads the packet type from
+# the completion's sl, which mlx5 fills and rxe and softrdma leave 0
+# (docs/clib.md).
+ns="bash $here/uverbs-ns.sh"
+if command -v ucx_perftest >/dev/null && $ns true 2>/dev/null; then
+	run "ucx_info -d lists $dev (in uverbs-ns.sh)" bash -c "$ns ucx_info -d | grep -q 'Memory domain: $dev'"
+	for x in rc_verbs ud_verbs; do
+		pair "ucx_perftest -x $x -t am_lat (UCT, C to C)" c c -- env UCX_UD_VERBS_ETH_DGID_CHECK=n $ns ucx_perftest -p $port -d $dev:1 -x $x -t am_lat -n 2000 \
+			-- env UCX_UD_VERBS_ETH_DGID_CHECK=n $ns ucx_perftest -p $port -d $dev:1 -x $x -t am_lat -n 2000 127.0.0.1
+	done
+	pair "ucx_perftest -x rc_verbs -t put_bw -D zcopy -s 65536 (UCT, C to C)" c c -- $ns ucx_perftest -p $port -d $dev:1 -x rc_verbs -t put_bw -D zcopy -s 65536 -n 500 \
+		-- $ns ucx_perftest -p $port -d $dev:1 -x rc_verbs -t put_bw -D zcopy -s 65536 -n 500 127.0.0.1
+	ucp=(env UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=$dev:1 UCX_UD_VERBS_ETH_DGID_CHECK=n)
+	pair "ucx_perftest -t tag_lat, UCX_TLS=rc_verbs,ud_verbs (UCP, C to C)" c c -- "${ucp[@]}" $ns ucx_perftest -p $port -t tag_lat -n 2000 \
+		-- "${ucp[@]}" $ns ucx_perftest -p $port -t tag_lat -n 2000 127.0.0.1
+else
+	echo "SKIP  UCX: apt-get install ucx-utils, and allow user namespaces (clib/uverbs-ns.sh)"
+fi
 # The shared-memory device: its one GID, index 0, names the process.
 pair "ibv_rc_pingpong on shm0 (C to C)" c c -- ibv_rc_pingpong -d shm0 -g 0 -p $port -- ibv_rc_pingpong -d shm0 -g 0 -p $port 127.0.0.1
 pair "ib_write_bw on shm0 (C to C)" c c -- ib_write_bw -d shm0 -x 0 -p $port -n 2000 -- ib_write_bw -d shm0 -x 0 -p $port -n 2000 127.0.0.1

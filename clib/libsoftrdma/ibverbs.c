@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,11 +134,33 @@ int ibv_get_device_index(struct ibv_device *device)
 
 /* ---- ops trampolines ---- */
 
+/*
+ * The idle policy of a C busy poller, the one softrdma's Go pollers follow
+ * (internal/spin): every SRD_YIELD_EVERY consecutive empty polls of a
+ * thread, sched_yield gives the CPU to other runnable threads, and returns
+ * at once when there are none. C programs such as perftest spin on
+ * ibv_poll_cq without ever yielding; on a machine with fewer CPUs than
+ * busy threads (the peer process, the device's receive loop, other load)
+ * such a spinner keeps the CPU for its whole time slice while the thread
+ * that would complete its work waits for it: milliseconds per message.
+ */
+#define SRD_YIELD_EVERY 64
+static __thread unsigned srd_empty_polls;
+
 static int srd_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
+	int got;
+
 	if (n < 0 || (n > 0 && !wc))
 		return -EINVAL;
-	return srdgo_poll_cq(SRD_CONTAINER(cq, struct srd_cq, cq)->h, n, wc);
+	got = srdgo_poll_cq(SRD_CONTAINER(cq, struct srd_cq, cq)->h, n, wc);
+	if (got != 0 || n == 0) {
+		srd_empty_polls = 0;
+		return got;
+	}
+	if (++srd_empty_polls % SRD_YIELD_EVERY == 0)
+		sched_yield();
+	return 0;
 }
 
 static int srd_req_notify_cq(struct ibv_cq *cq, int solicited_only)

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/softrdma/softrdma/internal/reuseport"
 	"github.com/softrdma/softrdma/internal/roce"
@@ -73,7 +74,8 @@ type Device struct {
 	serving     atomic.Bool
 	serveDone   chan struct{}
 	inlinePolls atomic.Uint64 // receive attempts by busy pollers
-	asideTimer  Timer         // the stepped-aside loop's check (stepAsideCheck)
+	asideTimer  Timer         // the stepped-aside loop's check (every asideCheck)
+	asideCheck  time.Duration // Config.StepAsideCheck
 	asideTick   chan struct{} // asideTimer has fired
 	aside       atomic.Bool   // the loop has stepped aside for a busy poller
 	serveKick   chan struct{} // wakes the loop from stepping aside

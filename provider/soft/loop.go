@@ -38,6 +38,10 @@ func newDevice(tr transport.Transport, cfg Config) *Device {
 		asideTick: make(chan struct{}, 1),
 		spinPolls: cfg.SpinPolls,
 	}
+	d.asideCheck = cfg.StepAsideCheck
+	if d.asideCheck <= 0 {
+		d.asideCheck = stepAsideCheck
+	}
 	if d.clock == nil {
 		d.clock = systemClock{}
 	}
@@ -88,7 +92,7 @@ func (d *Device) onTimer() {
 	}
 	if d.aside.Load() {
 		d.timerMu.Lock()
-		d.timer.Reset(stepAsideCheck)
+		d.timer.Reset(d.asideCheck)
 		d.timerMu.Unlock()
 		return
 	}
@@ -238,10 +242,11 @@ const (
 	stepAsidePolls = 32
 )
 
-// stepAsideCheck is long because each check wakes a thread that competes
-// with the busy pollers for the CPUs; a poller that blocks in CQ.Wait
-// brings serve back at once (kickServe), so the check matters only for a
-// program that stops polling without waiting.
+// stepAsideCheck (the default of Config.StepAsideCheck) is long because
+// each check wakes a thread that competes with the busy pollers for the
+// CPUs; a poller that blocks in CQ.Wait brings serve back at once
+// (kickServe), so the check matters only for a program that stops polling
+// without waiting.
 const stepAsideCheck = 10 * time.Millisecond
 
 // stepAside sleeps while busy pollers receive for the device: until a
@@ -262,7 +267,7 @@ func (d *Device) stepAside(seen uint64) {
 	case <-d.asideTick:
 	default:
 	}
-	d.asideTimer.Reset(stepAsideCheck)
+	d.asideTimer.Reset(d.asideCheck)
 	defer d.asideTimer.Stop()
 	for !d.eng.Closed() {
 		select {
@@ -275,7 +280,7 @@ func (d *Device) stepAside(seen uint64) {
 			return
 		}
 		seen = n
-		d.asideTimer.Reset(stepAsideCheck)
+		d.asideTimer.Reset(d.asideCheck)
 	}
 }
 

@@ -453,6 +453,23 @@ func TestServeStepsAside(t *testing.T) {
 		}
 	})
 
+	t.Run("comes back within Config.StepAsideCheck", func(t *testing.T) {
+		// A program that polls only now and then (a C program spinning
+		// on memory between CQ polls) waits for a packet that arrives in
+		// between until the loop's check finds the poller gone: with a
+		// short StepAsideCheck, a short wait. The virtual clock moves in
+		// steps far below the default check, and at most a few of them.
+		const check = 200 * time.Microsecond
+		a, b, _ := pair(t, Config{}, Config{StepAsideCheck: check})
+		busyPollUntilAside(t, b)
+		start := a.clk.Now()
+		a.write(4, 0, 4096)
+		expectWC(t, a.pollAdvancing(a.scq, check/4, "b's loop never came back by itself"), 4, verbs.WCSuccess, verbs.WCRDMAWrite)
+		if waited := a.clk.Now().Sub(start); waited > 3*check {
+			t.Fatalf("the WRITE completed after %v of virtual time; the loop should be back within two checks of %v", waited, check)
+		}
+	})
+
 	t.Run("not while a CQ.Wait waits", func(t *testing.T) {
 		// CQ.Wait kicks the loop once, when it begins. A loop that
 		// decided to step aside just after (on polls made before the

@@ -88,6 +88,15 @@ type Config struct {
 	// too. On loopback that takes one of the two system calls of a
 	// ping-pong hop off the critical path.
 	NoDeferredAck bool
+	// StepAsideCheck is how often the receive loop, while it has stepped
+	// aside for busy pollers (NoInlinePoll), looks whether they still
+	// poll; 0 means 10 ms. A packet that arrives while no poller polls
+	// waits up to two checks, so a program that waits for packets
+	// without polling between its polls (a C program spinning on memory
+	// for an RDMA WRITE, as perftest's WRITE latency test does; Go
+	// programs call Progress instead) wants a short one. Each check wakes
+	// a thread that competes with the busy pollers for the CPUs.
+	StepAsideCheck time.Duration
 	// NoGather copies every payload into its packet instead of letting the
 	// UDP socket gather payloads of 1 KiB and more from the MR.
 	NoGather bool

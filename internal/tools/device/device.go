@@ -14,6 +14,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/softrdma/softrdma/metrics"
 	"github.com/softrdma/softrdma/provider/shm"
@@ -38,6 +39,10 @@ type Opener struct {
 	// ProcessAddrs opens RoCEv2 devices whose MR addresses are process
 	// addresses (soft.Config.ProcessAddrs), as the C library needs.
 	ProcessAddrs bool
+	// StepAsideCheck, if set, is the RoCEv2 devices'
+	// soft.Config.StepAsideCheck (the C library's programs may wait for
+	// packets without polling).
+	StepAsideCheck time.Duration
 
 	ctx    context.Context
 	stderr io.Writer
@@ -264,6 +269,9 @@ func Config(cfg soft.Config, addr netip.Addr) soft.Config {
 func (o *Opener) OpenSoft(cfg soft.Config) (*soft.Device, error) {
 	o.Env.Tune(&cfg)
 	cfg.ProcessAddrs = cfg.ProcessAddrs || o.ProcessAddrs
+	if cfg.StepAsideCheck == 0 {
+		cfg.StepAsideCheck = o.StepAsideCheck
+	}
 	if o.Pcap != "" {
 		f, err := os.Create(o.Pcap)
 		if err != nil {
