@@ -348,13 +348,19 @@ func nanotime() int64 { return time.Now().UnixNano() }
 // progress goroutine must then not go to sleep, since a peer that saw it
 // awake did not ring for what that QP's rings hold.
 func (d *Device) progress() bool {
-	moved := false
+	moved, contended := d.progressPass()
+	return moved || contended
+}
+
+// progressPass is progress telling apart a pass that moved something
+// from one that found a QP held by another goroutine.
+func (d *Device) progressPass() (moved, contended bool) {
 	for _, qp := range *d.qps.Load() {
 		if qp.busy.Load() == 0 {
 			continue
 		}
 		if !qp.mu.TryLock() {
-			moved = true
+			contended = true
 			continue
 		}
 		if qp.progressLocked() {
@@ -365,7 +371,7 @@ func (d *Device) progress() bool {
 	if d.pollUD() {
 		moved = true
 	}
-	return moved
+	return moved, contended
 }
 
 // progressLoop services the rings while no application goroutine polls:
@@ -388,7 +394,13 @@ func (d *Device) progressLoop() {
 			return
 		default:
 		}
-		if d.progress() {
+		// While the application polls (active), what this pass moved
+		// or found held, it would have moved itself: the loop counts
+		// such passes as idle and so naps after a short spin, rather
+		// than spinning beside the poller, fighting it for the QPs'
+		// locks and taking the CPU its peer needs. Only an application
+		// that stopped polling waits, once, for the nap.
+		if moved, contended := d.progressPass(); (moved || contended) && !d.active.Load() {
 			idle = 0
 			continue
 		}
