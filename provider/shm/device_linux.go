@@ -64,6 +64,7 @@ type Device struct {
 
 	active      atomic.Bool   // an application goroutine polled or posted since the progress goroutine last looked
 	napWake     chan struct{} // a CQ waiter is about to block: the progress goroutine must not nap
+	waiting     atomic.Int32  // goroutines blocked in CQ.Wait, whose completions only the progress goroutine delivers
 	nap, safety time.Duration // napTime and safetyWake when the device opened
 	rnrWake     atomic.Int64  // earliest RNR deadline a QP waits for (unix nanos, 0 none)
 	copies      atomic.Uint64 // COPY_WRITEs and COPY_ATOMICs applied (copy_linux.go)
@@ -394,13 +395,15 @@ func (d *Device) progressLoop() {
 			return
 		default:
 		}
-		// While the application polls (active), what this pass moved
-		// or found held, it would have moved itself: the loop counts
-		// such passes as idle and so naps after a short spin, rather
-		// than spinning beside the poller, fighting it for the QPs'
-		// locks and taking the CPU its peer needs. Only an application
-		// that stopped polling waits, once, for the nap.
-		if moved, contended := d.progressPass(); (moved || contended) && !d.active.Load() {
+		// While the application polls (active) and no goroutine is
+		// blocked in CQ.Wait, what this pass moved or found held, the
+		// application would have moved itself: the loop counts such
+		// passes as idle and so naps after a short spin, rather than
+		// spinning beside the poller, fighting it for the QPs' locks
+		// and taking the CPU its peer needs. Only an application that
+		// stopped polling waits, once, for the nap.
+		polls := d.active.Load() && d.waiting.Load() == 0
+		if moved, contended := d.progressPass(); (moved || contended) && !polls {
 			idle = 0
 			continue
 		}
@@ -409,7 +412,7 @@ func (d *Device) progressLoop() {
 			runtime.Gosched()
 			continue
 		}
-		if d.active.Swap(false) {
+		if d.waiting.Load() == 0 && d.active.Swap(false) {
 			// The application polls: peers need not ring, and this
 			// goroutine keeps out of the way of busy pollers, until a
 			// CQ waiter is about to block (wakeForWaiter): the nap
