@@ -489,8 +489,18 @@ func (c *conn) forget(id uint32) {
 func (c *conn) readLoop(buf, oob []byte) {
 	defer c.dev.connWG.Done()
 	defer c.closeNow()
+	reset := false
 	for {
 		n, oobn, _, _, err := c.uc.ReadMsgUnix(buf, oob)
+		if errors.Is(err, unix.ECONNRESET) && !reset {
+			// The peer closed its end while messages from us waited
+			// unread in it (WAKEs, say): the kernel reports that once,
+			// before the messages the peer sent until it closed. Those
+			// are read still: a process that sends its last datagrams
+			// or its UD ring and exits loses none of them.
+			reset = true
+			continue
+		}
 		if err != nil || n == 0 {
 			return
 		}

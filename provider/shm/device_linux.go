@@ -64,6 +64,7 @@ type Device struct {
 
 	active      atomic.Bool   // an application goroutine polled or posted since the progress goroutine last looked
 	napWake     chan struct{} // a CQ waiter is about to block: the progress goroutine must not nap
+	waiting     atomic.Int32  // goroutines blocked in CQ.Wait, whose completions only the progress goroutine delivers
 	nap, safety time.Duration // napTime and safetyWake when the device opened
 	rnrWake     atomic.Int64  // earliest RNR deadline a QP waits for (unix nanos, 0 none)
 	copies      atomic.Uint64 // COPY_WRITEs and COPY_ATOMICs applied (copy_linux.go)
@@ -348,13 +349,19 @@ func nanotime() int64 { return time.Now().UnixNano() }
 // progress goroutine must then not go to sleep, since a peer that saw it
 // awake did not ring for what that QP's rings hold.
 func (d *Device) progress() bool {
-	moved := false
+	moved, contended := d.progressPass()
+	return moved || contended
+}
+
+// progressPass is progress telling apart a pass that moved something
+// from one that found a QP held by another goroutine.
+func (d *Device) progressPass() (moved, contended bool) {
 	for _, qp := range *d.qps.Load() {
 		if qp.busy.Load() == 0 {
 			continue
 		}
 		if !qp.mu.TryLock() {
-			moved = true
+			contended = true
 			continue
 		}
 		if qp.progressLocked() {
@@ -365,7 +372,7 @@ func (d *Device) progress() bool {
 	if d.pollUD() {
 		moved = true
 	}
-	return moved
+	return moved, contended
 }
 
 // progressLoop services the rings while no application goroutine polls:
@@ -388,7 +395,15 @@ func (d *Device) progressLoop() {
 			return
 		default:
 		}
-		if d.progress() {
+		// While the application polls (active) and no goroutine is
+		// blocked in CQ.Wait, what this pass moved or found held, the
+		// application would have moved itself: the loop counts such
+		// passes as idle and so naps after a short spin, rather than
+		// spinning beside the poller, fighting it for the QPs' locks
+		// and taking the CPU its peer needs. Only an application that
+		// stopped polling waits, once, for the nap.
+		polls := d.active.Load() && d.waiting.Load() == 0
+		if moved, contended := d.progressPass(); (moved || contended) && !polls {
 			idle = 0
 			continue
 		}
@@ -397,7 +412,7 @@ func (d *Device) progressLoop() {
 			runtime.Gosched()
 			continue
 		}
-		if d.active.Swap(false) {
+		if d.waiting.Load() == 0 && d.active.Swap(false) {
 			// The application polls: peers need not ring, and this
 			// goroutine keeps out of the way of busy pollers, until a
 			// CQ waiter is about to block (wakeForWaiter): the nap

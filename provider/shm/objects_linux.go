@@ -344,7 +344,11 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		runtime.Gosched()
 	}
 	// The progress goroutine delivers completions while we sleep; a
-	// push after Block registers the waiter wakes it.
+	// push after Block registers the waiter wakes it. While any waiter
+	// sleeps, the progress goroutine neither naps nor stops short
+	// because another goroutine posted (progressLoop).
+	cq.dev.waiting.Add(1)
+	defer cq.dev.waiting.Add(-1)
 	return cq.ring.Block(ctx, cq.dev.wakeForWaiter)
 }
 
