@@ -52,6 +52,23 @@ type CQRing struct {
 	waiters atomic.Int32 // goroutines in Block
 	wake    chan struct{}
 	dead    atomic.Bool
+
+	armedCount *atomic.Int32 // CountArmed's counter, or nil
+}
+
+// CountArmed makes the ring keep c one higher while it is armed: a
+// provider whose progress depends on its own goroutine (shm) counts its
+// armed CQs like its goroutines blocked in Block, since an application
+// that armed a CQ is about to sleep on its CompChannel and waits for that
+// goroutine to deliver the completion. Call it before the ring is used.
+func (r *CQRing) CountArmed(c *atomic.Int32) { r.armedCount = c }
+
+// disarmLocked clears the arming. Precondition: r.mu held and r.armed.
+func (r *CQRing) disarmLocked() {
+	r.armed = false
+	if r.armedCount != nil {
+		r.armedCount.Add(-1)
+	}
 }
 
 // Init sizes the ring for cqe completions. self is the CQ the ring
@@ -108,7 +125,7 @@ func (r *CQRing) Push(wc *verbs.WC, solicited bool) PushResult {
 	r.count.Add(1)
 	notify := r.armed && (!r.solicited || solicited || wc.Status != verbs.WCSuccess)
 	if notify {
-		r.armed = false
+		r.disarmLocked()
 	}
 	r.mu.Unlock()
 	if notify && r.ch != nil {
@@ -194,6 +211,9 @@ func (r *CQRing) Arm(solicitedOnly bool) error {
 		return verbs.Errorf("ReqNotifyCQ", verbs.ErrInvalidState, "the CQ has no completion channel; pass one to CreateCQ")
 	}
 	r.mu.Lock()
+	if !r.armed && r.armedCount != nil {
+		r.armedCount.Add(1)
+	}
 	r.armed, r.solicited = true, solicitedOnly
 	r.mu.Unlock()
 	return nil
@@ -208,6 +228,11 @@ func (r *CQRing) Destroy(users int32) error {
 	if !r.dead.CompareAndSwap(false, true) {
 		return verbs.Errorf("DestroyCQ", verbs.ErrDestroyed, "CQ already destroyed")
 	}
+	r.mu.Lock()
+	if r.armed {
+		r.disarmLocked()
+	}
+	r.mu.Unlock()
 	select {
 	case r.wake <- struct{}{}:
 	default:

@@ -65,6 +65,7 @@ type Device struct {
 	active      atomic.Bool   // an application goroutine polled or posted since the progress goroutine last looked
 	napWake     chan struct{} // a CQ waiter is about to block: the progress goroutine must not nap
 	waiting     atomic.Int32  // goroutines blocked in CQ.Wait, whose completions only the progress goroutine delivers
+	armed       atomic.Int32  // CQs armed by ReqNotify: their application sleeps on a CompChannel, likewise
 	nap, safety time.Duration // napTime and safetyWake when the device opened
 	rnrWake     atomic.Int64  // earliest RNR deadline a QP waits for (unix nanos, 0 none)
 	copies      atomic.Uint64 // COPY_WRITEs and COPY_ATOMICs applied (copy_linux.go)
@@ -402,7 +403,7 @@ func (d *Device) progressLoop() {
 		// spinning beside the poller, fighting it for the QPs' locks
 		// and taking the CPU its peer needs. Only an application that
 		// stopped polling waits, once, for the nap.
-		polls := d.active.Load() && d.waiting.Load() == 0
+		polls := d.active.Load() && !d.awaited()
 		if moved, contended := d.progressPass(); (moved || contended) && !polls {
 			idle = 0
 			continue
@@ -412,7 +413,7 @@ func (d *Device) progressLoop() {
 			runtime.Gosched()
 			continue
 		}
-		if d.waiting.Load() == 0 && d.active.Swap(false) {
+		if !d.awaited() && d.active.Swap(false) {
 			// The application polls: peers need not ring, and this
 			// goroutine keeps out of the way of busy pollers, until a
 			// CQ waiter is about to block (wakeForWaiter): the nap
@@ -469,6 +470,11 @@ var safetyWake = 5 * time.Second
 // polls; a variable so that a test can make a nap last (for the devices
 // it opens after).
 var napTime = 2 * time.Millisecond
+
+// awaited reports whether a goroutine waits for a completion that only
+// the progress goroutine will deliver: one blocked in CQ.Wait, or an
+// application sleeping on a CompChannel for an armed CQ.
+func (d *Device) awaited() bool { return d.waiting.Load() != 0 || d.armed.Load() != 0 }
 
 // wakeForWaiter is called by a CQ waiter before it blocks: the progress
 // goroutine stops napping and, unless the application polls again, sleeps

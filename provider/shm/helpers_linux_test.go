@@ -17,6 +17,7 @@ type side struct {
 	qp  verbs.QP
 	mr  verbs.MR
 	srq verbs.SRQ
+	ch  *verbs.CompChannel // sideOpts.channel: the CQ's completion channel
 }
 
 const fullAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
@@ -28,6 +29,7 @@ type sideOpts struct {
 	typ      verbs.QPType
 	rnrRetry uint8
 	regMR    bool // the side's MR is RegMR'd Go memory, not AllocMR's memfd
+	channel  bool // the side's CQ has a completion channel (side.ch)
 }
 
 func newSide(t testing.TB, o sideOpts) *side {
@@ -38,7 +40,10 @@ func newSide(t testing.TB, o sideOpts) *side {
 	}
 	s := &side{dev: dev}
 	s.pd, _ = dev.AllocPD()
-	s.cq, _ = dev.CreateCQ(256, nil)
+	if o.channel {
+		s.ch = verbs.NewCompChannel(1)
+	}
+	s.cq, _ = dev.CreateCQ(256, s.ch)
 	if o.mrAccess == 0 {
 		o.mrAccess = fullAccess
 	}

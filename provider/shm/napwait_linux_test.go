@@ -47,3 +47,38 @@ func TestWaiterNotLeftToNapWhenAnotherPosts(t *testing.T) {
 	}
 	poll(t, x.cq, 1)
 }
+
+// The same for an application that armed its CQ and sleeps on the
+// CompChannel (ibv_get_cq_event's way): while the CQ is armed the
+// progress goroutine must not nap, though the application posts, and the
+// event comes without waiting out a nap (an hour here).
+func TestArmedCQNotLeftToNapWhenAnotherPosts(t *testing.T) {
+	d := napTime
+	t.Cleanup(func() { napTime = d })
+	napTime = time.Hour
+	x, y := pair(t, sideOpts{}, sideOpts{channel: true})
+	postRecv(t, y.qp, 1, y.mr.SGE(0, 64))
+	if err := y.cq.ReqNotify(false); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 3 {
+		postRecv(t, x.qp, uint64(10+i), x.mr.SGE(1024+64*i, 64))
+		if err := y.qp.PostSend(&verbs.SendWR{WRID: 3, Opcode: verbs.WRSend, SGList: []verbs.SGE{y.mr.SGE(512, 4)}}); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, x.cq, 1)
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := x.qp.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{x.mr.SGE(512, 4)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := y.ch.GetEvent(ctx); err != nil {
+		t.Fatalf("GetEvent: %v (the receive waited for the progress goroutine's nap)", err)
+	}
+	poll(t, x.cq, 1)
+	if n := y.dev.armed.Load(); n != 0 {
+		t.Errorf("%d CQs counted armed after the event; want 0", n)
+	}
+}

@@ -310,6 +310,7 @@ func (d *Device) CreateCQ(cqe int, ch *verbs.CompChannel) (verbs.CQ, error) {
 	d.cqs++
 	cq := &CQ{dev: d}
 	cq.ring.Init(cqe, ch, cq)
+	cq.ring.CountArmed(&d.armed)
 	return cq, nil
 }
 
@@ -352,8 +353,17 @@ func (cq *CQ) Wait(ctx context.Context) error {
 	return cq.ring.Block(ctx, cq.dev.wakeForWaiter)
 }
 
-// ReqNotify arms the CQ for one event on its CompChannel.
-func (cq *CQ) ReqNotify(solicitedOnly bool) error { return cq.ring.Arm(solicitedOnly) }
+// ReqNotify arms the CQ for one event on its CompChannel. While it is
+// armed the progress goroutine does not nap (the application is about to
+// sleep on the channel and only that goroutine delivers the completion);
+// a nap already begun ends now.
+func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	if err := cq.ring.Arm(solicitedOnly); err != nil {
+		return err
+	}
+	cq.dev.wakeForWaiter()
+	return nil
+}
 
 // CQE returns the capacity.
 func (cq *CQ) CQE() int { return cq.ring.Cap() }
