@@ -363,9 +363,6 @@ func TestRDMACMDeviceClose(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the peer did not see the disconnect")
 	}
-	if _, err := cm.Dial(ctx, "rdma", ln.Addr().String(), &cm.Options{Context: cli}); !errors.Is(err, cm.ErrDeviceClosed) {
-		t.Errorf("Dial on the closed device: %v; want cm.ErrDeviceClosed", err)
-	}
 	server.Close()
 	ln.Close()
 	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > before; time.Sleep(10 * time.Millisecond) {
