@@ -21,6 +21,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/softrdma/softrdma/verbs"
 	"github.com/softrdma/softrdma/wire"
@@ -61,14 +62,28 @@ func dialKernel(ctx context.Context, k verbs.KernelCM, r *route, raddr netip.Add
 		c.release()
 		return nil, err
 	}
-	p := kernelParams(o, c)
-	p.Src, p.Dst, p.Port = netip.AddrPortFrom(r.src, 0), raddr, r.port
-	kc, err := k.CMDial(ctx, p)
+	w, err := watchKernel(r.ctx)
 	if err != nil {
 		c.release()
-		return nil, kernelErr(err)
+		return nil, err
+	}
+	actx, done, err := w.attempt(ctx)
+	if err != nil {
+		c.release()
+		return nil, err
+	}
+	defer done()
+	p := kernelParams(o, c)
+	p.Src, p.Dst, p.Port = netip.AddrPortFrom(r.src, 0), raddr, r.port
+	kc, err := k.CMDial(actx, p)
+	if err != nil {
+		c.release()
+		return nil, attemptErr(actx, kernelErr(err))
 	}
 	c.adoptKernel(kc)
+	if err := w.adopt(c); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -100,12 +115,19 @@ type kernelListener struct {
 	kl   verbs.CMListener
 	stop context.CancelFunc
 	done chan struct{}
+	w    *kernelWatch // the device's (kernel_lifetime.go)
+	// devClosed: the device's Close closed the listener.
+	devClosed atomic.Bool
 }
 
 // listenKernel is listenOn on a kernel device.
 func listenKernel(k verbs.KernelCM, vctx verbs.Context, local netip.Addr, port uint16, o Options, address string, reqs chan *ConnRequest) (*Listener, error) {
 	if o.Security != 0 {
 		return nil, ErrKernelSecurity
+	}
+	w, err := watchKernel(vctx)
+	if err != nil {
+		return nil, fmt.Errorf("cm.Listen: %v: %w", address, err)
 	}
 	kl, err := k.CMListen(netip.AddrPortFrom(local, port), o.QPType, o.Backlog)
 	if err != nil {
@@ -119,7 +141,12 @@ func listenKernel(k verbs.KernelCM, vctx verbs.Context, local netip.Addr, port u
 	l.addr = kl.Addr()
 	l.serviceID = ServiceID(portSpace(o.QPType), l.addr.Port())
 	ctx, cancel := context.WithCancel(context.Background())
-	l.kernel = &kernelListener{kl: kl, stop: cancel, done: make(chan struct{})}
+	l.kernel = &kernelListener{kl: kl, stop: cancel, done: make(chan struct{}), w: w}
+	if err := w.addListener(l); err != nil {
+		cancel()
+		kl.Close()
+		return nil, fmt.Errorf("cm.Listen: %v: %w", address, err)
+	}
 	go l.pumpKernel(ctx)
 	return l, nil
 }
@@ -155,6 +182,7 @@ func (l *Listener) closeKernel() {
 	l.kernel.stop()
 	l.kernel.kl.Close()
 	<-l.kernel.done
+	l.kernel.w.removeListener(l)
 }
 
 // acceptKernel is ConnRequest.Accept for a request from a kernel device.
@@ -163,6 +191,17 @@ func (r *ConnRequest) acceptKernel(ctx context.Context, o *Options) (*Conn, erro
 		r.k.Reject(nil)
 		return nil, ErrKernelSecurity
 	}
+	w, err := watchKernel(o.Context)
+	if err != nil {
+		r.k.Reject(nil)
+		return nil, err
+	}
+	actx, done, err := w.attempt(ctx)
+	if err != nil {
+		r.k.Reject(nil)
+		return nil, err
+	}
+	defer done()
 	c := newConn()
 	c.local, c.remote = r.Local, r.Remote
 	if err := resources(o.Context, o, c); err != nil {
@@ -170,13 +209,16 @@ func (r *ConnRequest) acceptKernel(ctx context.Context, o *Options) (*Conn, erro
 		r.k.Reject(nil)
 		return nil, err
 	}
-	kc, err := r.k.Accept(ctx, kernelParams(o, c))
+	kc, err := r.k.Accept(actx, kernelParams(o, c))
 	if err != nil {
 		c.release()
-		return nil, kernelErr(err)
+		return nil, attemptErr(actx, kernelErr(err))
 	}
 	c.adoptKernel(kc)
 	c.PeerPrivateData = r.PrivateData
+	if err := w.adopt(c); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 

@@ -160,7 +160,7 @@ func (l *Listener) Accept(ctx context.Context) (*ConnRequest, error) {
 	case r := <-l.reqs:
 		return r, nil
 	case <-l.closed:
-		return nil, ErrClosed
+		return nil, l.acceptClosedErr()
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

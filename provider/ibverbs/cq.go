@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/softrdma/softrdma/internal/verbsobj"
@@ -32,7 +33,11 @@ const pollBatch = 64
 // min(len(wc), 64) completions into the CQ's C arrays, converted into wc
 // in Go. Wait arms the CQ, polls once more (into the CQ's stash, which
 // the next Poll returns first) and then sleeps in the netpoller until
-// the channel's event, the context's end or Destroy.
+// the channel's event, the context's end or Destroy. While the
+// application's ReqNotify(true) waits for a solicited completion, Wait
+// does not arm the CQ (arming for any completion would widen the
+// application's arm: the device keeps the wider of the two); it naps
+// and polls instead.
 type CQ struct {
 	ctx     *Context
 	cq      *C.struct_ibv_cq
@@ -47,8 +52,8 @@ type CQ struct {
 	stash int              // completions Wait polled: flat[stashOff:stashOff+stash]
 	off   int
 
-	overrun   atomic.Bool // CQ_ERR arrived: the next Poll reports it
-	userArmed atomic.Bool // ReqNotify was called: the next event goes to ch
+	overrun   atomic.Bool   // CQ_ERR arrived: the next Poll reports it
+	userArmed atomic.Uint32 // armNone, armAny, armSolicited: how ReqNotify armed; the next event goes to ch
 
 	waitMu sync.Mutex
 	waitCh chan struct{} // closed at each channel event
@@ -117,7 +122,7 @@ func (q *CQ) eventLoop(raw syscall.RawConn) {
 		close(q.waitCh)
 		q.waitCh = make(chan struct{})
 		q.waitMu.Unlock()
-		if q.userArmed.Swap(false) && q.ch != nil {
+		if q.userArmed.Swap(armNone) != armNone && q.ch != nil {
 			q.ch.Notify(q)
 		}
 	}
@@ -224,6 +229,20 @@ func (q *CQ) peek() bool {
 // sleeps.
 const spinPolls = 64
 
+// How ReqNotify armed the CQ (CQ.userArmed).
+const (
+	armNone = iota
+	armAny
+	armSolicited
+)
+
+// Wait's naps while the application's solicited-only arm is pending:
+// from napMin, doubling up to napMax.
+const (
+	napMin = 10 * time.Microsecond
+	napMax = time.Millisecond
+)
+
 // Wait blocks until the CQ holds a completion, ctx is done or the CQ is
 // destroyed. It blocks no OS thread: the channel's file waits in the
 // netpoller.
@@ -236,16 +255,32 @@ func (q *CQ) Wait(ctx context.Context) error {
 			return verbs.Errorf("WaitCQ", verbs.ErrDestroyed, "the CQ was destroyed")
 		}
 	}
+	var nap *time.Timer
+	napFor := napMin
 	for {
 		q.waitMu.Lock()
 		wake := q.waitCh
 		q.waitMu.Unlock()
 		q.mu.Lock()
 		dead := q.life.Dead()
-		if !dead {
+		solicited := q.userArmed.Load() == armSolicited
+		if !dead && !solicited {
 			C.sr_req_notify_cq(q.cq, 0)
 		}
 		q.mu.Unlock()
+		var napped <-chan time.Time
+		if solicited {
+			// The device's arm is the application's; the event it
+			// raises wakes us too, the naps catch the other completions.
+			if nap == nil {
+				nap = time.NewTimer(napFor)
+				defer nap.Stop()
+			} else {
+				nap.Reset(napFor)
+			}
+			napped = nap.C
+			napFor = min(2*napFor, napMax)
+		}
 		if dead {
 			return verbs.Errorf("WaitCQ", verbs.ErrDestroyed, "the CQ was destroyed")
 		}
@@ -254,6 +289,7 @@ func (q *CQ) Wait(ctx context.Context) error {
 		}
 		select {
 		case <-wake:
+		case <-napped:
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-q.done:
@@ -279,18 +315,18 @@ func (q *CQ) ReqNotify(solicitedOnly bool) error {
 	if q.life.Dead() {
 		return verbs.Errorf("ReqNotify", verbs.ErrDestroyed, "the CQ was destroyed")
 	}
-	q.userArmed.Store(true)
-	s := C.int(0)
+	s, arm := C.int(0), uint32(armAny)
 	if solicitedOnly {
-		s = 1
+		s, arm = 1, armSolicited
 	}
+	q.userArmed.Store(arm)
 	if r := C.sr_req_notify_cq(q.cq, s); r != 0 {
 		return errnoCode("ReqNotify", int(r), "ibv_req_notify_cq")
 	}
 	if q.stash > 0 {
 		// Completions Wait took off the device's CQ would not raise the
 		// event the application now waits for.
-		q.userArmed.Store(false)
+		q.userArmed.Store(armNone)
 		q.ch.Notify(q)
 	}
 	return nil

@@ -73,12 +73,18 @@ type end struct {
 
 func newEnd(t testing.TB, c *Context, gidIndex int, typ verbs.QPType, depth uint32) *end {
 	t.Helper()
+	return newEndCh(t, c, gidIndex, typ, depth, nil)
+}
+
+// newEndCh is newEnd with a CQ that delivers its events to ch.
+func newEndCh(t testing.TB, c *Context, gidIndex int, typ verbs.QPType, depth uint32, ch *verbs.CompChannel) *end {
+	t.Helper()
 	e := &end{ctx: c}
 	var err error
 	if e.pd, err = c.AllocPD(); err != nil {
 		t.Fatal(err)
 	}
-	if e.cq, err = c.CreateCQ(int(2*depth), nil); err != nil {
+	if e.cq, err = c.CreateCQ(int(2*depth), ch); err != nil {
 		t.Fatal(err)
 	}
 	if e.mr, err = e.pd.AllocMR(1<<20, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic); err != nil {
@@ -103,8 +109,14 @@ func newEnd(t testing.TB, c *Context, gidIndex int, typ verbs.QPType, depth uint
 // pair connects two QPs of type typ on c to each other.
 func pair(t testing.TB, c *Context, typ verbs.QPType, depth uint32) (a, b *end) {
 	t.Helper()
+	return pairCh(t, c, typ, depth, nil)
+}
+
+// pairCh is pair with b's CQ delivering its events to ch.
+func pairCh(t testing.TB, c *Context, typ verbs.QPType, depth uint32, ch *verbs.CompChannel) (a, b *end) {
+	t.Helper()
 	gi := roceIndex(t, c)
-	a, b = newEnd(t, c, gi, typ, depth), newEnd(t, c, gi, typ, depth)
+	a, b = newEnd(t, c, gi, typ, depth), newEndCh(t, c, gi, typ, depth, ch)
 	p := cm.DefaultParams()
 	p.SGIDIndex = uint8(gi)
 	p.Access = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic

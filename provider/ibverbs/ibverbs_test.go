@@ -241,3 +241,58 @@ func TestZeroAllocs(t *testing.T) {
 		t.Fatalf("a post list of %d and its poll allocate %v times; want 0", batch, allocs)
 	}
 }
+
+// TestWaitKeepsSolicitedArm: a goroutine in Wait does not widen the
+// application's ReqNotify(true): a completion without the solicited bit
+// ends the Wait but raises no event on the CompChannel; the solicited one
+// after it does.
+func TestWaitKeepsSolicitedArm(t *testing.T) {
+	c := openOrSkip(t)
+	ch := verbs.NewCompChannel(1)
+	a, b := pairCh(t, c, verbs.QPTypeRC, 16, ch)
+	for i := uint64(0); i < 2; i++ {
+		if err := b.qp.PostRecv(&verbs.RecvWR{WRID: 10 + i, SGList: []verbs.SGE{b.mr.SGE(int(64*i), 64)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.cq.ReqNotify(true); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	waited := make(chan error, 1)
+	go func() { waited <- b.cq.Wait(ctx) }()
+	time.Sleep(100 * time.Millisecond) // Wait is past its spinning: asleep
+	send := func(flags verbs.SendFlags) {
+		t.Helper()
+		if err := a.qp.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled | flags,
+			SGList: []verbs.SGE{a.mr.SGE(0, 8)}}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := wait(t, a.cq); wc.Status != verbs.WCSuccess {
+			t.Fatalf("send completion: %v", wc.Status)
+		}
+	}
+	send(0)
+	if err := <-waited; err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	var wc [1]verbs.WC
+	if n, err := b.cq.Poll(wc[:]); n != 1 || err != nil || wc[0].WRID != 10 {
+		t.Fatalf("Poll after Wait: %d, %v, WRID %d", n, err, wc[0].WRID)
+	}
+	select {
+	case <-ch.C():
+		t.Fatal("a completion without the solicited bit raised the event of ReqNotify(true)")
+	case <-time.After(300 * time.Millisecond):
+	}
+	send(verbs.SendSolicited)
+	select {
+	case cq := <-ch.C():
+		if cq != b.cq {
+			t.Errorf("the event is for %v", cq)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the solicited completion raised no event")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
@@ -282,5 +283,91 @@ func TestRDMACMRdmanetEcho(t *testing.T) {
 	}
 	if !bytes.Equal(got, msg) {
 		t.Fatal("the echo differs")
+	}
+}
+
+// TestRDMACMDeviceClose: closing a kernel device ends the cm
+// connections and listeners on it with cm.ErrDeviceClosed, as closing a
+// softrdma device ends its agent's; the peer on another context sees
+// the disconnect, and no goroutine is left behind.
+func TestRDMACMDeviceClose(t *testing.T) {
+	srv := openOrSkip(t)
+	before := runtime.NumGoroutine()
+	cli := openOrSkip(t) // the same device, opened again: the one closed
+	addr := cmAddr(t, srv)
+	ln, err := cm.Listen("rdma", netip.AddrPortFrom(addr, 0).String(), &cm.Options{Context: srv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx := cmCtx(t)
+	ch := make(chan *cm.Conn, 1)
+	go func() {
+		req, err := ln.Accept(ctx)
+		if err != nil {
+			t.Error(err)
+			ch <- nil
+			return
+		}
+		conn, err := req.Accept(ctx, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- conn
+	}()
+	client, err := cm.Dial(ctx, "rdma", ln.Addr().String(), &cm.Options{Context: cli})
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	defer client.Close()
+	server := <-ch
+	if server == nil {
+		t.FailNow()
+	}
+	defer server.Close()
+	cliLn, err := cm.Listen("rdma", netip.AddrPortFrom(addr, 0).String(), &cm.Options{Context: cli})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cliLn.Close()
+	accepted := make(chan error, 1)
+	go func() {
+		_, err := cliLn.Accept(ctx)
+		accepted <- err
+	}()
+
+	if err := cli.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case <-client.Done():
+		if !errors.Is(client.Err(), cm.ErrDeviceClosed) {
+			t.Errorf("the connection on the closed device: Err %v; want cm.ErrDeviceClosed", client.Err())
+		}
+	default:
+		t.Fatal("the connection on the closed device is still up")
+	}
+	select {
+	case err := <-accepted:
+		if !errors.Is(err, cm.ErrDeviceClosed) {
+			t.Errorf("Accept on the closed device's listener: %v; want cm.ErrDeviceClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Accept on the closed device's listener did not return")
+	}
+	select {
+	case <-server.Done():
+		if !errors.Is(server.Err(), cm.ErrDisconnected) {
+			t.Errorf("the peer's Err %v; want ErrDisconnected", server.Err())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the peer did not see the disconnect")
+	}
+	server.Close()
+	ln.Close()
+	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > before; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after the close, %d before the second device was opened", runtime.NumGoroutine(), before)
+		}
 	}
 }

@@ -60,12 +60,20 @@ ibvcm_host() {
 		local job
 		job=$($VM exec -b vm1 "/common/softrdma-ibverbs-cm $tool $sargs")
 		sleep 2
+		# Attempts that find the server in the TCG guest not listening
+		# yet (a REJ or SIDR_REP "no such service") are retried; their
+		# output goes to $log.retries, so that the result is judged on
+		# the attempt that counts.
 		local tries=0
-		until $VM nsexec env SOFTRDMA_ADDR=$HOST timeout 120 "$BIN" "$tool" $cargs $aflag $GUEST >>"$log" 2>&1; do
+		: >"$log.retries"
+		until $VM nsexec env SOFTRDMA_ADDR=$HOST timeout 120 "$BIN" "$tool" $cargs $aflag $GUEST >"$log.try" 2>&1; do
 			tries=$((tries + 1))
+			cat "$log.try" >>"$log.retries"
 			[ $tries -ge 6 ] && { ok=0; break; }
 			sleep 2
 		done
+		[ $tries -gt 0 ] && echo "($tries earlier attempt(s) before the server listened: $log.retries)" >>"$log"
+		cat "$log.try" >>"$log"
 		echo "--- rxe0 server (tag build):" >>"$log"
 		$VM wait vm1 "$job" >>"$log" 2>&1 || ok=0
 	else
