@@ -747,6 +747,13 @@ SRD_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma
 			continue;
 		if (n < 0)
 			return -1; /* EAGAIN on a non-blocking channel */
+		if (n == 0) {
+			/* Another thread destroyed the channel while this one
+			   waited (rping's event thread at exit): with rdma-core
+			   the read stays blocked, so it does here. */
+			for (;;)
+				pause();
+		}
 		if (n != sizeof(h))
 			return fail(EIO);
 		err = srdgo_cm_event((uintptr_t)h, &info);
