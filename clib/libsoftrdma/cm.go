@@ -46,6 +46,7 @@ import (
 
 	"github.com/softrdma/softrdma/cm"
 	"github.com/softrdma/softrdma/verbs"
+	"github.com/softrdma/softrdma/wire"
 )
 
 // cmDev is a device librdmacm opened: its Go context and its C struct.
@@ -533,7 +534,9 @@ func connError(err error) *cmEvent {
 	case errors.As(err, &rej):
 		return &cmEvent{typ: C.RDMA_CM_EVENT_REJECTED, status: int(rej.Reason), pdata: rej.PrivateData}
 	case errors.As(err, &sidr):
-		return &cmEvent{typ: C.RDMA_CM_EVENT_UNREACHABLE, status: -int(C.ECONNREFUSED), pdata: sidr.PrivateData}
+		// The kernel's rdma_cm reports the SIDR_REP's status (1: nobody
+		// listens on the port).
+		return &cmEvent{typ: C.RDMA_CM_EVENT_UNREACHABLE, status: int(sidr.Status), pdata: sidr.PrivateData}
 	case errors.Is(err, cm.ErrTimeout):
 		return &cmEvent{typ: C.RDMA_CM_EVENT_UNREACHABLE, status: -int(C.ETIMEDOUT)}
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH), errors.Is(err, cm.ErrUnreachable):
@@ -614,7 +617,7 @@ func srdgo_cm_connect(h C.uintptr_t, qp *C.struct_ibv_qp, p *C.struct_rdma_conn_
 	id.cancel = cancel
 	id.mu.Unlock()
 	go func() {
-		c, err := cm.Dial(ctx, "rdma", remote.String(), o)
+		c, err := dialGrace(ctx, remote.String(), o)
 		id.mu.Lock()
 		id.cancel = nil
 		gone := id.destroyed
@@ -639,6 +642,34 @@ func srdgo_cm_connect(h C.uintptr_t, qp *C.struct_ibv_qp, p *C.struct_rdma_conn_
 		id.established(c, true)
 	}()
 	return 0
+}
+
+// listenGrace is how long rdma_connect keeps asking a peer that answers
+// "nobody listens on that port" (REJ reason 8, SIDR status 1) before it
+// reports it. Programs start a connection right after telling their peer
+// to listen (perftest -R's client connects as soon as an exchange that
+// precedes its server's rdma_listen is done); a peer that listens within
+// the grace connects, one that does not is reported a second later than
+// the kernel's rdma_cm would.
+const listenGrace = time.Second
+
+func dialGrace(ctx context.Context, address string, o *cm.Options) (*cm.Conn, error) {
+	deadline := time.Now().Add(listenGrace)
+	for {
+		c, err := cm.Dial(ctx, "rdma", address, o)
+		var rej *cm.RejectError
+		var sidr *cm.SIDRError
+		nobody := (errors.As(err, &rej) && rej.Reason == wire.RejInvalidServiceID) ||
+			(errors.As(err, &sidr) && sidr.Status == wire.SIDRUnsupportedService)
+		if !nobody || time.Now().After(deadline) {
+			return c, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 //export srdgo_cm_accept

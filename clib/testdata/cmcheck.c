@@ -258,6 +258,35 @@ static void connections(void)
 	rdma_destroy_event_channel(sch);
 }
 
+/* nobody: a connection to a port nobody listens on is REJECTED with
+   reason 8 (invalid service ID), after the library's grace second. */
+static void nobody(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *id;
+	struct sockaddr_in dst = sin_of(addr, 1);
+	struct ibv_qp_init_attr qa = qp_attr();
+	struct rdma_cm_event *ev;
+
+	CHECK(!rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), "rdma_create_id");
+	CHECK(!rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000), "rdma_resolve_addr: %s", strerror(errno));
+	if ((ev = next(ch, RDMA_CM_EVENT_ADDR_RESOLVED)))
+		rdma_ack_cm_event(ev);
+	CHECK(!rdma_resolve_route(id, 2000), "rdma_resolve_route: %s", strerror(errno));
+	if ((ev = next(ch, RDMA_CM_EVENT_ROUTE_RESOLVED)))
+		rdma_ack_cm_event(ev);
+	CHECK(!rdma_create_qp(id, NULL, &qa), "rdma_create_qp: %s", strerror(errno));
+	CHECK(!rdma_connect(id, NULL), "rdma_connect: %s", strerror(errno));
+	ERRNO(rdma_connect(id, NULL), EINVAL); /* one connect at a time */
+	if ((ev = next(ch, RDMA_CM_EVENT_REJECTED))) {
+		CHECK(ev->status == 8, "status %d, want 8 (invalid service ID)", ev->status);
+		rdma_ack_cm_event(ev);
+	}
+	rdma_destroy_qp(id);
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+}
+
 /* ---- synchronous endpoints ---- */
 
 static struct rdma_cm_id *ep_listen;
@@ -324,6 +353,7 @@ int main(int argc, char **argv)
 	misuse();
 	addrinfo();
 	connections();
+	nobody();
 	endpoints();
 	printf("cmcheck: %d failed\n", fails);
 	return fails != 0;
