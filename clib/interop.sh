@@ -75,5 +75,7 @@ guest_server "rping: rxe server, C client over softrdma" "rping -s -a $guest -p 
 host_server "rping: C server over softrdma, rxe client" "rping -c -a $host -p 7472 -C 10 -V" -- rping -s -a $host -p 7472 -C 10 -V
 guest_server "ucmatose: rxe server, C client over softrdma" "ucmatose -p 7473" -- ucmatose -s $guest -p 7473
 host_server "ucmatose: C server over softrdma, rxe client" "ucmatose -s $host -p 7474" -- ucmatose -p 7474
+guest_server "udaddy: rxe server, C client over softrdma" "udaddy" -- udaddy -s $guest
+host_server "udaddy: C server over softrdma, rxe client" "udaddy -s $host" -- udaddy
 echo "$((n - fails - xfails)) of $n passed, $xfails known failures (XFAIL)"
 [ $fails = 0 ]
