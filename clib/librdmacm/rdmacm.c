@@ -167,6 +167,7 @@ SRD_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 
 	if (!c)
 		return;
+	srdgo_cm_close_fd(c->wfd);
 	close(c->ch.fd);
 	close(c->wfd);
 	free(c);

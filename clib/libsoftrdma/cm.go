@@ -138,6 +138,39 @@ type cmID struct {
 
 func idOf(h C.uintptr_t) *cmID { return cgo.Handle(h).Value().(*cmID) }
 
+// liveIDs are the ids not destroyed yet, so that a channel closed while
+// ids still use it (a program error rdma-core does not catch either)
+// stops their events instead of letting them reach whatever file
+// descriptor reuses the number.
+var (
+	liveMu  sync.Mutex
+	liveIDs = map[*cmID]struct{}{}
+)
+
+func (id *cmID) live(on bool) {
+	liveMu.Lock()
+	if on {
+		liveIDs[id] = struct{}{}
+	} else {
+		delete(liveIDs, id)
+	}
+	liveMu.Unlock()
+}
+
+//export srdgo_cm_close_fd
+func srdgo_cm_close_fd(fd C.int) {
+	defer func() { recover() }()
+	liveMu.Lock()
+	defer liveMu.Unlock()
+	for id := range liveIDs {
+		id.mu.Lock()
+		if id.fd == int(fd) {
+			id.fd = -1
+		}
+		id.mu.Unlock()
+	}
+}
+
 // cmEvent is one event waiting in a channel's pipe.
 type cmEvent struct {
 	id     *cmID
@@ -161,7 +194,7 @@ func (id *cmID) post(ev *cmEvent) {
 	h := cgo.NewHandle(ev)
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	if id.destroyed {
+	if id.destroyed || id.fd < 0 {
 		h.Delete()
 		return
 	}
@@ -182,6 +215,7 @@ func srdgo_cm_create_id(cptr *C.struct_srd_cm_id, ps, qpType, fd C.int, h *C.uin
 		return errnoOf("rdma_create_id", err)
 	}
 	id := &cmID{cptr: cptr, fd: int(fd), ps: cm.PortSpace(ps), qpType: verbs.QPType(qpType)}
+	id.live(true)
 	*h = C.uintptr_t(cgo.NewHandle(id))
 	return 0
 }
@@ -215,6 +249,7 @@ func srdgo_cm_destroy_id(h C.uintptr_t) {
 	ls, req, conn, cancel := id.listeners, id.req, id.conn, id.cancel
 	id.listeners, id.req, id.conn, id.cancel = nil, nil, nil, nil
 	id.mu.Unlock()
+	id.live(false)
 	for _, l := range ls {
 		l.Close()
 	}
@@ -503,6 +538,7 @@ func (id *cmID) acceptLoop(l *cm.Listener) {
 		id.mu.Lock()
 		child.fd = id.fd
 		id.mu.Unlock()
+		child.live(true)
 		ev := &cmEvent{typ: C.RDMA_CM_EVENT_CONNECT_REQUEST, child: child, pdata: req.PrivateData}
 		if req.QPType == verbs.QPTypeUD {
 			ev.ud = true
@@ -797,8 +833,11 @@ func srdgo_cm_event(evh C.uintptr_t, info *C.struct_srd_cm_evinfo) (ret C.int) {
 	gone, cptr := id.destroyed, id.cptr
 	id.mu.Unlock()
 	if gone {
-		if ev.child != nil && ev.child.req != nil {
-			ev.child.req.Reject(nil)
+		if ev.child != nil {
+			if ev.child.req != nil {
+				ev.child.req.Reject(nil)
+			}
+			ev.child.live(false)
 		}
 		return C.ENOENT
 	}

@@ -72,6 +72,7 @@ struct srd_cm_route {
 int srdgo_cm_register_ctx(struct ibv_context *ctx);
 int srdgo_cm_create_id(struct srd_cm_id *id, int ps, int qp_type, int fd, uintptr_t *h);
 int srdgo_cm_set_fd(uintptr_t h, int fd);
+void srdgo_cm_close_fd(int fd);
 void srdgo_cm_destroy_id(uintptr_t h);
 int srdgo_cm_child_bind(uintptr_t h, struct srd_cm_id *id);
 int srdgo_cm_bind(uintptr_t h, struct srd_cm_addr *a, struct srd_cm_route *r);
