@@ -77,5 +77,7 @@ guest_server "ucmatose: rxe server, C client over softrdma" "ucmatose -p 7473" -
 host_server "ucmatose: C server over softrdma, rxe client" "ucmatose -s $host -p 7474" -- ucmatose -p 7474
 guest_server "udaddy: rxe server, C client over softrdma" "udaddy" -- udaddy -s $guest
 host_server "udaddy: C server over softrdma, rxe client" "udaddy -s $host" -- udaddy
+guest_server "ib_write_bw -R: rxe server, C client over softrdma" "ib_write_bw -R -F -d rxe0 -x 1 -n 500" -- ib_write_bw -R -F -d $dev -x 1 -n 500 $guest
+host_server "ib_write_bw -R: C server over softrdma, rxe client" "ib_write_bw -R -F -d rxe0 -x 1 -n 500 $host" -- ib_write_bw -R -F -d $dev -x 1 -n 500
 echo "$((n - fails - xfails)) of $n passed, $xfails known failures (XFAIL)"
 [ $fails = 0 ]
