@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# build.sh DIR: build softrdma's drop-in libibverbs.so.1 (and the
-# libibverbs.so link) into DIR. Needs Go, a C compiler and the headers of
+# build.sh DIR: build softrdma's drop-in libibverbs.so.1 and
+# librdmacm.so.1 (and the .so links) into DIR. Needs Go, a C compiler and the headers of
 # Debian's libibverbs-dev. docs/clib.md says how to use them.
 set -euo pipefail
 out=${1:?usage: clib/build.sh DIR}
@@ -20,3 +20,9 @@ cc=${CC:-gcc}
 	-Wl,--whole-archive "$tmp/libsoftrdma.a" -Wl,--no-whole-archive -lpthread
 ln -sf libibverbs.so.1 "$out/libibverbs.so"
 echo "built $out/libibverbs.so.1"
+# librdmacm.so.1: C over libibverbs.so.1's private cm entry points.
+"$cc" -shared -fPIC -O2 -Wall -o "$out/librdmacm.so.1" -Wl,-soname,librdmacm.so.1 \
+	-Wl,--version-script="$here/librdmacm.map" -I"$here/libsoftrdma" \
+	"$here"/librdmacm/*.c -L"$out" -l:libibverbs.so.1 -lpthread
+ln -sf librdmacm.so.1 "$out/librdmacm.so"
+echo "built $out/librdmacm.so.1"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# interop.sh DIR: Debian's C programs over the libibverbs.so.1 in DIR (built
-# by clib/build.sh) against Linux rxe in the interop VM
+# interop.sh DIR: Debian's C programs over the libibverbs.so.1 and
+# librdmacm.so.1 in DIR (built by clib/build.sh) against Linux rxe in the interop VM
 # (test/interop/vm.sh), both roles: the C program runs in the VM fixture's
 # network namespace on softrdma's device for br0, the same program runs
 # in the guest on rxe0. Boots one VM and stops it at the end. Needs root
@@ -70,5 +70,14 @@ for t in ib_write_bw ib_read_lat ib_send_bw ib_atomic_lat; do
 	host_server "$t: C server over softrdma, rxe client" "$t -F -d rxe0 -x 1 -n 500 $host" -- $t -F -d $dev -x 1 -n 500
 	xfail=
 done
+# rdma_cm over librdmacm.so.1 against the kernel's rdma_cm on rxe.
+guest_server "rping: rxe server, C client over softrdma" "rping -s -a $guest -p 7471 -C 10 -V" -- rping -c -a $guest -p 7471 -C 10 -V
+host_server "rping: C server over softrdma, rxe client" "rping -c -a $host -p 7472 -C 10 -V" -- rping -s -a $host -p 7472 -C 10 -V
+guest_server "ucmatose: rxe server, C client over softrdma" "ucmatose -p 7473" -- ucmatose -s $guest -p 7473
+host_server "ucmatose: C server over softrdma, rxe client" "ucmatose -s $host -p 7474" -- ucmatose -p 7474
+guest_server "udaddy: rxe server, C client over softrdma" "udaddy" -- udaddy -s $guest
+host_server "udaddy: C server over softrdma, rxe client" "udaddy -s $host" -- udaddy
+guest_server "ib_write_bw -R: rxe server, C client over softrdma" "ib_write_bw -R -F -d rxe0 -x 1 -n 500" -- ib_write_bw -R -F -d $dev -x 1 -n 500 $guest
+host_server "ib_write_bw -R: C server over softrdma, rxe client" "ib_write_bw -R -F -d rxe0 -x 1 -n 500 $host" -- ib_write_bw -R -F -d $dev -x 1 -n 500
 echo "$((n - fails - xfails)) of $n passed, $xfails known failures (XFAIL)"
 [ $fails = 0 ]

@@ -4,7 +4,8 @@
 # missing), in pairs of processes on loopback, and against softrdma's Go
 # tools. Prints one line per run (PASS/FAIL, the program and its flags)
 # and exits non-zero if any failed. Needs ibverbs-utils and perftest
-# (apt-get install ibverbs-utils perftest). -k keeps the logs in DIR/logs.
+# (apt-get install ibverbs-utils perftest), and for the rdma_cm programs
+# over librdmacm.so.1 rdmacm-utils. -k keeps the logs in DIR/logs.
 #
 # The test suite runs it when SOFTRDMA_CLIB_TEST=1 (clib/clib_test.go).
 set -uo pipefail
@@ -176,6 +177,49 @@ if command -v ucx_perftest >/dev/null && $ns true 2>/dev/null; then
 else
 	echo "SKIP  UCX: apt-get install ucx-utils, and allow user namespaces (clib/uverbs-ns.sh)"
 fi
+# rdma_cm over librdmacm.so.1 (clib/testdata/cmcheck.c: misuse errnos,
+# events on the channel fd, private data, reject, migrate, endpoints),
+# then rdmacm-utils and perftest -R, C to C and against the Go tools.
+if [ -f "$dir/librdmacm.so.1" ] && command -v rping >/dev/null; then
+	${CC:-gcc} -Wall -o "$logs/cmcheck" "$here/testdata/cmcheck.c" -L"$dir" -lrdmacm -libverbs -lpthread || exit 1
+	run "cmcheck on 127.0.0.1 (rdma_cm misuse, events, private data, reject, migrate, rdma_create_ep)" "$logs/cmcheck" 127.0.0.1
+	pair "rping (C to C)" c c -- rping -s -a 127.0.0.1 -p $port -C 10 -V -- rping -c -a 127.0.0.1 -p $port -C 10 -V
+	pair "rping -S 4096 (C to C)" c c -- rping -s -a 127.0.0.1 -p $port -C 100 -S 4096 -V -- rping -c -a 127.0.0.1 -p $port -C 100 -S 4096 -V
+	pair "rping: C server, Go client" c go -- rping -s -a 127.0.0.1 -p $port -C 10 -- "$gotool" rping -c -a 127.0.0.1 -p $port -C 10
+	pair "rping: Go server, C client" go c -- "$gotool" rping -s -a 127.0.0.1 -p $port -C 10 -- rping -c -a 127.0.0.1 -p $port -C 10
+	pair "ucmatose (C to C)" c c -- ucmatose -p $port -- ucmatose -s 127.0.0.1 -p $port
+	pair "ucmatose -c 4 -C 100 -m (C to C: 4 connections, migrate)" c c -- ucmatose -p $port -c 4 -C 100 -- ucmatose -s 127.0.0.1 -p $port -c 4 -C 100 -m
+	pair "ucmatose: C server, Go client" c go -- ucmatose -p $port -- "$gotool" ucmatose -s 127.0.0.1 -p $port
+	pair "ucmatose: Go server, C client" go c -- "$gotool" ucmatose -p $port -- ucmatose -s 127.0.0.1 -p $port
+	# udaddy has a fixed port (7174): its pairs run one at a time.
+	pair "udaddy (C to C)" c c -- udaddy -- udaddy -s 127.0.0.1
+	pair "udaddy -c 2 -C 50 (C to C)" c c -- udaddy -c 2 -C 50 -- udaddy -s 127.0.0.1 -c 2 -C 50
+	pair "udaddy: C server, Go client" c go -- udaddy -- "$gotool" udaddy -s 127.0.0.1
+	pair "udaddy: Go server, C client" go c -- "$gotool" udaddy -- udaddy -s 127.0.0.1
+	for t in "ib_write_bw -R" "ib_send_lat -R" "ib_send_bw -c UD -R" "ib_read_lat -R" "ib_send_bw -R"; do
+		pt "" $t -n 1000
+		# Against the Go tool, the last exchange of a -R test (over
+		# perftest's rdma_cm exchange connection) now and then finds
+		# its receive or send flushed: one side disconnected first.
+		# Seen under heavy load (ib_send_lat -R, ib_send_bw -c UD -R);
+		# the cause is not yet found.
+		xfail="intermittent under load: the last exchange message over the rdma_cm exchange connection is flushed (one side disconnects first)"
+		pair "$t: C server, Go client" c go -- $t -d $dev -x $gid -p $port -n 1000 -- "$gotool" $t -d $dev -x $gid -p $port -n 1000 127.0.0.1
+		pair "$t: Go server, C client" go c -- "$gotool" $t -d $dev -x $gid -p $port -n 1000 -- $t -d $dev -x $gid -p $port -n 1000 127.0.0.1
+		xfail=
+	done
+	# rstream and riostream use rsockets, which the library does not
+	# provide: they must stop at once with its message, not hang.
+	n=$((n + 1))
+	if LD_LIBRARY_PATH=$dir timeout 20 rstream -s 127.0.0.1 >"$logs/$n.out" 2>&1; then
+		echo "FAIL  rstream ran, but rsockets are not provided (log $logs/$n.out)"; fails=$((fails + 1))
+	elif grep -q "rsockets are not provided" "$logs/$n.out"; then
+		echo "PASS  rstream stops with \"rsockets are not provided\""
+	else
+		echo "FAIL  rstream without the rsockets message (log $logs/$n.out)"; fails=$((fails + 1))
+	fi
+fi
+
 # The shared-memory device: its one GID, index 0, names the process.
 pair "ibv_rc_pingpong on shm0 (C to C)" c c -- ibv_rc_pingpong -d shm0 -g 0 -p $port -- ibv_rc_pingpong -d shm0 -g 0 -p $port 127.0.0.1
 pair "ib_write_bw on shm0 (C to C)" c c -- ib_write_bw -d shm0 -x 0 -p $port -n 2000 -- ib_write_bw -d shm0 -x 0 -p $port -n 2000 127.0.0.1

@@ -223,7 +223,7 @@ func dialUD(ctx context.Context, a *agent, r *route, o *Options, c *Conn) error 
 	qp := c.QP
 	p := DefaultParams()
 	p.Port, p.QKey = r.port, RDMAUDPQKey
-	if err := Connect(qp, Endpoint{QPN: qp.QPNum(), PSN: randomPSN()}, Endpoint{}, &p); err != nil {
+	if err := connectUD(qp, &p); err != nil {
 		return err
 	}
 	s := wire.CMSIDRReq{PKey: 0xffff, ServiceID: ServiceID(PortSpaceUDP, c.remote.Port())}
@@ -257,6 +257,15 @@ func dialUD(ctx context.Context, a *agent, r *route, o *Options, c *Conn) error 
 	c.AH, c.RemoteQPN, c.RemoteQKey = ah, rep.QPN, rep.QKey
 	c.PeerPrivateData = rep.PrivateData[:]
 	return nil
+}
+
+// connectUD brings a UD QP to RTS, unless it is there already
+// (librdmacm's rdma_create_qp readies a UD QP before it connects).
+func connectUD(qp verbs.QP, p *Params) error {
+	if qp.State() == verbs.QPStateRTS {
+		return nil
+	}
+	return Connect(qp, Endpoint{QPN: qp.QPNum(), PSN: randomPSN()}, Endpoint{}, p)
 }
 
 // SIDRError is returned by a UD Dial whose SIDR_REP did not succeed:

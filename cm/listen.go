@@ -329,7 +329,7 @@ func (r *ConnRequest) Accept(ctx context.Context, opts *Options) (*Conn, error) 
 	sgidIdx, _, err := gidIndex(o.Context, a.port, verbs.GID(r.Req.Primary.RemoteGID).Addr())
 	if r.QPType == verbs.QPTypeUD {
 		p.QKey = RDMAUDPQKey
-		if err := Connect(c.QP, Endpoint{QPN: c.QP.QPNum(), PSN: randomPSN()}, Endpoint{}, &p); err != nil {
+		if err := connectUD(c.QP, &p); err != nil {
 			return fail(err)
 		}
 		a.mu.Lock()

@@ -356,3 +356,55 @@ func TestSIDR(t *testing.T) {
 		srv.Close()
 	})
 }
+
+// TestSIDRReadyQP: a UD QP already in RTS (librdmacm's rdma_create_qp
+// readies UD QPs before rdma_connect and rdma_accept) is used as it is by
+// Dial and ConnRequest.Accept, not stepped through its states again.
+func TestSIDRReadyQP(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPair(t)
+		l := p.listen(t, verbs.QPTypeUD)
+		ready := func(dev verbs.Context) (verbs.PD, verbs.QP) {
+			pd, _ := dev.AllocPD()
+			cq, _ := dev.CreateCQ(8, nil)
+			qp, err := pd.CreateQP(&verbs.QPInitAttr{QPType: verbs.QPTypeUD, SendCQ: cq, RecvCQ: cq})
+			if err != nil {
+				t.Fatal(err)
+			}
+			prm := DefaultParams()
+			prm.QKey = RDMAUDPQKey
+			if err := Connect(qp, Endpoint{QPN: qp.QPNum()}, Endpoint{}, &prm); err != nil {
+				t.Fatal(err)
+			}
+			return pd, qp
+		}
+		spd, sqp := ready(p.srv)
+		cpd, cqp := ready(p.cli)
+		srvC := make(chan *Conn, 1)
+		go func() {
+			req, err := l.Accept(context.Background())
+			if err != nil {
+				srvC <- nil
+				return
+			}
+			c, err := req.Accept(context.Background(), &Options{Context: p.srv, PD: spd, QP: sqp})
+			if err != nil {
+				t.Errorf("Accept with a UD QP in RTS: %v", err)
+			}
+			srvC <- c
+		}()
+		cli, err := Dial(context.Background(), "rdma", p.server, &Options{Context: p.cli, QPType: verbs.QPTypeUD, PD: cpd, QP: cqp})
+		if err != nil {
+			t.Fatalf("Dial with a UD QP in RTS: %v", err)
+		}
+		srv := <-srvC
+		if srv == nil {
+			t.Fatal("accept failed")
+		}
+		if cli.RemoteQPN != sqp.QPNum() || cli.QP != cqp || srv.QP != sqp {
+			t.Errorf("resolved QPN %#x, server QP %#x; QPs used %v %v", cli.RemoteQPN, sqp.QPNum(), cli.QP == cqp, srv.QP == sqp)
+		}
+		cli.Close()
+		srv.Close()
+	})
+}

@@ -148,7 +148,7 @@ func srdgo_open(i C.int, asyncW C.int, h *C.uintptr_t) (ret C.int) {
 	if int(i) < 0 || int(i) >= len(ds) {
 		return C.ENODEV
 	}
-	ctx, err := opener.Open(ds[i].name)
+	ctx, err := openShared(ds[i].name)
 	if err != nil {
 		return errnoOf("ibv_open_device", err)
 	}
@@ -268,7 +268,7 @@ func srdgo_close(h C.uintptr_t) {
 		}
 		ch.Delete()
 	}
-	c.ctx.Close()
+	closeShared(c.name)
 	cgo.Handle(h).Delete()
 }
 

@@ -1066,6 +1066,31 @@ int ibv_destroy_ah(struct ibv_ah *ah)
 	return 0;
 }
 
+/* srd_gid_index_of returns the index of the port's GID that a packet was
+ * sent to (an IPv4 address when v4, else a GID), so a reply leaves from
+ * the address the peer used, as rdma-core's ibv_init_ah_from_wc does; 0
+ * if none matches. */
+static uint8_t srd_gid_index_of(struct ibv_context *ctx, uint8_t port, const unsigned char *dst, int v4)
+{
+	union ibv_gid want, g;
+	int i;
+
+	memset(&want, 0, sizeof(want));
+	if (v4) {
+		want.raw[10] = want.raw[11] = 0xff;
+		memcpy(&want.raw[12], dst, 4);
+	} else {
+		memcpy(want.raw, dst, 16);
+	}
+	for (i = 0; i < 256; i++) {
+		if (ibv_query_gid(ctx, port, i, &g))
+			break;
+		if (!memcmp(g.raw, want.raw, 16))
+			return i;
+	}
+	return 0;
+}
+
 /* The GRH a UD receive buffer starts with: for RoCEv2 over IPv4, 20 bytes
  * then the IPv4 header (source address at offset 20+12); for IPv6 the
  * IPv6 header (source at offset 8). */
@@ -1099,7 +1124,7 @@ int ibv_init_ah_from_wc(struct ibv_context *ctx, uint8_t port, struct ibv_wc *wc
 			memcpy(ah_attr->grh.dgid.raw, grh->sgid.raw, 16);
 			ah_attr->grh.hop_limit = grh->hop_limit;
 		}
-		ah_attr->grh.sgid_index = 0;
+		ah_attr->grh.sgid_index = srd_gid_index_of(ctx, port, (b[20] >> 4) == 4 ? b + 20 + 16 : grh->dgid.raw, (b[20] >> 4) == 4);
 	}
 	return 0;
 }
