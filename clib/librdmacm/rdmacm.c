@@ -427,30 +427,27 @@ SRD_EXPORT int rdma_listen(struct rdma_cm_id *cid, int backlog)
 	return 0;
 }
 
-SRD_EXPORT __be16 rdma_get_src_port(struct rdma_cm_id *cid)
+/* sa_port is an IPv4 or IPv6 address's port, network order (0 for
+   other families). */
+static __be16 sa_port(const struct sockaddr *sa)
 {
-	if (!cid)
-		return 0;
-	switch (cid->route.addr.src_addr.sa_family) {
+	switch (sa->sa_family) {
 	case AF_INET:
-		return cid->route.addr.src_sin.sin_port;
+		return ((const struct sockaddr_in *)sa)->sin_port;
 	case AF_INET6:
-		return cid->route.addr.src_sin6.sin6_port;
+		return ((const struct sockaddr_in6 *)sa)->sin6_port;
 	}
 	return 0;
 }
 
+SRD_EXPORT __be16 rdma_get_src_port(struct rdma_cm_id *cid)
+{
+	return cid ? sa_port(&cid->route.addr.src_addr) : 0;
+}
+
 SRD_EXPORT __be16 rdma_get_dst_port(struct rdma_cm_id *cid)
 {
-	if (!cid)
-		return 0;
-	switch (cid->route.addr.dst_addr.sa_family) {
-	case AF_INET:
-		return cid->route.addr.dst_sin.sin_port;
-	case AF_INET6:
-		return cid->route.addr.dst_sin6.sin6_port;
-	}
-	return 0;
+	return cid ? sa_port(&cid->route.addr.dst_addr) : 0;
 }
 
 /* ---- QPs ---- */

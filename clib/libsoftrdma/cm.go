@@ -654,28 +654,8 @@ func srdgo_cm_connect(h C.uintptr_t, qp *C.struct_ibv_qp, p *C.struct_rdma_conn_
 	id.mu.Unlock()
 	go func() {
 		c, err := dialGrace(ctx, remote.String(), o)
-		id.mu.Lock()
-		id.cancel = nil
-		gone := id.destroyed
-		if err == nil && !gone {
-			id.conn = c
-		}
-		id.mu.Unlock()
 		cancel()
-		if gone {
-			if c != nil {
-				c.Close()
-			}
-			return
-		}
-		if err != nil {
-			if logErrors {
-				fmt.Fprintf(os.Stderr, "softrdma: rdma_connect: %v\n", err)
-			}
-			id.post(connError(err))
-			return
-		}
-		id.established(c, true)
+		id.finish("rdma_connect", c, err, true)
 	}()
 	return 0
 }
@@ -746,29 +726,8 @@ func srdgo_cm_accept(h C.uintptr_t, qp *C.struct_ibv_qp, p *C.struct_rdma_conn_p
 	done := make(chan error, 1)
 	go func() {
 		c, err := req.Accept(ctx, o)
-		id.mu.Lock()
-		id.cancel = nil
-		gone := id.destroyed
-		if err == nil && !gone {
-			id.conn = c
-		}
-		id.mu.Unlock()
 		cancel()
-		done <- err
-		if gone {
-			if c != nil {
-				c.Close()
-			}
-			return
-		}
-		if err != nil {
-			if logErrors {
-				fmt.Fprintf(os.Stderr, "softrdma: rdma_accept: %v\n", err)
-			}
-			id.post(connError(err))
-			return
-		}
-		id.established(c, false)
+		id.finish("rdma_accept", c, err, false, done)
 	}()
 	// rdma_accept returns with the QP in RTS, as librdmacm's does (it
 	// moves the QP before sending the REP): the program may post sends
@@ -870,4 +829,36 @@ func srdgo_cm_event(evh C.uintptr_t, info *C.struct_srd_cm_evinfo) (ret C.int) {
 	}
 	info.pdata_len = C.uint8_t(n)
 	return 0
+}
+
+// finish ends a connect or accept that ran in the background: the id
+// takes the connection, or, if the program destroyed the id meanwhile,
+// the connection is closed; an error becomes the id's failure event and
+// success its ESTABLISHED. done, if given, learns the result before any
+// event is posted (rdma_accept waits for it).
+func (id *cmID) finish(op string, c *cm.Conn, err error, active bool, done ...chan<- error) {
+	id.mu.Lock()
+	id.cancel = nil
+	gone := id.destroyed
+	if err == nil && !gone {
+		id.conn = c
+	}
+	id.mu.Unlock()
+	for _, d := range done {
+		d <- err
+	}
+	if gone {
+		if c != nil {
+			c.Close()
+		}
+		return
+	}
+	if err != nil {
+		if logErrors {
+			fmt.Fprintf(os.Stderr, "softrdma: %s: %v\n", op, err)
+		}
+		id.post(connError(err))
+		return
+	}
+	id.established(c, active)
 }
