@@ -1049,7 +1049,10 @@ func (qp *QP) consumeLocked() bool {
 		}
 		if h.op == opWriteImm {
 			qp.haveCur = false
+			qp.popLocked()
+			moved = true
 			qp.completeRecvLocked(&qp.cur, verbs.WCSuccess, verbs.WCRecvRDMAWithImm, h.msgLen, h.imm, verbs.WCWithImm, h.flags&flagSolic != 0)
+			continue
 		} else {
 			if h.flags&flagInv != 0 {
 				// As the RoCEv2 responder: a SEND_WITH_INV may invalidate
@@ -1079,10 +1082,13 @@ func (qp *QP) consumeLocked() bool {
 					imm = 0
 				}
 				qp.haveCur = false
+				qp.popLocked()
+				moved = true
 				qp.completeRecvLocked(&qp.cur, verbs.WCSuccess, verbs.WCRecv, uint32(qp.recvOff), imm, flags, h.flags&flagSolic != 0)
+				continue
 			}
 		}
-		qp.in.pop()
+		qp.popLocked()
 		moved = true
 	}
 	if moved && qp.conn != nil && !qp.conn.dead.Load() {
@@ -1090,6 +1096,13 @@ func (qp *QP) consumeLocked() bool {
 	}
 	return moved
 }
+
+// popLocked frees the slot consumeLocked took. The consumer index is the
+// requester's acknowledgement (peerGone completes what it covers), so it
+// moves before the receive's completion is pushed: an application that
+// saw the completion and then closed its device must not leave the SEND
+// unacknowledged at the requester.
+func (qp *QP) popLocked() { qp.in.pop() }
 
 // failRecvLocked fails the SEND in progress: the receive WQE completes
 // with recvSt, the requester sees nak, and the QP moves to ERR.

@@ -107,7 +107,19 @@ func TestFlood(t *testing.T) {
 	}
 	write(1)
 	count := func(name string) uint64 { v, _ := dev.Counter(name); return v }
-	sentBefore := count("sent_pkts")
+	// The victim counts its ACK of WRITE 1 after the system call that
+	// sent it returns, which can be after the peer took the ACK and
+	// completed: wait until the count stops moving.
+	sent := func() uint64 { return count("sent_pkts") - count("keepalive_probes") } // an idle QP probes every 5 s
+	sentBefore := sent()
+	for settle := time.Now().Add(5 * time.Second); time.Now().Before(settle); {
+		time.Sleep(20 * time.Millisecond)
+		n := sent()
+		if n == sentBefore {
+			break
+		}
+		sentBefore = n
+	}
 	o, err := parseFloodArgs([]string{"-to", netip.AddrPortFrom(victim, port).String(), "-from", peer.String(),
 		"-qpn", fmt.Sprint(v.qp.QPNum()), "-d", "200ms"}, io.Discard)
 	if err != nil {
@@ -127,7 +139,7 @@ func TestFlood(t *testing.T) {
 	if r.sent == 0 || unknown == 0 || wrong == 0 {
 		t.Fatalf("sent %d, drop_unknown_qp %d, drop_wrong_source %d: want all three above 0", r.sent, unknown, wrong)
 	}
-	if n := count("sent_pkts") - sentBefore; n != 0 {
+	if n := sent() - sentBefore; n != 0 {
 		t.Errorf("the victim sent %d packets in answer to forgeries", n)
 	}
 	write(2)
