@@ -265,10 +265,11 @@ func (c *Conn) watch() {
 	}
 }
 
-// Close disconnects: it sends a DREQ (resent in the background until the
-// peer's DREP or the retries end), moves the QP to ERR (posted work
-// completes with flush errors), and destroys the QP, CQs and PD cm
-// created. It does not wait for the peer.
+// Close disconnects: it moves the QP to ERR (posted work completes with
+// flush errors; an ACK the QP still owes leaves first), sends a DREQ
+// (resent in the background until the peer's DREP or the retries end),
+// and destroys the QP, CQs and PD cm created. It does not wait for the
+// peer.
 func (c *Conn) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -278,6 +279,11 @@ func (c *Conn) Close() error {
 	c.closed = true
 	c.mu.Unlock()
 	close(c.watchEnd)
+	if c.QP != nil && c.QP.Type() != verbs.QPTypeUD && c.kc == nil {
+		// ERR before the DREQ, as rdma_disconnect does: what the QP
+		// still owes the peer (an ACK of its last message) leaves first.
+		c.QP.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.QPAttrState)
+	}
 	if id := c.id; id != nil {
 		a := id.a
 		a.mu.Lock()
@@ -294,7 +300,7 @@ func (c *Conn) Close() error {
 		c.kc.Close() // rdma_disconnect: the kernel sends the DREQ
 	}
 	c.closeWith(ErrDisconnected)
-	if c.QP != nil && c.QP.Type() != verbs.QPTypeUD {
+	if c.QP != nil && c.QP.Type() != verbs.QPTypeUD && c.kc != nil {
 		c.QP.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.QPAttrState)
 	}
 	var first error

@@ -318,6 +318,14 @@ func (qp *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	}
 	qp.applyLocked(attr, mask)
 	now := qp.dev.clock()
+	if (next == verbs.QPStateReset || next == verbs.QPStateErr) && qp.resp.ackPending {
+		// An ACK that waits for a poller is the peer's last word on what
+		// arrived: it leaves before the QP stops, or the peer fails a
+		// request that did arrive (its SEND completes flushed when the
+		// DREQ that follows this reaches it first).
+		qp.resp.flushAckLocked(qp)
+		qp.flushLocked()
+	}
 	switch {
 	case next == verbs.QPStateReset:
 		qp.resetLocked()

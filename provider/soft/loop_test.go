@@ -658,6 +658,20 @@ func TestDeferredAck(t *testing.T) {
 		expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
 	})
 
+	t.Run("moving to ERR sends it", func(t *testing.T) {
+		// cm's Close moves the QP to ERR and then sends the DREQ: the ACK
+		// of the peer's last message must leave first, or the DREQ
+		// reaches the peer while its request still waits for the ACK,
+		// and its request completes flushed although it arrived.
+		a, b, bl := deferredAckPair(t, Config{})
+		a.buf[0] = 1
+		a.write(1, 0, 64)
+		progressUntil(t, b, 0, 1)
+		must(t, b.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.QPAttrState))
+		expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
+		expectLoneAck(t, a, bl)
+	})
+
 	t.Run("next poll sends it", func(t *testing.T) {
 		a, b, _ := deferredAckPair(t, Config{})
 		a.buf[0] = 1
