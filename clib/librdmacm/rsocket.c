@@ -415,6 +415,10 @@ SRD_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 			wait = left > 0 ? (int)left : 0;
 		}
 		ret = poll(pf, nfds, wait);
+		/* The Go runtime's own signals (preemption) interrupt the
+		   poll(): they are the library's, not the program's. */
+		if (ret < 0 && errno == EINTR)
+			continue;
 		if (ret < 0)
 			break;
 		ret = 0;
