@@ -238,7 +238,6 @@ if [ -f "$dir/librdmacm.so.1" ] && command -v rping >/dev/null; then
 	rs ": C server, Go client" c go riostream -T v -C 50 -S 65536
 	rs ": Go server, C client" go c riostream -T v -C 50 -S 65536
 fi
-fi
 
 # The shared-memory device: its one GID, index 0, names the process.
 pair "ibv_rc_pingpong on shm0 (C to C)" c c -- ibv_rc_pingpong -d shm0 -g 0 -p $port -- ibv_rc_pingpong -d shm0 -g 0 -p $port 127.0.0.1

@@ -122,6 +122,9 @@ func rsOf(fd C.int) *rsock {
 // Precondition: mu held.
 func (s *rsock) notifyLocked() {
 	s.cond.Broadcast()
+	if s.fd < 0 {
+		return // rclose gave the number back: it may be the program's now
+	}
 	var one = [8]byte{1}
 	syscall.Write(s.fd, one[:])
 }
@@ -527,6 +530,7 @@ func srdgo_cm_rs_close(fd C.int) (ret C.int) {
 	maps := s.maps
 	s.maps = nil
 	s.notifyLocked()
+	s.fd = -1 // the C half closes the eventfd after this returns
 	s.mu.Unlock()
 	for _, l := range lns {
 		l.Close()
