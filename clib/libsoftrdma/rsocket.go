@@ -102,6 +102,7 @@ type rsock struct {
 	wErr        syscall.Errno
 	wShut       bool // rshutdown SHUT_WR: the writer sends the shutdown after the ring
 	writing     bool // a Conn.Write is in progress (writer goroutine or rsend)
+	want        bool // the program waits for data: the reader reads
 	writerDone  chan struct{}
 	readerDone  chan struct{}
 	maps        map[uintptr]*rdmanet.Mapping
@@ -321,6 +322,20 @@ func (s *rsock) reader() {
 	defer close(s.readerDone)
 	tmp := make([]byte, 256<<10)
 	for {
+		// Read when the program waits for data (want): Conn.Read polls
+		// the CQ for a while before it sleeps, and that while should
+		// start when the program starts waiting, as a Go program's Read
+		// does. Until then the data waits in rdmanet's own ring.
+		s.mu.Lock()
+		for !s.want && s.state != rsClosed {
+			s.cond.Wait()
+		}
+		s.want = false
+		closed := s.state == rsClosed
+		s.mu.Unlock()
+		if closed {
+			return
+		}
 		n, err := s.conn.Read(tmp)
 		s.mu.Lock()
 		p := tmp[:n]
@@ -592,6 +607,10 @@ func srdgo_cm_rs_recv(fd C.int, buf unsafe.Pointer, n C.size_t, flags C.int, out
 				return 0
 			}
 		}
+		if s.rlen == 0 && !s.want && !s.rEOF && s.rErr == 0 {
+			s.want = true
+			s.cond.Broadcast()
+		}
 		switch {
 		case len(p) == 0 || s.rShut || s.rEOF:
 			*out = C.ssize_t(done)
@@ -708,6 +727,9 @@ func srdgo_cm_rs_revents(fd C.int, events C.short) (ret C.int) {
 	case rsConnected:
 		if s.rlen > 0 || s.rEOF || s.rShut {
 			r |= C.POLLIN
+		} else if events&(C.POLLIN|C.POLLRDHUP) != 0 && !s.want && s.rErr == 0 {
+			s.want = true // rpoll waits for data
+			s.cond.Broadcast()
 		}
 		if s.rEOF {
 			r |= C.POLLRDHUP
