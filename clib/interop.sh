@@ -79,5 +79,12 @@ guest_server "udaddy: rxe server, C client over softrdma" "udaddy" -- udaddy -s 
 host_server "udaddy: C server over softrdma, rxe client" "udaddy -s $host" -- udaddy
 guest_server "ib_write_bw -R: rxe server, C client over softrdma" "ib_write_bw -R -F -d rxe0 -x 1 -n 500" -- ib_write_bw -R -F -d $dev -x 1 -n 500 $guest
 host_server "ib_write_bw -R: C server over softrdma, rxe client" "ib_write_bw -R -F -d rxe0 -x 1 -n 500 $host" -- ib_write_bw -R -F -d $dev -x 1 -n 500
+# rsockets over librdmacm.so.1 against rdma-core's own rsockets on rxe.
+guest_server "rstream -T b: rxe server, C client over softrdma" "rstream -p 7475 -T b -C 100 -S 4096" -- rstream -s $guest -p 7475 -T b -C 100 -S 4096
+host_server "rstream -T b: C server over softrdma, rxe client" "rstream -s $host -p 7476 -T b -C 100 -S 4096" -- rstream -b $host -p 7476 -T b -C 100 -S 4096
+guest_server "rstream (non-blocking): rxe server, C client over softrdma" "rstream -p 7479 -C 100 -S 4096" -- rstream -s $guest -p 7479 -C 100 -S 4096
+host_server "rstream (non-blocking): C server over softrdma, rxe client" "rstream -s $host -p 7480 -C 100 -S 4096" -- rstream -b $host -p 7480 -C 100 -S 4096
+guest_server "riostream -T b: rxe server, C client over softrdma" "riostream -p 7477 -T b -C 20 -S 4096" -- riostream -s $guest -p 7477 -T b -C 20 -S 4096
+host_server "riostream -T b: C server over softrdma, rxe client" "riostream -s $host -p 7478 -T b -C 20 -S 4096" -- riostream -b $host -p 7478 -T b -C 20 -S 4096
 echo "$((n - fails - xfails)) of $n passed, $xfails known failures (XFAIL)"
 [ $fails = 0 ]

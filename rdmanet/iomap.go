@@ -59,6 +59,21 @@ func (m *Mapping) Unmap() error {
 // credit). It fails if the peer offered no free iomap entry
 // (RDMA_IOMAPSIZE).
 func (c *Conn) IOMap(length int, offset int64) (*Mapping, error) {
+	return c.iomap(nil, length, offset)
+}
+
+// IOMapBuffer is IOMap over memory the caller owns (riomap of a program's
+// buffer): buf is registered as it is, not copied, so the peer's IOWrite
+// lands in it. buf must stay valid and must not move until Unmap (memory
+// outside the Go heap, or pinned).
+func (c *Conn) IOMapBuffer(buf []byte, offset int64) (*Mapping, error) {
+	if len(buf) == 0 {
+		return nil, c.opError("iomap", errors.New("rdmanet: IOMapBuffer of an empty buffer"))
+	}
+	return c.iomap(buf, len(buf), offset)
+}
+
+func (c *Conn) iomap(buf []byte, length int, offset int64) (*Mapping, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.mu.Lock()
@@ -75,7 +90,13 @@ func (c *Conn) IOMap(length int, offset int64) (*Mapping, error) {
 	}
 	c.remoteMaps[index] = true
 	c.mu.Unlock()
-	mr, err := c.pd.AllocMR(length, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	var mr verbs.MR
+	var err error
+	if buf != nil {
+		mr, err = c.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	} else {
+		mr, err = c.pd.AllocMR(length, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	}
 	if err != nil {
 		c.mu.Lock()
 		c.remoteMaps[index] = false

@@ -52,3 +52,44 @@ func TestIOMapWrite(t *testing.T) {
 	}
 	ms.Unmap()
 }
+
+// IOMapBuffer maps the caller's memory (riomap of a C program's buffer):
+// the peer's IOWrite lands in that very slice, and after Unmap the entry
+// is free for the next mapping, as riostream maps once per test.
+func TestIOMapBufferWrite(t *testing.T) {
+	devices(t)
+	checkGoroutines(t)
+	c, s := pair(t, &Config{IOMapSize: 1})
+	defer c.Close()
+	defer s.Close()
+	if _, err := s.IOMapBuffer(nil, 0); err == nil {
+		t.Error("IOMapBuffer of no memory succeeded")
+	}
+	for round, size := range []int{64, 4096} {
+		buf := make([]byte, size)
+		m, err := s.IOMapBuffer(buf, 0)
+		if err != nil {
+			t.Fatalf("round %d: IOMapBuffer: %v", round, err)
+		}
+		s.Write([]byte("sync"))
+		io.ReadFull(c, make([]byte, 4))
+		want := bytes.Repeat([]byte{byte(round + 1)}, size)
+		if n, err := c.IOWrite(want, 0); err != nil || n != size {
+			t.Fatalf("round %d: IOWrite: %d, %v", round, n, err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for buf[size-1] != byte(round+1) {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the direct write never reached the caller's buffer", round)
+			}
+			m.Progress()
+			time.Sleep(time.Microsecond)
+		}
+		if !bytes.Equal(buf, want) {
+			t.Fatalf("round %d: the caller's buffer differs from what was written", round)
+		}
+		if err := m.Unmap(); err != nil {
+			t.Fatalf("round %d: Unmap: %v", round, err)
+		}
+	}
+}

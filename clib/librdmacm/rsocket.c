@@ -1,57 +1,619 @@
 /*
- * rsockets (<rdma/rsocket.h>) in softrdma's librdmacm.so.1: not provided.
- * Every call fails with ENOSYS, and the first one says so on stderr, so a
- * program such as rstream or riostream stops with a clear message instead
- * of misbehaving. Go programs have sockets over RDMA in softrdma's rdmanet
- * package.
+ * rsockets (<rdma/rsocket.h>) in softrdma's librdmacm.so.1: stream
+ * sockets over RDMA in librdmacm's rsocket wire protocol, so rstream,
+ * riostream and other rsocket programs talk to each other, to softrdma's
+ * Go programs (package rdmanet) and to rdma-core's rsockets.
+ *
+ * This half owns the socket numbers: each rsocket is an eventfd the
+ * library creates, so its number never collides with the program's own
+ * descriptors, and it is readable whenever the socket's state changed.
+ * The Go half (clib/libsoftrdma/rsocket.go, through libibverbs.so.1's
+ * private srdgo_cm_rs_* entry points) holds the connection, the data
+ * rings and the state; rpoll asks it which events are ready and, to
+ * wait, poll()s the eventfds together with the program's own
+ * descriptors. Datagram rsockets (SOCK_DGRAM) are not provided
+ * (EOPNOTSUPP).
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <stdio.h>
-#include <sys/types.h>
-#include <sys/socket.h>
-#include <sys/select.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sched.h>
+#include <time.h>
+#include <unistd.h>
+#include <netinet/in.h>
+#include <sys/eventfd.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
 #include <rdma/rsocket.h>
+#include "rdmacm.h"
 
 #define SRD_EXPORT __attribute__((visibility("default")))
 
-static int nosys(const char *fn)
-{
-	static int told;
+/* The Go half (clib/libsoftrdma/rsocket.go): 0 or a positive errno. */
+int srdgo_cm_rs_socket(int fd, int domain, int type);
+int srdgo_cm_rs_bind(int fd, struct srd_cm_addr *a);
+int srdgo_cm_rs_listen(int fd, int backlog);
+int srdgo_cm_rs_accept(int fd, int nfd, struct srd_cm_addr *peer);
+int srdgo_cm_rs_connect(int fd, struct srd_cm_addr *a);
+int srdgo_cm_rs_shutdown(int fd, int how);
+int srdgo_cm_rs_close(int fd);
+int srdgo_cm_rs_recv(int fd, void *buf, size_t n, int flags, ssize_t *out);
+int srdgo_cm_rs_send(int fd, const void *buf, size_t n, int flags, ssize_t *out);
+int srdgo_cm_rs_revents(int fd, short events); /* -1: not an rsocket */
+int srdgo_cm_rs_name(int fd, int peer, struct srd_cm_addr *a);
+int srdgo_cm_rs_setopt(int fd, int level, int name, int val);
+int srdgo_cm_rs_getopt(int fd, int level, int name, int *val);
+int srdgo_cm_rs_fcntl(int fd, int cmd, int arg, int *out);
+int srdgo_cm_rs_iomap(int fd, void *buf, size_t n, int prot, off_t offset, off_t *out);
+int srdgo_cm_rs_iounmap(int fd, void *buf, size_t n);
+int srdgo_cm_rs_iowrite(int fd, const void *buf, size_t n, off_t offset, int flags, size_t *out);
 
-	if (!told) {
-		told = 1;
-		fprintf(stderr, "softrdma: %s: rsockets are not provided by softrdma's librdmacm (rdma_cm connections are; see docs/clib.md)\n", fn);
-	}
-	errno = ENOSYS;
+/*
+ * A program that retries non-blocking calls at once (rstream's default)
+ * would keep its CPU from the library's goroutines that move its data:
+ * a call that finds nothing to do yields the CPU, as the library's
+ * ibv_poll_cq does when it finds the CQ empty.
+ */
+static int rs_again(void)
+{
+	sched_yield();
+	errno = EAGAIN;
 	return -1;
 }
 
-SRD_EXPORT int rsocket(int domain, int type, int protocol) { (void)domain; (void)type; (void)protocol; return nosys("rsocket"); }
-SRD_EXPORT int rbind(int s, const struct sockaddr *a, socklen_t l) { (void)s; (void)a; (void)l; return nosys("rbind"); }
-SRD_EXPORT int rlisten(int s, int b) { (void)s; (void)b; return nosys("rlisten"); }
-SRD_EXPORT int raccept(int s, struct sockaddr *a, socklen_t *l) { (void)s; (void)a; (void)l; return nosys("raccept"); }
-SRD_EXPORT int rconnect(int s, const struct sockaddr *a, socklen_t l) { (void)s; (void)a; (void)l; return nosys("rconnect"); }
-SRD_EXPORT int rshutdown(int s, int how) { (void)s; (void)how; return nosys("rshutdown"); }
-SRD_EXPORT int rclose(int s) { (void)s; return nosys("rclose"); }
-SRD_EXPORT ssize_t rrecv(int s, void *b, size_t n, int f) { (void)s; (void)b; (void)n; (void)f; return nosys("rrecv"); }
-SRD_EXPORT ssize_t rrecvfrom(int s, void *b, size_t n, int f, struct sockaddr *a, socklen_t *l) { (void)s; (void)b; (void)n; (void)f; (void)a; (void)l; return nosys("rrecvfrom"); }
-SRD_EXPORT ssize_t rrecvmsg(int s, struct msghdr *m, int f) { (void)s; (void)m; (void)f; return nosys("rrecvmsg"); }
-SRD_EXPORT ssize_t rsend(int s, const void *b, size_t n, int f) { (void)s; (void)b; (void)n; (void)f; return nosys("rsend"); }
-SRD_EXPORT ssize_t rsendto(int s, const void *b, size_t n, int f, const struct sockaddr *a, socklen_t l) { (void)s; (void)b; (void)n; (void)f; (void)a; (void)l; return nosys("rsendto"); }
-SRD_EXPORT ssize_t rsendmsg(int s, const struct msghdr *m, int f) { (void)s; (void)m; (void)f; return nosys("rsendmsg"); }
-SRD_EXPORT ssize_t rread(int s, void *b, size_t n) { (void)s; (void)b; (void)n; return nosys("rread"); }
-SRD_EXPORT ssize_t rreadv(int s, const struct iovec *v, int n) { (void)s; (void)v; (void)n; return nosys("rreadv"); }
-SRD_EXPORT ssize_t rwrite(int s, const void *b, size_t n) { (void)s; (void)b; (void)n; return nosys("rwrite"); }
-SRD_EXPORT ssize_t rwritev(int s, const struct iovec *v, int n) { (void)s; (void)v; (void)n; return nosys("rwritev"); }
-SRD_EXPORT int rpoll(struct pollfd *f, nfds_t n, int t) { (void)f; (void)n; (void)t; return nosys("rpoll"); }
-SRD_EXPORT int rselect(int n, fd_set *r, fd_set *w, fd_set *e, struct timeval *t) { (void)n; (void)r; (void)w; (void)e; (void)t; return nosys("rselect"); }
-SRD_EXPORT int rgetpeername(int s, struct sockaddr *a, socklen_t *l) { (void)s; (void)a; (void)l; return nosys("rgetpeername"); }
-SRD_EXPORT int rgetsockname(int s, struct sockaddr *a, socklen_t *l) { (void)s; (void)a; (void)l; return nosys("rgetsockname"); }
-SRD_EXPORT int rsetsockopt(int s, int lv, int o, const void *v, socklen_t l) { (void)s; (void)lv; (void)o; (void)v; (void)l; return nosys("rsetsockopt"); }
-SRD_EXPORT int rgetsockopt(int s, int lv, int o, void *v, socklen_t *l) { (void)s; (void)lv; (void)o; (void)v; (void)l; return nosys("rgetsockopt"); }
-SRD_EXPORT int rfcntl(int s, int cmd, ...) { (void)s; (void)cmd; return nosys("rfcntl"); }
-SRD_EXPORT off_t riomap(int s, void *b, size_t n, int p, int f, off_t o) { (void)s; (void)b; (void)n; (void)p; (void)f; (void)o; return nosys("riomap"); }
-SRD_EXPORT int riounmap(int s, void *b, size_t n) { (void)s; (void)b; (void)n; return nosys("riounmap"); }
-SRD_EXPORT size_t riowrite(int s, const void *b, size_t n, off_t o, int f) { (void)s; (void)b; (void)n; (void)o; (void)f; nosys("riowrite"); return 0; }
+static int rs_err(int err)
+{
+	errno = err;
+	return -1;
+}
+
+/* sockaddr <-> the Go side's address. */
+static int addr_in(const struct sockaddr *sa, socklen_t len, struct srd_cm_addr *a)
+{
+	memset(a, 0, sizeof(*a));
+	if (!sa)
+		return EFAULT;
+	if (sa->sa_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
+		const struct sockaddr_in *s = (const void *)sa;
+		a->family = AF_INET;
+		a->port = ntohs(s->sin_port);
+		memcpy(a->addr, &s->sin_addr, 4);
+		return 0;
+	}
+	if (sa->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
+		const struct sockaddr_in6 *s = (const void *)sa;
+		a->family = AF_INET6;
+		a->port = ntohs(s->sin6_port);
+		memcpy(a->addr, &s->sin6_addr, 16);
+		return 0;
+	}
+	if (sa->sa_family == AF_INET || sa->sa_family == AF_INET6)
+		return EINVAL;
+	return EAFNOSUPPORT;
+}
+
+static void addr_out(const struct srd_cm_addr *a, struct sockaddr *sa, socklen_t *len)
+{
+	struct sockaddr_storage ss;
+	socklen_t n;
+
+	if (!sa || !len)
+		return;
+	memset(&ss, 0, sizeof(ss));
+	if (a->family == AF_INET6) {
+		struct sockaddr_in6 *s = (void *)&ss;
+		s->sin6_family = AF_INET6;
+		s->sin6_port = htons(a->port);
+		memcpy(&s->sin6_addr, a->addr, 16);
+		n = sizeof(*s);
+	} else {
+		struct sockaddr_in *s = (void *)&ss;
+		s->sin_family = AF_INET;
+		s->sin_port = htons(a->port);
+		memcpy(&s->sin_addr, a->addr, 4);
+		n = sizeof(*s);
+	}
+	memcpy(sa, &ss, *len < n ? *len : n);
+	*len = n;
+}
+
+/* A new socket number: an eventfd, made readable by the Go side. */
+static int new_fd(void)
+{
+	return eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+}
+
+static int is_rsocket(int fd)
+{
+	return fd >= 0 && srdgo_cm_rs_revents(fd, 0) >= 0;
+}
+
+SRD_EXPORT int rsocket(int domain, int type, int protocol)
+{
+	int fd, err;
+	struct ibv_context **devs;
+
+	(void)protocol;
+	/* The devices librdmacm opens are the ones rsockets use. */
+	devs = rdma_get_devices(NULL);
+	if (!devs)
+		return -1;
+	rdma_free_devices(devs);
+	fd = new_fd();
+	if (fd < 0)
+		return -1;
+	err = srdgo_cm_rs_socket(fd, domain, type);
+	if (err) {
+		close(fd);
+		return rs_err(err);
+	}
+	return fd;
+}
+
+SRD_EXPORT int rbind(int s, const struct sockaddr *sa, socklen_t len)
+{
+	struct srd_cm_addr a;
+	int err;
+
+	if (!is_rsocket(s))
+		return rs_err(EBADF);
+	if ((err = addr_in(sa, len, &a)))
+		return rs_err(err);
+	err = srdgo_cm_rs_bind(s, &a);
+	return err ? rs_err(err) : 0;
+}
+
+SRD_EXPORT int rlisten(int s, int backlog)
+{
+	int err = srdgo_cm_rs_listen(s, backlog);
+	return err ? rs_err(err) : 0;
+}
+
+SRD_EXPORT int raccept(int s, struct sockaddr *sa, socklen_t *len)
+{
+	struct srd_cm_addr peer;
+	int nfd, err;
+
+	if (!is_rsocket(s))
+		return rs_err(EBADF);
+	nfd = new_fd();
+	if (nfd < 0)
+		return -1;
+	err = srdgo_cm_rs_accept(s, nfd, &peer);
+	if (err) {
+		close(nfd);
+		return rs_err(err);
+	}
+	addr_out(&peer, sa, len);
+	return nfd;
+}
+
+SRD_EXPORT int rconnect(int s, const struct sockaddr *sa, socklen_t len)
+{
+	struct srd_cm_addr a;
+	int err;
+
+	if (!is_rsocket(s))
+		return rs_err(EBADF);
+	if ((err = addr_in(sa, len, &a)))
+		return rs_err(err);
+	err = srdgo_cm_rs_connect(s, &a);
+	return err ? rs_err(err) : 0;
+}
+
+SRD_EXPORT int rshutdown(int s, int how)
+{
+	int err = srdgo_cm_rs_shutdown(s, how);
+	return err ? rs_err(err) : 0;
+}
+
+SRD_EXPORT int rclose(int s)
+{
+	int err = srdgo_cm_rs_close(s);
+
+	if (err)
+		return rs_err(err);
+	close(s);
+	return 0;
+}
+
+SRD_EXPORT ssize_t rrecv(int s, void *b, size_t n, int f)
+{
+	ssize_t out = 0;
+	int err;
+
+	if (!b && n)
+		return rs_err(EFAULT);
+	err = srdgo_cm_rs_recv(s, b, n, f, &out);
+	if (err == EAGAIN)
+		return rs_again();
+	return err ? rs_err(err) : out;
+}
+
+SRD_EXPORT ssize_t rrecvfrom(int s, void *b, size_t n, int f, struct sockaddr *sa, socklen_t *len)
+{
+	ssize_t ret = rrecv(s, b, n, f);
+
+	if (ret >= 0 && sa && len)
+		rgetpeername(s, sa, len);
+	return ret;
+}
+
+SRD_EXPORT ssize_t rread(int s, void *b, size_t n)
+{
+	return rrecv(s, b, n, 0);
+}
+
+/* Scatter reads: the first iovec waits as a read would, the rest take
+   what is there. */
+static ssize_t recv_iov(int s, const struct iovec *v, int cnt, int f)
+{
+	ssize_t total = 0, ret;
+	int i;
+
+	if (cnt < 0 || (cnt && !v))
+		return rs_err(EINVAL);
+	for (i = 0; i < cnt; i++) {
+		if (!v[i].iov_len)
+			continue;
+		ret = rrecv(s, v[i].iov_base, v[i].iov_len, total ? (f | MSG_DONTWAIT) & ~MSG_WAITALL : f);
+		if (ret < 0)
+			return total ? total : ret;
+		total += ret;
+		if ((size_t)ret < v[i].iov_len)
+			break;
+	}
+	return total;
+}
+
+SRD_EXPORT ssize_t rreadv(int s, const struct iovec *v, int cnt)
+{
+	return recv_iov(s, v, cnt, 0);
+}
+
+SRD_EXPORT ssize_t rrecvmsg(int s, struct msghdr *m, int f)
+{
+	ssize_t ret;
+
+	if (!m)
+		return rs_err(EFAULT);
+	ret = recv_iov(s, m->msg_iov, (int)m->msg_iovlen, f);
+	if (ret >= 0) {
+		if (m->msg_name && m->msg_namelen)
+			rgetpeername(s, m->msg_name, &m->msg_namelen);
+		m->msg_controllen = 0;
+		m->msg_flags = 0;
+	}
+	return ret;
+}
+
+SRD_EXPORT ssize_t rsend(int s, const void *b, size_t n, int f)
+{
+	ssize_t out = 0;
+	int err;
+
+	if (!b && n)
+		return rs_err(EFAULT);
+	err = srdgo_cm_rs_send(s, b, n, f, &out);
+	if (err == EAGAIN)
+		return rs_again();
+	return err ? rs_err(err) : out;
+}
+
+/* A stream rsocket is connected: the destination is not used. */
+SRD_EXPORT ssize_t rsendto(int s, const void *b, size_t n, int f, const struct sockaddr *sa, socklen_t len)
+{
+	(void)sa;
+	(void)len;
+	return rsend(s, b, n, f);
+}
+
+SRD_EXPORT ssize_t rwrite(int s, const void *b, size_t n)
+{
+	return rsend(s, b, n, 0);
+}
+
+static ssize_t send_iov(int s, const struct iovec *v, int cnt, int f)
+{
+	ssize_t total = 0, ret;
+	int i;
+
+	if (cnt < 0 || (cnt && !v))
+		return rs_err(EINVAL);
+	for (i = 0; i < cnt; i++) {
+		if (!v[i].iov_len)
+			continue;
+		ret = rsend(s, v[i].iov_base, v[i].iov_len, f);
+		if (ret < 0)
+			return total ? total : ret;
+		total += ret;
+		if ((size_t)ret < v[i].iov_len)
+			break;
+	}
+	return total;
+}
+
+SRD_EXPORT ssize_t rwritev(int s, const struct iovec *v, int cnt)
+{
+	return send_iov(s, v, cnt, 0);
+}
+
+SRD_EXPORT ssize_t rsendmsg(int s, const struct msghdr *m, int f)
+{
+	if (!m)
+		return rs_err(EFAULT);
+	return send_iov(s, m->msg_iov, (int)m->msg_iovlen, f);
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/*
+ * rpoll: rsockets' events come from the Go side; the program's own
+ * descriptors from poll(). To wait, each rsocket's eventfd stands in for
+ * it (POLLIN: its state changed); it is drained before the state is read,
+ * so a change after the read wakes the poll().
+ */
+SRD_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
+{
+	struct pollfd stack[16], *pf = stack;
+	char *isrs, stackrs[16];
+	int64_t deadline = timeout > 0 ? now_ms() + timeout : 0;
+	nfds_t i;
+	int ret = 0, wait, ready;
+	uint64_t drain;
+
+	if (nfds && !fds)
+		return rs_err(EFAULT);
+	isrs = stackrs;
+	if (nfds > 16) {
+		pf = calloc(nfds, sizeof(*pf));
+		isrs = calloc(nfds, 1);
+		if (!pf || !isrs) {
+			free(pf);
+			free(isrs);
+			return rs_err(ENOMEM);
+		}
+	}
+	for (i = 0; i < nfds; i++)
+		isrs[i] = is_rsocket(fds[i].fd);
+	for (;;) {
+		ready = 0;
+		for (i = 0; i < nfds; i++) {
+			fds[i].revents = 0;
+			pf[i] = fds[i];
+			if (!isrs[i])
+				continue;
+			while (read(fds[i].fd, &drain, sizeof(drain)) == sizeof(drain))
+				;
+			int r = srdgo_cm_rs_revents(fds[i].fd, fds[i].events);
+			if (r < 0) /* closed meanwhile */
+				r = POLLNVAL;
+			fds[i].revents = (short)r;
+			if (r)
+				ready = 1;
+			pf[i].events = POLLIN;
+		}
+		if (ready || timeout == 0)
+			wait = 0;
+		else if (timeout < 0)
+			wait = -1;
+		else {
+			int64_t left = deadline - now_ms();
+			wait = left > 0 ? (int)left : 0;
+		}
+		ret = poll(pf, nfds, wait);
+		/* The Go runtime's own signals (preemption) interrupt the
+		   poll(): they are the library's, not the program's. */
+		if (ret < 0 && errno == EINTR)
+			continue;
+		if (ret < 0)
+			break;
+		ret = 0;
+		int changed = 0;
+		for (i = 0; i < nfds; i++) {
+			if (isrs[i]) {
+				if (pf[i].revents)
+					changed = 1;
+			} else {
+				fds[i].revents = pf[i].revents;
+			}
+			if (fds[i].revents)
+				ret++;
+		}
+		if (ret)
+			break;
+		if (wait == 0) {
+			if (timeout == 0)
+				sched_yield(); /* a program polling in a loop */
+			break;
+		}
+		if (!changed && timeout > 0 && now_ms() >= deadline)
+			break;
+	}
+	if (pf != stack) {
+		free(pf);
+		free(isrs);
+	}
+	return ret;
+}
+
+SRD_EXPORT int rselect(int n, fd_set *r, fd_set *w, fd_set *e, struct timeval *t)
+{
+	struct pollfd *fds;
+	int i, cnt = 0, ret, timeout;
+
+	if (n < 0 || n > FD_SETSIZE)
+		return rs_err(EINVAL);
+	fds = calloc(n ? n : 1, sizeof(*fds));
+	if (!fds)
+		return rs_err(ENOMEM);
+	for (i = 0; i < n; i++) {
+		short ev = 0;
+		if (r && FD_ISSET(i, r))
+			ev |= POLLIN;
+		if (w && FD_ISSET(i, w))
+			ev |= POLLOUT;
+		if (e && FD_ISSET(i, e))
+			ev |= POLLPRI;
+		if (ev) {
+			fds[cnt].fd = i;
+			fds[cnt].events = ev;
+			cnt++;
+		}
+	}
+	timeout = t ? (int)(t->tv_sec * 1000 + (t->tv_usec + 999) / 1000) : -1;
+	ret = rpoll(fds, cnt, timeout);
+	if (ret < 0) {
+		free(fds);
+		return ret;
+	}
+	if (r)
+		FD_ZERO(r);
+	if (w)
+		FD_ZERO(w);
+	if (e)
+		FD_ZERO(e);
+	ret = 0;
+	for (i = 0; i < cnt; i++) {
+		short rv = fds[i].revents;
+		if (r && (rv & (POLLIN | POLLHUP | POLLERR))) {
+			FD_SET(fds[i].fd, r);
+			ret++;
+		}
+		if (w && (rv & (POLLOUT | POLLERR))) {
+			FD_SET(fds[i].fd, w);
+			ret++;
+		}
+		if (e && (rv & POLLPRI)) {
+			FD_SET(fds[i].fd, e);
+			ret++;
+		}
+	}
+	free(fds);
+	return ret;
+}
+
+static int get_name(int s, int peer, struct sockaddr *sa, socklen_t *len)
+{
+	struct srd_cm_addr a;
+	int err;
+
+	if (!sa || !len)
+		return rs_err(EFAULT);
+	err = srdgo_cm_rs_name(s, peer, &a);
+	if (err)
+		return rs_err(err);
+	addr_out(&a, sa, len);
+	return 0;
+}
+
+SRD_EXPORT int rgetpeername(int s, struct sockaddr *sa, socklen_t *len)
+{
+	return get_name(s, 1, sa, len);
+}
+
+SRD_EXPORT int rgetsockname(int s, struct sockaddr *sa, socklen_t *len)
+{
+	return get_name(s, 0, sa, len);
+}
+
+SRD_EXPORT int rsetsockopt(int s, int level, int name, const void *v, socklen_t len)
+{
+	int val, err;
+
+	if (!is_rsocket(s))
+		return rs_err(EBADF);
+	if (level == SOL_RDMA && name == RDMA_ROUTE)
+		return 0; /* routes come from the CM's own resolution */
+	if (level == SOL_SOCKET && name == SO_LINGER) {
+		if (!v || len < sizeof(struct linger))
+			return rs_err(EINVAL);
+		val = ((const struct linger *)v)->l_onoff;
+	} else {
+		if (!v || len < sizeof(int))
+			return rs_err(EINVAL);
+		val = *(const int *)v;
+	}
+	err = srdgo_cm_rs_setopt(s, level, name, val);
+	return err ? rs_err(err) : 0;
+}
+
+SRD_EXPORT int rgetsockopt(int s, int level, int name, void *v, socklen_t *len)
+{
+	int val = 0, err;
+
+	if (!is_rsocket(s))
+		return rs_err(EBADF);
+	if (!v || !len)
+		return rs_err(EFAULT);
+	err = srdgo_cm_rs_getopt(s, level, name, &val);
+	if (err)
+		return rs_err(err);
+	if (level == SOL_SOCKET && name == SO_LINGER) {
+		struct linger l = { .l_onoff = val, .l_linger = 0 };
+		if (*len < sizeof(l))
+			return rs_err(EINVAL);
+		memcpy(v, &l, sizeof(l));
+		*len = sizeof(l);
+		return 0;
+	}
+	if (*len < sizeof(int))
+		return rs_err(EINVAL);
+	memcpy(v, &val, sizeof(int));
+	*len = sizeof(int);
+	return 0;
+}
+
+SRD_EXPORT int rfcntl(int s, int cmd, ...)
+{
+	va_list ap;
+	int arg = 0, out = 0, err;
+
+	va_start(ap, cmd);
+	if (cmd == F_SETFL)
+		arg = va_arg(ap, int);
+	va_end(ap);
+	err = srdgo_cm_rs_fcntl(s, cmd, arg, &out);
+	return err ? rs_err(err) : out;
+}
+
+SRD_EXPORT off_t riomap(int s, void *b, size_t n, int p, int f, off_t o)
+{
+	off_t out = 0;
+	int err;
+
+	(void)f;
+	err = srdgo_cm_rs_iomap(s, b, n, p, o, &out);
+	return err ? rs_err(err) : out;
+}
+
+SRD_EXPORT int riounmap(int s, void *b, size_t n)
+{
+	int err = srdgo_cm_rs_iounmap(s, b, n);
+	return err ? rs_err(err) : 0;
+}
+
+SRD_EXPORT size_t riowrite(int s, const void *b, size_t n, off_t o, int f)
+{
+	size_t out = 0;
+	int err;
+
+	/* As rsocket's: (size_t)-1 with errno set on failure. */
+	if (!b && n)
+		return (size_t)rs_err(EFAULT);
+	err = srdgo_cm_rs_iowrite(s, b, n, o, f, &out);
+	return err ? (size_t)rs_err(err) : out;
+}

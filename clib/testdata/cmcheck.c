@@ -111,7 +111,7 @@ static void misuse(void)
 	CHECK(rdma_get_src_port(NULL) == 0 && rdma_get_dst_port(id) == 0, "ports of no address");
 	CHECK(!strcmp(rdma_event_str(RDMA_CM_EVENT_ESTABLISHED), "RDMA_CM_EVENT_ESTABLISHED"), "rdma_event_str");
 	CHECK(!strcmp(rdma_event_str((enum rdma_cm_event_type)99), "UNKNOWN EVENT"), "rdma_event_str(99)");
-	ERRNO(rsocket(AF_INET, SOCK_STREAM, 0), ENOSYS);
+	ERRNO(rsocket(AF_INET, SOCK_DGRAM, 0), EOPNOTSUPP); /* datagram rsockets: not provided */
 
 	/* A non-blocking channel with nothing in it. */
 	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
