@@ -153,6 +153,10 @@ func (ch *ptCMChannel) RecvMsg(ctx context.Context, b []byte) error {
 	return ch.postRecv()
 }
 
+// lastWordGrace is how long wait looks for the completion of a message
+// the peer acknowledged just before it disconnected.
+const lastWordGrace = 200 * time.Millisecond
+
 // wait returns cq's next completion, failing on an error status, when ctx
 // ends or when the connection does.
 func (ch *ptCMChannel) wait(ctx context.Context, cq verbs.CQ, what string) (verbs.WC, error) {
@@ -163,11 +167,21 @@ func (ch *ptCMChannel) wait(ctx context.Context, cq verbs.CQ, what string) (verb
 	wc, err := ptWaitCQ(wctx, cq, what)
 	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil && ch.gone.Err() != nil {
 		// A peer that took our last message may disconnect before we saw
-		// it taken (over shm the DREQ can overtake the consumer index our
-		// poll reads): look once more.
+		// it taken: its DREQ can be handled before the ACK that left
+		// ahead of it (the device hands MADs to cm's agent and ACKs to
+		// the QP separately; over shm the DREQ can overtake the consumer
+		// index our poll reads). Look again for a moment.
 		var last [1]verbs.WC
-		if n, _ := cq.Poll(last[:]); n == 1 && last[0].Status == verbs.WCSuccess {
-			return last[0], nil
+		for end := time.Now().Add(lastWordGrace); ; time.Sleep(time.Millisecond) {
+			if n, _ := cq.Poll(last[:]); n == 1 {
+				if last[0].Status == verbs.WCSuccess {
+					return last[0], nil
+				}
+				break
+			}
+			if time.Now().After(end) {
+				break
+			}
 		}
 		return verbs.WC{}, fmt.Errorf("the rdma_cm connection ended: %w", ch.conn.Err())
 	}
