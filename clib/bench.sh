@@ -8,6 +8,12 @@
 # machine's load hits both alike. Numbers are only comparable within one
 # run on one machine. BENCH_TESTS="ib_send_bw 64,ib_write_lat 8" runs
 # only those (test and size, comma-separated).
+#
+# As root, both ends run under SCHED_FIFO (chrt -f 10; BENCH_RT=0 turns
+# it off): other work on the machine then waits while a pair runs, so
+# figures taken on a busy machine are close to a quiet machine's. The
+# kernel's real-time throttling (95 % of each second) keeps the machine
+# responsive if a run hangs.
 set -uo pipefail
 dir=$(cd "${1:?usage: clib/bench.sh DIR [REPEATS]}" && pwd)
 reps=${2:-5}
@@ -15,12 +21,16 @@ here=$(cd "$(dirname "$0")" && pwd)
 gotool=$(mktemp -d)/softrdma
 (cd "$here/.." && go build -o "$gotool" ./cmd/softrdma) || exit 1
 port=$((40000 + RANDOM % 10000))
+rt=()
+if [ "${BENCH_RT:-1}" = 1 ] && [ "$(id -u)" = 0 ] && command -v chrt >/dev/null; then
+	rt=(chrt -f 10)
+fi
 
 # one KIND TEST ARGS...: one server+client run; prints the client's figure.
 one() {
 	local kind=$1 t=$2; shift 2
-	local cmd=($t) env=(env LD_LIBRARY_PATH=$dir)
-	if [ $kind = go ]; then cmd=("$gotool" $t); env=(env); fi
+	local cmd=($t) env=(${rt[@]+"${rt[@]}"} env LD_LIBRARY_PATH=$dir)
+	if [ $kind = go ]; then cmd=("$gotool" $t); env=(${rt[@]+"${rt[@]}"} env); fi
 	port=$((port + 1))
 	"${env[@]}" timeout 120 "${cmd[@]}" -d softrdma_lo -x 1 -p $port "$@" >/dev/null 2>&1 &
 	local spid=$!
