@@ -32,10 +32,11 @@ var rules = []struct {
 	{"internal/netsim", []string{"transport", "wire"}, nil},
 	{"internal/bench", []string{"verbs", "cm", "internal/spin", "internal/perftest"}, nil},
 	{"internal/spin", nil, nil},
+	{"internal/memmove", nil, []string{"golang.org/x/sys"}},                             // payload copies (x/sys/cpu: ERMS)
 	{"internal/cmattack", []string{"wire"}, nil},                                        // a hostile CM peer for tests
 	{"internal/reuseport", nil, []string{"github.com/cilium/ebpf", "golang.org/x/sys"}}, // address sharing: eBPF steering, SO_REUSEPORT
 	{"examples", []string{""}, []string{""}},
-	{"internal/roce", []string{"wire", "verbs", "transport", "congestion", "internal/spin", "internal/verbsobj"}, nil},
+	{"internal/roce", []string{"wire", "verbs", "transport", "congestion", "internal/spin", "internal/verbsobj", "internal/memmove"}, nil},
 	{"internal/verbsobj", []string{"verbs"}, nil}, // the verbs objects' rules every provider shares
 	{"internal/perftest", []string{"verbs", "internal/ctxio"}, nil},
 	{"internal/pingpong", []string{"internal/ctxio"}, nil},
@@ -43,7 +44,7 @@ var rules = []struct {
 	{"internal/replay", []string{"internal/pcapfile"}, nil},
 	{"internal/pcapfile", nil, []string{"github.com/gopacket/gopacket"}},
 	{"provider/ibverbs", []string{"verbs", "internal/verbsobj"}, nil}, // the kernel devices through libibverbs (cgo)
-	{"provider", []string{"wire", "verbs", "transport", "congestion", "internal/roce", "internal/netsim", "internal/spin", "internal/reuseport", "internal/verbsobj"}, []string{"golang.org/x/sys"}},
+	{"provider", []string{"wire", "verbs", "transport", "congestion", "internal/roce", "internal/netsim", "internal/spin", "internal/reuseport", "internal/verbsobj", "internal/memmove"}, []string{"golang.org/x/sys"}},
 	{"cm", []string{"verbs", "wire"}, nil},                                                // wire: the CM MAD layouts (DESIGN: MAD layouts live in wire)
 	{"rdmanet", []string{"verbs", "cm"}, nil},                                             // sockets over RDMA (rsocket)
 	{"nvmeof", []string{"verbs", "cm"}, []string{"golang.org/x/sys"}},                     // NVMe over Fabrics, a ULP like rdmanet

@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/softrdma/softrdma/internal/memmove"
 	"github.com/softrdma/softrdma/internal/verbsobj"
 	"github.com/softrdma/softrdma/verbs"
 )
@@ -328,7 +329,7 @@ func (s *sgl) walk(b []byte, off uint64, in bool) bool {
 		if in {
 			copyLastByteLast(m, b[:n])
 		} else {
-			copy(b[:n], m)
+			memmove.Copy(b[:n], m)
 		}
 		mr.mu.RUnlock()
 		b = b[n:]
@@ -356,13 +357,13 @@ func copyLastByteLast(dst, src []byte) {
 	lead := int(uintptr(unsafe.Pointer(&dst[last])) & 3) // bytes of the word before the last byte
 	start := last - lead                                 // index of the word's first byte in dst
 	if start < 0 || start+4 > len(dst) {
-		copy(dst[:last], src[:last])
+		memmove.Copy(dst[:last], src[:last])
 		barrier.Add(1)
 		dst[last] = src[last]
 		return
 	}
 	from := max(start, 0)
-	copy(dst[:from], src[:from])
+	memmove.Copy(dst[:from], src[:from])
 	w := (*uint32)(unsafe.Pointer(&dst[start]))
 	for {
 		old := atomic.LoadUint32(w)

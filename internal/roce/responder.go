@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/softrdma/softrdma/internal/memmove"
 	"github.com/softrdma/softrdma/transport"
 	"github.com/softrdma/softrdma/verbs"
 	"github.com/softrdma/softrdma/wire"
@@ -529,7 +530,7 @@ func (r *responder) sendReadResponsesLocked(qp *respQP, va uint64, rkey uint32, 
 			wire.AETH(b[info.AETHOff:]).Encode(&wire.AETHFields{Syndrome: wire.ACKSyndrome(0x1F), MSN: r.msn & 0xFFFFFF})
 		}
 		if mr != nil {
-			copy(b[info.Length:info.Length+int(n)], src)
+			memmove.Copy(b[info.Length:info.Length+int(n)], src)
 			mr.mu.RUnlock()
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/softrdma/softrdma/internal/memmove"
 	"github.com/softrdma/softrdma/internal/verbsobj"
 	"github.com/softrdma/softrdma/verbs"
 )
@@ -233,7 +234,7 @@ func (s sgl) gather(pd *PD, off uint64, dst []byte) bool {
 		if !ok {
 			return false
 		}
-		copy(dst, b)
+		memmove.Copy(dst, b)
 		mr.mu.RUnlock()
 		dst = dst[n:]
 		off = 0
@@ -257,7 +258,7 @@ func (s sgl) scatter(pd *PD, off uint64, src []byte) bool {
 		if !ok {
 			return false
 		}
-		copy(b, src[:n])
+		memmove.Copy(b, src[:n])
 		mr.mu.RUnlock()
 		src = src[n:]
 		off = 0

@@ -31,6 +31,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/softrdma/softrdma/internal/memmove"
 	"github.com/softrdma/softrdma/internal/verbsobj"
 	"github.com/softrdma/softrdma/verbs"
 	"github.com/softrdma/softrdma/wire"
@@ -877,7 +878,7 @@ func (qp *QP) writeLocked(w *sendWQE) {
 			w.status, w.localError = verbs.WCLocProtErr, true
 			return
 		}
-		copy(dst[:n], src)
+		memmove.Copy(dst[:n], src)
 		atomicStoreByte(&dst[n], src[n])
 		mr.mu.RUnlock()
 		return
