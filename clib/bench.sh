@@ -9,11 +9,13 @@
 # run on one machine. BENCH_TESTS="ib_send_bw 64,ib_write_lat 8" runs
 # only those (test and size, comma-separated).
 #
-# As root, both ends run under SCHED_FIFO (chrt -f 10; BENCH_RT=0 turns
-# it off): other work on the machine then waits while a pair runs, so
-# figures taken on a busy machine are close to a quiet machine's. The
-# kernel's real-time throttling (95 % of each second) keeps the machine
-# responsive if a run hangs.
+# BENCH_RT=1 (root) runs both ends under SCHED_FIFO (chrt -f 10): other
+# work on the machine then waits while a pair runs, so figures taken on a
+# busy machine are close to a quiet machine's. Use it only with nothing
+# else important running: while a pair spins, other processes get only
+# the 5 % the kernel's real-time throttling leaves them, and a Go
+# program whose every thread spins can starve its own runtime (sysmon
+# never runs) until the 120 s timeout.
 set -uo pipefail
 dir=$(cd "${1:?usage: clib/bench.sh DIR [REPEATS]}" && pwd)
 reps=${2:-5}
@@ -22,7 +24,7 @@ gotool=$(mktemp -d)/softrdma
 (cd "$here/.." && go build -o "$gotool" ./cmd/softrdma) || exit 1
 port=$((40000 + RANDOM % 10000))
 rt=()
-if [ "${BENCH_RT:-1}" = 1 ] && [ "$(id -u)" = 0 ] && command -v chrt >/dev/null; then
+if [ "${BENCH_RT:-0}" = 1 ] && [ "$(id -u)" = 0 ] && command -v chrt >/dev/null; then
 	rt=(chrt -f 10)
 fi
 
