@@ -657,9 +657,13 @@ SRD_EXPORT int rdma_connect(struct rdma_cm_id *cid, struct rdma_conn_param *conn
 		return fail(EINVAL);
 	if (conn_param && conn_param->private_data_len && !conn_param->private_data)
 		return fail(EINVAL);
+	if (!cid->qp && !conn_param)
+		return fail(EINVAL); /* no QP, and no conn_param->qp_num naming the program's */
 	if ((err = srdgo_cm_connect(srd_id(cid)->h, cid->qp, conn_param)) != 0)
 		return fail(err);
-	return wait_event(cid, RDMA_CM_EVENT_ESTABLISHED);
+	/* Without a QP on the id, the program moves its own QP on the
+	   connect response and then calls rdma_establish. */
+	return wait_event(cid, cid->qp ? RDMA_CM_EVENT_ESTABLISHED : RDMA_CM_EVENT_CONNECT_RESPONSE);
 }
 
 SRD_EXPORT int rdma_accept(struct rdma_cm_id *cid, struct rdma_conn_param *conn_param)
@@ -812,6 +816,7 @@ SRD_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma
 		c->retry_count = info.retry_count;
 		c->rnr_retry_count = info.rnr_retry_count;
 		c->flow_control = 1;
+		c->qp_num = info.qp_num; /* the peer's QP */
 	}
 	*event = &e->ev;
 	return 0;
@@ -854,6 +859,8 @@ SRD_EXPORT const char *rdma_event_str(enum rdma_cm_event_type event)
 
 SRD_EXPORT int rdma_set_option(struct rdma_cm_id *cid, int level, int optname, void *optval, size_t optlen)
 {
+	int err;
+
 	if (!cid || (!optval && optlen))
 		return fail(EINVAL);
 	if (level == RDMA_OPTION_ID) {
@@ -865,15 +872,19 @@ SRD_EXPORT int rdma_set_option(struct rdma_cm_id *cid, int level, int optname, v
 			return optlen == sizeof(int) ? 0 : fail(EINVAL);
 		case RDMA_OPTION_ID_TOS:
 		case RDMA_OPTION_ID_ACK_TIMEOUT:
-			/* Type of service and ACK timeout come from the
-			   device and the CM exchange: setting them is not
-			   supported. */
-			return fail(ENOSYS);
+			/* The GRH traffic class of the connection (set before
+			   rdma_connect: the REQ carries it to the peer), and
+			   this side's QP ACK timeout code. */
+			if (optlen != sizeof(uint8_t))
+				return fail(EINVAL);
+			if ((err = srdgo_cm_set_option(srd_id(cid)->h, optname, *(uint8_t *)optval)) != 0)
+				return fail(err);
+			return 0;
 		}
 		return fail(EINVAL);
 	}
 	if (level == RDMA_OPTION_IB)
-		return fail(ENOSYS); /* explicit path records: RoCE resolves its own */
+		return fail(ENOSYS); /* explicit path records: RoCE resolves its own path from the addresses */
 	return fail(EINVAL);
 }
 
@@ -885,17 +896,33 @@ SRD_EXPORT int rdma_notify(struct rdma_cm_id *cid, enum ibv_event_type event)
 	return event == IBV_EVENT_COMM_EST ? 0 : fail(EINVAL);
 }
 
+/* rdma_establish answers the connect response of an id without a QP
+   (the program moved its own with rdma_init_qp_attr): the RTU goes to
+   the passive side, which gets ESTABLISHED; this side gets no event. */
 SRD_EXPORT int rdma_establish(struct rdma_cm_id *cid)
 {
-	(void)cid;
-	return fail(ENOSYS); /* for QPs the program moves itself: not supported */
+	int err;
+
+	if (!cid || cid->qp)
+		return fail(EINVAL);
+	if ((err = srdgo_cm_establish(srd_id(cid)->h)) != 0)
+		return fail(err);
+	return 0;
 }
 
+/* rdma_init_qp_attr fills the attributes and mask that move the
+   program's QP to qp_attr->qp_state (INIT, RTR, RTS) for this id's
+   connection: what the connect request (passive side) or response
+   (active side) agreed, as the kernel's rdma_cm does. */
 SRD_EXPORT int rdma_init_qp_attr(struct rdma_cm_id *cid, struct ibv_qp_attr *qp_attr, int *qp_attr_mask)
 {
+	int err;
+
 	if (!cid || !qp_attr || !qp_attr_mask)
 		return fail(EINVAL);
-	return fail(ENOSYS); /* for QPs the program moves itself: not supported */
+	if ((err = srdgo_cm_init_qp_attr(srd_id(cid)->h, qp_attr, qp_attr_mask)) != 0)
+		return fail(err);
+	return 0;
 }
 
 SRD_EXPORT int rdma_join_multicast(struct rdma_cm_id *cid, struct sockaddr *addr, void *context)

@@ -84,6 +84,9 @@ int srdgo_cm_accept(uintptr_t h, struct ibv_qp *qp, struct rdma_conn_param *p);
 int srdgo_cm_reject(uintptr_t h, void *pdata, int len);
 int srdgo_cm_disconnect(uintptr_t h);
 int srdgo_cm_event(uintptr_t ev, struct srd_cm_evinfo *info);
+int srdgo_cm_establish(uintptr_t h);
+int srdgo_cm_init_qp_attr(uintptr_t h, struct ibv_qp_attr *attr, int *mask);
+int srdgo_cm_set_option(uintptr_t h, int name, uint8_t value);
 #endif
 
 #endif
