@@ -139,8 +139,8 @@ type cmID struct {
 	resp  *cm.Response
 	// rdma_set_option's RDMA_OPTION_ID_TOS and ACK_TIMEOUT (0: unset).
 	tos, ackTimeout uint8
-	destroyed bool
-	discSent  bool // the DISCONNECTED event was posted
+	destroyed       bool
+	discSent        bool // the DISCONNECTED event was posted
 }
 
 func idOf(h C.uintptr_t) *cmID { return cgo.Handle(h).Value().(*cmID) }
@@ -651,16 +651,24 @@ func srdgo_cm_connect(h C.uintptr_t, qp *C.struct_ibv_qp, p *C.struct_rdma_conn_
 	q := qpOf(qp)
 	o := id.options(d, p)
 	o.QP, o.PD, o.QPType = q.qp, q.pd.pd, q.typ
+	id.background(func(ctx context.Context) {
+		c, err := dialGrace(ctx, func() (*cm.Conn, error) { return cm.Dial(ctx, "rdma", remote.String(), o) })
+		id.finish("rdma_connect", c, err, true)
+	})
+	return 0
+}
+
+// background runs a connect or accept in a goroutine, with a context
+// that destroying the id cancels.
+func (id *cmID) background(run func(ctx context.Context)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	id.mu.Lock()
 	id.cancel = cancel
 	id.mu.Unlock()
 	go func() {
-		c, err := dialGrace(ctx, func() (*cm.Conn, error) { return cm.Dial(ctx, "rdma", remote.String(), o) })
-		cancel()
-		id.finish("rdma_connect", c, err, true)
+		defer cancel()
+		run(ctx)
 	}()
-	return 0
 }
 
 // options are the cm options of a connect: the device, the program's
@@ -727,14 +735,10 @@ func srdgo_cm_accept(h C.uintptr_t, qp *C.struct_ibv_qp, p *C.struct_rdma_conn_p
 	}
 	id.mu.Lock()
 	id.attrs = nil // cm moves this QP: its attributes are cm's own
-	ackTO := id.ackTimeout
 	id.mu.Unlock()
 	q := qpOf(qp)
-	o := &cm.Options{Context: d.vctx, QP: q.qp, PD: q.pd.pd, PrivateData: pdataOf(p), ACKTimeout: ackTO}
-	if p != nil {
-		o.ResponderResources, o.InitiatorDepth = max(uint8(p.responder_resources), 1), max(uint8(p.initiator_depth), 1)
-		o.RNRRetryCount = uint8(p.rnr_retry_count)
-	}
+	o := id.acceptOptions(d, p)
+	o.QP, o.PD = q.qp, q.pd.pd
 	if req.QPType == verbs.QPTypeUD {
 		c, err := req.Accept(context.Background(), o)
 		if err != nil {
@@ -745,16 +749,11 @@ func srdgo_cm_accept(h C.uintptr_t, qp *C.struct_ibv_qp, p *C.struct_rdma_conn_p
 		id.mu.Unlock()
 		return 0
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	id.mu.Lock()
-	id.cancel = cancel
-	id.mu.Unlock()
 	done := make(chan error, 1)
-	go func() {
+	id.background(func(ctx context.Context) {
 		c, err := req.Accept(ctx, o)
-		cancel()
 		id.finish("rdma_accept", c, err, false, done)
-	}()
+	})
 	// rdma_accept returns with the QP in RTS, as librdmacm's does (it
 	// moves the QP before sending the REP): the program may post sends
 	// at once. The REP's answer (RTU) comes later, as ESTABLISHED.
@@ -771,6 +770,19 @@ func srdgo_cm_accept(h C.uintptr_t, qp *C.struct_ibv_qp, p *C.struct_rdma_conn_p
 			return 0
 		}
 	}
+}
+
+// acceptOptions are the cm options of an accept: the device, the
+// program's connection parameters, the id's ACK timeout.
+func (id *cmID) acceptOptions(d *cmDev, p *C.struct_rdma_conn_param) *cm.Options {
+	id.mu.Lock()
+	o := &cm.Options{Context: d.vctx, PrivateData: pdataOf(p), ACKTimeout: id.ackTimeout}
+	id.mu.Unlock()
+	if p != nil {
+		o.ResponderResources, o.InitiatorDepth = max(uint8(p.responder_resources), 1), max(uint8(p.initiator_depth), 1)
+		o.RNRRetryCount = uint8(p.rnr_retry_count)
+	}
+	return o
 }
 
 //export srdgo_cm_reject

@@ -67,15 +67,10 @@ func (id *cmID) connectOwn(d *cmDev, remote netip.AddrPort, p *C.struct_rdma_con
 		return C.EOPNOTSUPP
 	}
 	o := id.options(d, p)
-	ctx, cancel := context.WithCancel(context.Background())
-	id.mu.Lock()
-	id.cancel = cancel
-	id.mu.Unlock()
-	go func() {
+	id.background(func(ctx context.Context) {
 		resp, err := dialGrace(ctx, func() (*cm.Response, error) {
 			return cm.DialOwnQP(ctx, "rdma", remote.String(), qpn, o)
 		})
-		cancel()
 		id.mu.Lock()
 		id.cancel = nil
 		gone := id.destroyed
@@ -95,7 +90,7 @@ func (id *cmID) connectOwn(d *cmDev, remote netip.AddrPort, p *C.struct_rdma_con
 			id.post(&cmEvent{typ: C.RDMA_CM_EVENT_CONNECT_RESPONSE, pdata: resp.PeerPrivateData,
 				respRes: resp.ResponderResources, initDepth: resp.InitiatorDepth, qpn: rq.DestQPNum})
 		}
-	}()
+	})
 	return 0
 }
 
@@ -113,20 +108,11 @@ func (id *cmID) acceptOwn(req *cm.ConnRequest, d *cmDev, p *C.struct_rdma_conn_p
 		logf("rdma_accept: the id has no QP and the connection parameters name none: create the QP with rdma_create_qp, or give its number in conn_param->qp_num")
 		return C.EINVAL
 	}
-	id.mu.Lock()
-	o := &cm.Options{Context: d.vctx, PrivateData: pdataOf(p), ACKTimeout: id.ackTimeout}
-	id.mu.Unlock()
-	o.ResponderResources, o.InitiatorDepth = max(uint8(p.responder_resources), 1), max(uint8(p.initiator_depth), 1)
-	o.RNRRetryCount = uint8(p.rnr_retry_count)
-	ctx, cancel := context.WithCancel(context.Background())
-	id.mu.Lock()
-	id.cancel = cancel
-	id.mu.Unlock()
-	go func() {
+	o := id.acceptOptions(d, p)
+	id.background(func(ctx context.Context) {
 		c, err := req.AcceptOwnQP(ctx, qpn, o)
-		cancel()
 		id.finish("rdma_accept", c, err, false)
-	}()
+	})
 	return 0
 }
 
