@@ -134,14 +134,8 @@ SRD_EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
 
 	if ((err = open_devices()) != 0)
 		return srd_fail_ptr(err);
-	c = calloc(1, sizeof(*c));
-	if (!c)
-		return srd_fail_ptr(ENOMEM);
-	if (pipe2(fds, O_CLOEXEC)) {
-		err = errno;
-		free(c);
-		return srd_fail_ptr(err);
-	}
+	if (!(c = srd_alloc_pipe(sizeof(*c), fds)))
+		return NULL;
 	c->ch.fd = fds[0];
 	c->wfd = fds[1];
 	return &c->ch;
@@ -471,6 +465,18 @@ static void destroy_owned(struct rdma_cm_id *cid)
 	}
 }
 
+/* id_pd is the id's PD, allocated (and owned by the id) on first use. */
+static struct ibv_pd *id_pd(struct rdma_cm_id *cid)
+{
+	if (!cid->pd) {
+		cid->pd = ibv_alloc_pd(cid->verbs);
+		if (!cid->pd)
+			return NULL;
+		srd_id(cid)->own_pd = 1;
+	}
+	return cid->pd;
+}
+
 SRD_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *cid, struct ibv_qp_init_attr_ex *attr)
 {
 	struct ibv_qp *qp;
@@ -483,13 +489,8 @@ SRD_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *cid, struct ibv_qp_init_attr
 	if (cid->qp)
 		return srd_fail(EINVAL);
 	if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
-		if (!cid->pd) {
-			cid->pd = ibv_alloc_pd(cid->verbs);
-			if (!cid->pd)
-				return -1;
-			srd_id(cid)->own_pd = 1;
-		}
-		attr->pd = cid->pd;
+		if (!(attr->pd = id_pd(cid)))
+			return -1;
 		attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
 	}
 	if (attr->pd->context != cid->verbs)
@@ -558,15 +559,8 @@ SRD_EXPORT int rdma_create_srq_ex(struct rdma_cm_id *cid, struct ibv_srq_init_at
 		return srd_fail(EINVAL);
 	if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC)
 		return srd_fail(EOPNOTSUPP);
-	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd) {
-		if (!cid->pd) {
-			cid->pd = ibv_alloc_pd(cid->verbs);
-			if (!cid->pd)
-				return -1;
-			srd_id(cid)->own_pd = 1;
-		}
-		attr->pd = cid->pd;
-	}
+	if ((!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd) && !(attr->pd = id_pd(cid)))
+		return -1;
 	memset(&a, 0, sizeof(a));
 	a.srq_context = attr->srq_context;
 	a.attr = attr->attr;

@@ -118,7 +118,9 @@ SRD_EXPORT int rsocket(int domain, int type, int protocol)
 	return fd;
 }
 
-SRD_EXPORT int rbind(int s, const struct sockaddr *sa, socklen_t len)
+/* with_addr checks an rsocket call's socket and address and hands them
+   to the Go side's call. */
+static int with_addr(int s, const struct sockaddr *sa, socklen_t len, int (*call)(int, struct srd_cm_addr *))
 {
 	struct srd_cm_addr a;
 	int err;
@@ -127,8 +129,13 @@ SRD_EXPORT int rbind(int s, const struct sockaddr *sa, socklen_t len)
 		return srd_fail(EBADF);
 	if ((err = srd_addr_in(sa, len, &a)))
 		return srd_fail(err);
-	err = srdgo_cm_rs_bind(s, &a);
+	err = call(s, &a);
 	return err ? srd_fail(err) : 0;
+}
+
+SRD_EXPORT int rbind(int s, const struct sockaddr *sa, socklen_t len)
+{
+	return with_addr(s, sa, len, srdgo_cm_rs_bind);
 }
 
 SRD_EXPORT int rlisten(int s, int backlog)
@@ -158,15 +165,7 @@ SRD_EXPORT int raccept(int s, struct sockaddr *sa, socklen_t *len)
 
 SRD_EXPORT int rconnect(int s, const struct sockaddr *sa, socklen_t len)
 {
-	struct srd_cm_addr a;
-	int err;
-
-	if (!is_rsocket(s))
-		return srd_fail(EBADF);
-	if ((err = srd_addr_in(sa, len, &a)))
-		return srd_fail(err);
-	err = srdgo_cm_rs_connect(s, &a);
-	return err ? srd_fail(err) : 0;
+	return with_addr(s, sa, len, srdgo_cm_rs_connect);
 }
 
 SRD_EXPORT int rshutdown(int s, int how)

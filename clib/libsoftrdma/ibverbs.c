@@ -246,14 +246,8 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 
 	if (!device)
 		return srd_fail_ptr(EINVAL);
-	c = calloc(1, sizeof(*c));
-	if (!c)
-		return srd_fail_ptr(ENOMEM);
-	if (pipe2(fds, O_CLOEXEC)) {
-		err = errno;
-		free(c);
-		return srd_fail_ptr(err);
-	}
+	if (!(c = srd_alloc_pipe(sizeof(*c), fds)))
+		return NULL;
 	err = srdgo_open(SRD_CONTAINER(device, struct srd_device, dev)->index, fds[1], &h);
 	if (err) {
 		close(fds[0]);
