@@ -198,6 +198,7 @@ if [ -f "$dir/librdmacm.so.1" ] && command -v rping >/dev/null; then
 	pair "rping: Go server, C -q client" go c -- "$gotool" rping -s -a 127.0.0.1 -p $port -C 10 -- rping -c -q -a 127.0.0.1 -p $port -C 10 -V
 	pair "ucmatose (C to C)" c c -- ucmatose -p $port -- ucmatose -s 127.0.0.1 -p $port
 	pair "ucmatose -c 4 -C 100 -m (C to C: 4 connections, migrate)" c c -- ucmatose -p $port -c 4 -C 100 -- ucmatose -s 127.0.0.1 -p $port -c 4 -C 100 -m
+	pair "ucmatose -t 32 -a 18 (C to C: RDMA_OPTION_ID_TOS and ACK_TIMEOUT)" c c -- ucmatose -p $port -t 32 -a 18 -- ucmatose -s 127.0.0.1 -p $port -t 32 -a 18
 	pair "ucmatose: C server, Go client" c go -- ucmatose -p $port -- "$gotool" ucmatose -s 127.0.0.1 -p $port
 	pair "ucmatose: Go server, C client" go c -- "$gotool" ucmatose -p $port -- ucmatose -s 127.0.0.1 -p $port
 	# udaddy has a fixed port (7174): its pairs run one at a time.
