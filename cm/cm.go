@@ -22,7 +22,16 @@
 // [Connect] and the single steps [Init], [ReadyToReceive] and
 // [ReadyToSend] remain for programs that exchange each side's [Endpoint]
 // out of band (the pingpong line, perftest's key lines) and step a QP
-// through RESET → INIT → RTR → RTS with the masks libibverbs requires.
+// through RESET → INIT → RTR → RTS with the masks libibverbs requires;
+// [StepAttr] gives each step's attributes to a program that calls Modify
+// itself.
+//
+// [DialOwnQP] and [ConnRequest.AcceptOwnQP] connect a QP the caller moves
+// itself (rdma_connect and rdma_accept on an id without a QP): cm agrees
+// its QPN, PSNs and path with the peer, [Response.QPAttr] and
+// [ConnRequest.QPAttr] give the attributes of each step
+// (rdma_init_qp_attr), and [Response.Establish] sends the RTU
+// (rdma_establish).
 //
 // cm imports verbs and wire (the MAD layouts) and the standard library.
 // Connect and the steps keep no state; they are as safe for concurrent
