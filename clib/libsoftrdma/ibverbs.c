@@ -310,7 +310,8 @@ int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *event)
 	n = read(ctx->async_fd, &r, sizeof(r));
 	if (n != sizeof(r)) {
 		if (n >= 0)
-			return srd_fail(EIO);
+			errno = EIO; /* a short read; else read's errno (EAGAIN) */
+		return -1;
 	}
 	event->event_type = r.type;
 	switch (r.type) {
@@ -706,7 +707,8 @@ int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void 
 	n = read(channel->fd, &p, sizeof(p));
 	if (n != sizeof(p)) {
 		if (n >= 0)
-			return srd_fail(EIO);
+			errno = EIO; /* a short read; else read's errno (EAGAIN) */
+		return -1;
 	}
 	*cq = (struct ibv_cq *)(uintptr_t)p;
 	*cq_context = (*cq)->cq_context;
