@@ -48,22 +48,7 @@ func moveOwn(t *testing.T, qp verbs.QP, src attrSource) (rtr, rts verbs.QPAttr) 
 func TestOwnQP(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cli, err := open(netip.MustParseAddr("127.0.63.1"), freePort)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.dev.Close()
-	srv, err := open(netip.MustParseAddr("127.0.63.2"), freePort)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.dev.Close()
-
-	ln, err := cm.Listen("rdma", "127.0.63.2:7472", &cm.Options{Context: srv.dev})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	cli, srv, ln := ownPair(t, "127.0.63.1", "127.0.63.2:7472")
 	type result struct {
 		c        *cm.Conn
 		rtr, rts verbs.QPAttr
@@ -151,6 +136,27 @@ func TestOwnQP(t *testing.T) {
 	r.c.Close()
 }
 
+// ownPair opens a client device at cli and a server device with a
+// listener at srv ("IP:port"), all closed when the test ends.
+func ownPair(t *testing.T, cli, srv string) (c, s *side, ln *cm.Listener) {
+	t.Helper()
+	ap := netip.MustParseAddrPort(srv)
+	var err error
+	if c, err = open(netip.MustParseAddr(cli), freePort); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.dev.Close() })
+	if s, err = open(ap.Addr(), freePort); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.dev.Close() })
+	if ln, err = cm.Listen("rdma", srv, &cm.Options{Context: s.dev}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return c, s, ln
+}
+
 // post posts a receive (recv) or a SEND of the MR's first 11 bytes.
 func post(t *testing.T, qp verbs.QP, mr verbs.MR, recv bool) {
 	t.Helper()
@@ -195,21 +201,7 @@ func wantRecv(t *testing.T, ctx context.Context, s *side, want string) {
 func TestOwnQPReject(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cli, err := open(netip.MustParseAddr("127.0.63.3"), freePort)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.dev.Close()
-	srv, err := open(netip.MustParseAddr("127.0.63.4"), freePort)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.dev.Close()
-	ln, err := cm.Listen("rdma", "127.0.63.4:7473", &cm.Options{Context: srv.dev})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	cli, _, ln := ownPair(t, "127.0.63.3", "127.0.63.4:7473")
 
 	for _, tt := range []struct {
 		name string
