@@ -182,13 +182,23 @@ fi
 # then rdmacm-utils and perftest -R, C to C and against the Go tools.
 if [ -f "$dir/librdmacm.so.1" ] && command -v rping >/dev/null; then
 	${CC:-gcc} -Wall -o "$logs/cmcheck" "$here/testdata/cmcheck.c" -L"$dir" -lrdmacm -libverbs -lpthread || exit 1
-	run "cmcheck on 127.0.0.1 (rdma_cm misuse, events, private data, reject, migrate, rdma_create_ep)" "$logs/cmcheck" 127.0.0.1
+	run "cmcheck on 127.0.0.1 (rdma_cm misuse, events, private data, reject, migrate, own QPs with rdma_init_qp_attr, TOS, rdma_create_ep)" "$logs/cmcheck" 127.0.0.1
 	pair "rping (C to C)" c c -- rping -s -a 127.0.0.1 -p $port -C 10 -V -- rping -c -a 127.0.0.1 -p $port -C 10 -V
 	pair "rping -S 4096 (C to C)" c c -- rping -s -a 127.0.0.1 -p $port -C 100 -S 4096 -V -- rping -c -a 127.0.0.1 -p $port -C 100 -S 4096 -V
 	pair "rping: C server, Go client" c go -- rping -s -a 127.0.0.1 -p $port -C 10 -- "$gotool" rping -c -a 127.0.0.1 -p $port -C 10
 	pair "rping: Go server, C client" go c -- "$gotool" rping -s -a 127.0.0.1 -p $port -C 10 -- rping -c -a 127.0.0.1 -p $port -C 10
+	# rping -q: each side creates its QP with ibv_create_qp and moves it
+	# with rdma_init_qp_attr's attributes; the client ends with
+	# rdma_establish, the server accepts with the QP's number.
+	pair "rping -q (C to C, own QPs)" c c -- rping -s -q -a 127.0.0.1 -p $port -C 10 -V -- rping -c -q -a 127.0.0.1 -p $port -C 10 -V
+	pair "rping -q -S 4096 (C to C, own QPs)" c c -- rping -s -q -a 127.0.0.1 -p $port -C 100 -S 4096 -V -- rping -c -q -a 127.0.0.1 -p $port -C 100 -S 4096 -V
+	pair "rping: C -q server, C client" c c -- rping -s -q -a 127.0.0.1 -p $port -C 10 -V -- rping -c -a 127.0.0.1 -p $port -C 10 -V
+	pair "rping: C server, C -q client" c c -- rping -s -a 127.0.0.1 -p $port -C 10 -V -- rping -c -q -a 127.0.0.1 -p $port -C 10 -V
+	pair "rping: C -q server, Go client" c go -- rping -s -q -a 127.0.0.1 -p $port -C 10 -V -- "$gotool" rping -c -a 127.0.0.1 -p $port -C 10
+	pair "rping: Go server, C -q client" go c -- "$gotool" rping -s -a 127.0.0.1 -p $port -C 10 -- rping -c -q -a 127.0.0.1 -p $port -C 10 -V
 	pair "ucmatose (C to C)" c c -- ucmatose -p $port -- ucmatose -s 127.0.0.1 -p $port
 	pair "ucmatose -c 4 -C 100 -m (C to C: 4 connections, migrate)" c c -- ucmatose -p $port -c 4 -C 100 -- ucmatose -s 127.0.0.1 -p $port -c 4 -C 100 -m
+	pair "ucmatose -t 32 -a 18 (C to C: RDMA_OPTION_ID_TOS and ACK_TIMEOUT)" c c -- ucmatose -p $port -t 32 -a 18 -- ucmatose -s 127.0.0.1 -p $port -t 32 -a 18
 	pair "ucmatose: C server, Go client" c go -- ucmatose -p $port -- "$gotool" ucmatose -s 127.0.0.1 -p $port
 	pair "ucmatose: Go server, C client" go c -- "$gotool" ucmatose -p $port -- ucmatose -s 127.0.0.1 -p $port
 	# udaddy has a fixed port (7174): its pairs run one at a time.

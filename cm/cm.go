@@ -22,7 +22,16 @@
 // [Connect] and the single steps [Init], [ReadyToReceive] and
 // [ReadyToSend] remain for programs that exchange each side's [Endpoint]
 // out of band (the pingpong line, perftest's key lines) and step a QP
-// through RESET → INIT → RTR → RTS with the masks libibverbs requires.
+// through RESET → INIT → RTR → RTS with the masks libibverbs requires;
+// [StepAttr] gives each step's attributes to a program that calls Modify
+// itself.
+//
+// [DialOwnQP] and [ConnRequest.AcceptOwnQP] connect a QP the caller moves
+// itself (rdma_connect and rdma_accept on an id without a QP): cm agrees
+// its QPN, PSNs and path with the peer, [Response.QPAttr] and
+// [ConnRequest.QPAttr] give the attributes of each step
+// (rdma_init_qp_attr), and [Response.Establish] sends the RTU
+// (rdma_establish).
 //
 // cm imports verbs and wire (the MAD layouts) and the standard library.
 // Connect and the steps keep no state; they are as safe for concurrent
@@ -58,10 +67,13 @@ type Params struct {
 	QKey uint32
 	// PathMTU must not exceed the port's ActiveMTU.
 	PathMTU verbs.MTU
-	// SGIDIndex, HopLimit and SL go into the address vector.
-	SGIDIndex uint8
-	HopLimit  uint8
-	SL        uint8
+	// SGIDIndex, HopLimit, SL and TrafficClass go into the address
+	// vector (the traffic class is the IP header's DSCP and ECN bits on
+	// RoCEv2).
+	SGIDIndex    uint8
+	HopLimit     uint8
+	SL           uint8
+	TrafficClass uint8
 	// AlwaysGRH sets a GRH even when the remote GID is zero (perftest
 	// does); by default the GRH is used exactly when the remote GID is set.
 	AlwaysGRH bool
@@ -131,16 +143,7 @@ func modify(qp verbs.QP, from verbs.QPState, attr *verbs.QPAttr, mask verbs.QPAt
 // Init moves qp from RESET to INIT: port, P_Key index, and the access flags
 // (RC, UC) or the Q_Key (UD). Receives may be posted from INIT on.
 func Init(qp verbs.QP, p *Params) error {
-	p = params(p)
-	attr := &verbs.QPAttr{QPState: verbs.QPStateInit, PKeyIndex: p.PKeyIndex, PortNum: p.Port}
-	mask := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort
-	if qp.Type() == verbs.QPTypeUD {
-		attr.QKey = p.QKey
-		mask |= verbs.QPAttrQKey
-	} else {
-		attr.QPAccessFlags = p.Access
-		mask |= verbs.QPAttrAccessFlags
-	}
+	attr, mask := initAttr(qp.Type(), params(p))
 	return modify(qp, verbs.QPStateReset, attr, mask)
 }
 
@@ -149,36 +152,78 @@ func Init(qp verbs.QP, p *Params) error {
 // first; an RC QP also its responder resources and RNR timer. A UD QP
 // takes no attributes here (remote is unused).
 func ReadyToReceive(qp verbs.QP, remote Endpoint, p *Params) error {
-	p = params(p)
-	attr := &verbs.QPAttr{QPState: verbs.QPStateRTR}
-	mask := verbs.QPAttrState
-	if t := qp.Type(); t == verbs.QPTypeRC || t == verbs.QPTypeUC {
-		attr.PathMTU, attr.DestQPNum, attr.RQPSN = p.PathMTU, remote.QPN, remote.PSN
-		attr.MaxDestRdAtomic, attr.MinRNRTimer = p.MaxDestRdAtomic, p.MinRNRTimer
-		attr.AHAttr = verbs.AHAttr{
-			IsGlobal: p.AlwaysGRH || !remote.GID.IsZero(),
-			DLID:     remote.LID, SL: p.SL, PortNum: p.Port,
-			GRH: verbs.GlobalRoute{DGID: remote.GID, SGIDIndex: p.SGIDIndex, HopLimit: p.HopLimit},
-		}
-		mask |= verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
-		if t == verbs.QPTypeRC {
-			mask |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
-		}
-	}
+	attr, mask := rtrAttr(qp.Type(), remote, params(p))
 	return modify(qp, verbs.QPStateInit, attr, mask)
 }
 
 // ReadyToSend moves qp from RTR to RTS, sending from local.PSN. An RC QP
 // also gets its ACK timeout, retry counts and initiator depth.
 func ReadyToSend(qp verbs.QP, local Endpoint, p *Params) error {
+	attr, mask := rtsAttr(qp.Type(), local, params(p))
+	return modify(qp, verbs.QPStateRTR, attr, mask)
+}
+
+// StepAttr returns the attributes and mask that [Init], [ReadyToReceive]
+// or [ReadyToSend] pass to Modify to move a QP of type t to state (INIT,
+// RTR or RTS), for a program that calls Modify itself (as C programs
+// call ibv_modify_qp with what rdma_init_qp_attr returns). local and
+// remote are as for [Connect]; a nil p means DefaultParams.
+func StepAttr(state verbs.QPState, t verbs.QPType, local, remote Endpoint, p *Params) (*verbs.QPAttr, verbs.QPAttrMask, error) {
 	p = params(p)
+	switch state {
+	case verbs.QPStateInit:
+		attr, mask := initAttr(t, p)
+		return attr, mask, nil
+	case verbs.QPStateRTR:
+		attr, mask := rtrAttr(t, remote, p)
+		return attr, mask, nil
+	case verbs.QPStateRTS:
+		attr, mask := rtsAttr(t, local, p)
+		return attr, mask, nil
+	}
+	return nil, 0, verbs.Errorf("cm", verbs.ErrInvalidArgument, "no connection attributes for state %v: ask for INIT, RTR or RTS", state)
+}
+
+func initAttr(t verbs.QPType, p *Params) (*verbs.QPAttr, verbs.QPAttrMask) {
+	attr := &verbs.QPAttr{QPState: verbs.QPStateInit, PKeyIndex: p.PKeyIndex, PortNum: p.Port}
+	mask := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort
+	if t == verbs.QPTypeUD {
+		attr.QKey = p.QKey
+		mask |= verbs.QPAttrQKey
+	} else {
+		attr.QPAccessFlags = p.Access
+		mask |= verbs.QPAttrAccessFlags
+	}
+	return attr, mask
+}
+
+func rtrAttr(t verbs.QPType, remote Endpoint, p *Params) (*verbs.QPAttr, verbs.QPAttrMask) {
+	attr := &verbs.QPAttr{QPState: verbs.QPStateRTR}
+	mask := verbs.QPAttrState
+	if t == verbs.QPTypeRC || t == verbs.QPTypeUC {
+		attr.PathMTU, attr.DestQPNum, attr.RQPSN = p.PathMTU, remote.QPN, remote.PSN
+		attr.MaxDestRdAtomic, attr.MinRNRTimer = p.MaxDestRdAtomic, p.MinRNRTimer
+		attr.AHAttr = verbs.AHAttr{
+			IsGlobal: p.AlwaysGRH || !remote.GID.IsZero(),
+			DLID:     remote.LID, SL: p.SL, PortNum: p.Port,
+			GRH: verbs.GlobalRoute{DGID: remote.GID, SGIDIndex: p.SGIDIndex, HopLimit: p.HopLimit, TrafficClass: p.TrafficClass},
+		}
+		mask |= verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
+		if t == verbs.QPTypeRC {
+			mask |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
+		}
+	}
+	return attr, mask
+}
+
+func rtsAttr(t verbs.QPType, local Endpoint, p *Params) (*verbs.QPAttr, verbs.QPAttrMask) {
 	attr := &verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: local.PSN, Timeout: p.Timeout,
 		RetryCnt: p.RetryCnt, RNRRetry: p.RNRRetry, MaxRdAtomic: p.MaxRdAtomic}
 	mask := verbs.QPAttrState | verbs.QPAttrSQPSN
-	if qp.Type() == verbs.QPTypeRC {
+	if t == verbs.QPTypeRC {
 		mask |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
 	}
-	return modify(qp, verbs.QPStateRTR, attr, mask)
+	return attr, mask
 }
 
 // Connect brings qp to RTS towards remote: [Init] if qp is in RESET, then

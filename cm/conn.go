@@ -98,6 +98,16 @@ type Options struct {
 	ResponderResources, InitiatorDepth uint8
 	// RetryCount and RNRRetryCount for the QP (default 7 and 7: rping's).
 	RetryCount, RNRRetryCount uint8
+	// TrafficClass, for Dial, is the GRH traffic class of both QPs (the
+	// IP header's DSCP and ECN bits on RoCEv2; rdma_set_option's
+	// RDMA_OPTION_ID_TOS): the REQ carries it and the passive side takes
+	// it from there. Default 0.
+	TrafficClass uint8
+	// ACKTimeout is this side's local ACK timeout code (4.096 µs ×
+	// 2^ACKTimeout; rdma_set_option's RDMA_OPTION_ID_ACK_TIMEOUT), at
+	// most 31. 0 means rdma_cm's, from the path's packet life time (19,
+	// about 2 s); the IB value 0, never time out, cannot be asked for.
+	ACKTimeout uint8
 	// Access is what the peer may do to this QP's memory (default local
 	// write, remote read, write and atomics, as the kernel's cm.c grants
 	// a QP with responder resources; each MR's own access flags still

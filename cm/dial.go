@@ -53,13 +53,7 @@ func Dial(ctx context.Context, network, address string, opts *Options) (*Conn, e
 		return nil, err
 	}
 	c := newConn()
-	c.remote = raddr
-	if _, ok := r.ctx.(verbs.ServiceDirectory); ok {
-		// The peer is the device the service resolved to, not the host
-		// address dialed (which names every device of the host).
-		c.remote = netip.AddrPortFrom(r.dgid.Addr(), raddr.Port())
-	}
-	c.local = netip.AddrPortFrom(r.src, uint16(32768+randUint32()%28000))
+	c.local, c.remote = endpoints(r, raddr)
 	if err := resources(r.ctx, &o, c); err != nil {
 		c.release()
 		return nil, err
@@ -79,6 +73,26 @@ func Dial(ctx context.Context, network, address string, opts *Options) (*Conn, e
 	return c, nil
 }
 
+// endpoints are a dialed connection's addresses: the route's source with
+// a random port (rdma_cm's header carries it), and the peer.
+func endpoints(r *route, raddr netip.AddrPort) (local, remote netip.AddrPort) {
+	remote = raddr
+	if _, ok := r.ctx.(verbs.ServiceDirectory); ok {
+		// The peer is the device the service resolved to, not the host
+		// address dialed (which names every device of the host).
+		remote = netip.AddrPortFrom(r.dgid.Addr(), raddr.Port())
+	}
+	return netip.AddrPortFrom(r.src, uint16(32768+randUint32()%28000)), remote
+}
+
+// checkACKTimeout refuses an ACK timeout code that does not fit 5 bits.
+func checkACKTimeout(op string, o *Options) error {
+	if o.ACKTimeout > 31 {
+		return fmt.Errorf("%s: Options.ACKTimeout %d: the code is 5 bits, at most 31", op, o.ACKTimeout)
+	}
+	return nil
+}
+
 // cmaPrivate builds rdma_cm's header followed by the caller's data.
 func cmaPrivate(dst []byte, local, remote netip.AddrPort, user []byte) {
 	h := wire.CMAHeader{SrcPort: local.Port(), Src: local.Addr(), Dst: remote.Addr()}
@@ -88,20 +102,62 @@ func cmaPrivate(dst []byte, local, remote netip.AddrPort, user []byte) {
 
 func dialRC(ctx context.Context, a *agent, r *route, o *Options, c *Conn) error {
 	qp := c.QP
-	p := DefaultParams()
-	p.Port, p.Access, p.SGIDIndex, p.HopLimit = r.port, o.Access, uint8(r.sgidIdx), r.hopLimit
 	if qp.State() == verbs.QPStateReset {
+		p := rcParams(r, o)
 		if err := Init(qp, &p); err != nil {
 			return err
 		}
 	}
+	d, err := requestRC(ctx, a, r, o, c, qp.QPNum())
+	if err != nil {
+		return err
+	}
+	err = ReadyToReceive(qp, d.remote, &d.p)
+	if err == nil {
+		err = ReadyToSend(qp, d.local, &d.p)
+	}
+	return d.establish(c, err)
+}
+
+// rcParams are the QP parameters of a dialed RC connection before the
+// REP: the route's port, GID index and hop limit, the options' access
+// and traffic class.
+func rcParams(r *route, o *Options) Params {
+	p := DefaultParams()
+	p.Port, p.Access, p.SGIDIndex, p.HopLimit = r.port, o.Access, uint8(r.sgidIdx), r.hopLimit
+	p.TrafficClass = o.TrafficClass
+	return p
+}
+
+// rcDial is an RC dial that got its REP: what both sides agreed, waiting
+// for the QP to be in RTS before the RTU goes out.
+type rcDial struct {
+	a      *agent
+	id     *cmID
+	p      Params   // the QP's attributes, from the REQ and the REP
+	local  Endpoint // our QP and the PSN it sends from (the REP's)
+	remote Endpoint // the peer's QP and the PSN ours expects (the REQ's)
+	proof  []byte   // the RTU's private data (Options.SecurityPSK)
+	// timeout is how long a DREQ waits for its DREP, per try.
+	timeout time.Duration
+}
+
+// requestRC sends a REQ for QP number qpn and waits for the REP: the
+// active side of an RC connection up to the point where its QP moves to
+// RTR and RTS. With Options.Security, c.QP gets the agreed keys. It
+// fills c's depths and the peer's private data.
+func requestRC(ctx context.Context, a *agent, r *route, o *Options, c *Conn, qpn uint32) (*rcDial, error) {
+	if err := checkACKTimeout("cm.Dial", o); err != nil {
+		return nil, err
+	}
+	p := rcParams(r, o)
 	da, _ := r.ctx.QueryDevice()
 	respRes, initDepth := depth(o.ResponderResources, da.MaxQPRdAtom), depth(o.InitiatorDepth, da.MaxQPInitRdAtom)
 	psn := randomPSN()
 	ackTO := ackTimeout(caACKDelay, iboePacketLifetime)
 	req := wire.CMReq{
 		ServiceID: ServiceID(PortSpaceTCP, c.remote.Port()), LocalCAGUID: a.guid,
-		LocalQPN: qp.QPNum(), ResponderResources: respRes, InitiatorDepth: initDepth,
+		LocalQPN: qpn, ResponderResources: respRes, InitiatorDepth: initDepth,
 		RemoteCMTimeout: cmResponseTimeout, Transport: wire.CMTransportRC,
 		StartingPSN: psn, LocalCMTimeout: cmResponseTimeout, RetryCount: min(o.RetryCount, 7),
 		PKey: 0xffff, PathMTU: uint8(r.mtu), RNRRetryCount: min(o.RNRRetryCount, 7),
@@ -109,7 +165,7 @@ func dialRC(ctx context.Context, a *agent, r *route, o *Options, c *Conn) error 
 		Primary: wire.CMPath{
 			LocalLID: 0xffff, RemoteLID: 0xffff, // IB_LID_PERMISSIVE: RoCE has no LIDs
 			LocalGID: r.sgid, RemoteGID: r.dgid, HopLimit: r.hopLimit,
-			PacketRate: 0, LocalACKTimeout: ackTO,
+			TrafficClass: o.TrafficClass, PacketRate: 0, LocalACKTimeout: ackTO,
 		},
 	}
 	user := o.PrivateData
@@ -118,7 +174,7 @@ func dialRC(ctx context.Context, a *agent, r *route, o *Options, c *Conn) error 
 	if o.Security != 0 {
 		var err error
 		if offer, err = newSecOffer(o.Security, o.SecurityPSK); err != nil {
-			return err
+			return nil, err
 		}
 		reqBlock = offer.reqBlock()
 		user = append(reqBlock, user...)
@@ -128,7 +184,7 @@ func dialRC(ctx context.Context, a *agent, r *route, o *Options, c *Conn) error 
 	a.mu.Lock()
 	id := a.newIDLocked()
 	req.LocalCommID = id.localID
-	id.peer, id.serviceID, id.localQPN, id.ackTimeout = r.dgid, req.ServiceID, qp.QPNum(), ackTO
+	id.peer, id.serviceID, id.localQPN, id.ackTimeout = r.dgid, req.ServiceID, qpn, ackTO
 	id.state = stateReqSent
 	mad := newMAD(wire.CMReqAttr, id.tid)
 	req.Encode(mad[wire.MADHeaderLen:])
@@ -151,71 +207,87 @@ func dialRC(ctx context.Context, a *agent, r *route, o *Options, c *Conn) error 
 		}
 		a.removeLocked(id)
 		a.mu.Unlock()
-		return err
+		return nil, err
 	}
 	if ev.kind == wire.CMRejAttr {
-		return &RejectError{Reason: ev.rej.Reason, PrivateData: ev.rej.PrivateData[:]}
+		return nil, &RejectError{Reason: ev.rej.Reason, PrivateData: ev.rej.PrivateData[:]}
 	}
 	rep := ev.rep
 	// Each side's depth is bounded by what the other offers.
 	c.InitiatorDepth = min(initDepth, rep.ResponderResources)
 	c.ResponderResources = min(respRes, rep.InitiatorDepth)
 	c.PeerPrivateData = rep.PrivateData[:]
-	var proof []byte // for the RTU, with a PSK (secure.go)
+	d := &rcDial{a: a, id: id, timeout: timeout}
 	if offer != nil {
 		err := ErrNoSecurity
 		if b, rest, ok := parseSecBlock(rep.PrivateData[:]); ok && b.mode >= offer.mode {
 			var secret [32]byte
 			if err = offer.checkTag(b, "REP", reqBlock); err == nil {
 				if offer.psk != nil {
-					proof = rtuProof(offer.psk, reqBlock, b.raw)
+					d.proof = rtuProof(offer.psk, reqBlock, b.raw)
 				}
 				if secret, err = offer.secret(b.pub, offer.pub, b.pub); err == nil {
-					err = secure(qp, b.mode, secret, true)
+					err = secure(c.QP, b.mode, secret, true)
 				}
 			}
 			c.PeerPrivateData, c.Security = rest, b.mode
 		}
 		if err != nil {
-			a.mu.Lock()
-			if id.state == stateRepRcvd {
-				a.rejectLocked(id.peer, id.tid, id.localID, id.remoteID, wire.CMMsgREP, wire.RejConsumerDefined, nil, nil)
-			}
-			a.removeLocked(id)
-			a.mu.Unlock()
-			return err
+			d.abort(nil)
+			return nil, err
 		}
 	}
 	p.PathMTU, p.MaxDestRdAtomic, p.MaxRdAtomic = r.mtu, c.ResponderResources, c.InitiatorDepth
 	p.Timeout, p.RetryCnt, p.RNRRetry = ackTO, req.RetryCount, rep.RNRRetryCount
+	if o.ACKTimeout != 0 {
+		p.Timeout = o.ACKTimeout
+	}
+	d.p = p
 	// Linux's cm reads a starting PSN as the one its sender expects to
 	// receive: the passive side sends from the REQ's, we send from the
 	// REP's (captures of rping between two rxe hosts show it).
-	remote := Endpoint{QPN: rep.LocalQPN, PSN: psn, GID: r.dgid}
-	err = ReadyToReceive(qp, remote, &p)
-	if err == nil {
-		err = ReadyToSend(qp, Endpoint{QPN: qp.QPNum(), PSN: rep.StartingPSN}, &p)
-	}
+	d.remote = Endpoint{QPN: rep.LocalQPN, PSN: psn, GID: r.dgid}
+	d.local = Endpoint{QPN: qpn, PSN: rep.StartingPSN}
+	return d, nil
+}
+
+// abort refuses the REP (REJ "consumer defined", with private data) if it
+// is still unanswered, and forgets the attempt.
+func (d *rcDial) abort(private []byte) {
+	a, id := d.a, d.id
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err != nil || id.state != stateRepRcvd {
-		if id.state == stateRepRcvd {
-			a.rejectLocked(id.peer, id.tid, id.localID, id.remoteID, wire.CMMsgREP, wire.RejConsumerDefined, nil, nil)
-		}
-		a.removeLocked(id)
-		if err == nil {
-			err = ErrDisconnected
-		}
-		return err
+	if id.state == stateRepRcvd {
+		a.rejectLocked(id.peer, id.tid, id.localID, id.remoteID, wire.CMMsgREP, wire.RejConsumerDefined, nil, private)
 	}
+	a.removeLocked(id)
+}
+
+// establish ends the handshake once the QP is in RTS (moveErr: it could
+// not be moved): it answers the REP with an RTU and hands c the
+// connection, or refuses the REP.
+func (d *rcDial) establish(c *Conn, moveErr error) error {
+	a, id := d.a, d.id
+	a.mu.Lock()
+	if moveErr != nil || id.state != stateRepRcvd {
+		a.mu.Unlock()
+		d.abort(nil)
+		if moveErr == nil {
+			moveErr = ErrDisconnected
+		}
+		return moveErr
+	}
+	defer a.mu.Unlock()
 	rtu := newMAD(wire.CMRTUAttr, id.tid)
 	rtuMsg := wire.CMRTU{LocalCommID: id.localID, RemoteCommID: id.remoteID}
-	copy(rtuMsg.PrivateData[:], proof)
+	copy(rtuMsg.PrivateData[:], d.proof)
 	rtuMsg.Encode(rtu[wire.MADHeaderLen:])
 	a.sendLocked(id.peer, rtu)
-	id.lastSent, id.state, id.timeout = rtu, stateEstablished, timeout
+	id.lastSent, id.state, id.timeout = rtu, stateEstablished, d.timeout
 	id.conn, c.id = c, id
-	go c.watch()
+	if c.QP != nil {
+		go c.watch()
+	}
 	return nil
 }
 

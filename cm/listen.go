@@ -221,6 +221,7 @@ type ConnRequest struct {
 	// Security is the packet protection the dialer asks for (zero: none).
 	Security verbs.SecurityMode
 	sec      secBlock // the dialer's half of the key exchange (Security)
+	own      ownQP    // for a QP the caller moves (ownqp.go)
 
 	l   *Listener
 	id  *cmID
@@ -287,48 +288,22 @@ func (r *ConnRequest) Reject(private []byte) error {
 // listener's options. For UD it answers the SIDR_REQ with the QP's number
 // and rdma_cm's Q_Key and returns at once.
 func (r *ConnRequest) Accept(ctx context.Context, opts *Options) (*Conn, error) {
-	o := r.l.opts
-	if opts != nil {
-		o = opts.withDefaults()
-		if o.Context == nil {
-			o.Context = r.l.opts.Context
-		}
-	}
-	o.QPType = r.QPType
-	if len(o.PrivateData) > wire.RepPrivateLen {
-		return nil, fmt.Errorf("cm: %d bytes of private data; a REP holds at most %d", len(o.PrivateData), wire.RepPrivateLen)
+	o, err := r.acceptOptions(opts)
+	if err != nil {
+		return nil, err
 	}
 	if r.k != nil {
 		return r.acceptKernel(ctx, &o)
 	}
 	a, id := r.l.a, r.id
-	c := newConn()
-	c.local, c.remote = r.Local, r.Remote
-	c.PeerPrivateData = r.PrivateData
-	fail := func(err error) (*Conn, error) {
-		a.mu.Lock()
-		if id.state == stateReqRcvd || id.state == stateMRAReqSent || id.state == stateRepSent || id.state == stateMRARepRcvd {
-			kind := wire.CMMsgREQ
-			if id.state == stateRepSent || id.state == stateMRARepRcvd {
-				kind = wire.CMMsgREP
-			}
-			a.rejectLocked(id.peer, id.tid, id.localID, id.remoteID, kind, wire.RejConsumerDefined, nil, nil)
-			a.removeLocked(id)
-		} else if id.state == stateSIDRReqRcvd {
-			a.sendSIDRRepLocked(id, wire.SIDRNoQP, 0, 0, nil)
-		}
-		a.mu.Unlock()
-		c.release()
-		return nil, err
-	}
+	c := r.newConn()
+	fail := func(err error) (*Conn, error) { return r.fail(c, err) }
 	if err := resources(o.Context, &o, c); err != nil {
 		return fail(err)
 	}
-	p := DefaultParams()
-	p.Port, p.Access = a.port, o.Access
-	sgidIdx, _, err := gidIndex(o.Context, a.port, verbs.GID(r.Req.Primary.RemoteGID).Addr())
 	if r.QPType == verbs.QPTypeUD {
-		p.QKey = RDMAUDPQKey
+		p := DefaultParams()
+		p.Port, p.Access, p.QKey = a.port, o.Access, RDMAUDPQKey
 		if err := connectUD(c.QP, &p); err != nil {
 			return fail(err)
 		}
@@ -345,27 +320,12 @@ func (r *ConnRequest) Accept(ctx context.Context, opts *Options) (*Conn, error) 
 		}
 		return c, nil
 	}
+	p, err := r.rcParams(&o)
 	if err != nil {
-		sgidIdx, err = 0, nil
-		if src, ok := localFor(o.Context, a.port, r.src.GID.Addr().Unmap()); ok {
-			sgidIdx, _, err = gidIndex(o.Context, a.port, src)
-		}
-		if err != nil {
-			return fail(err)
-		}
+		return fail(err)
 	}
 	req := &r.Req
-	da, _ := o.Context.QueryDevice()
-	c.ResponderResources = min(depth(o.ResponderResources, da.MaxQPRdAtom), req.InitiatorDepth)
-	c.InitiatorDepth = min(depth(o.InitiatorDepth, da.MaxQPInitRdAtom), req.ResponderResources)
-	pa, _ := o.Context.QueryPort(a.port)
-	mtu := verbs.MTU(req.PathMTU)
-	if pa.ActiveMTU != 0 && pa.ActiveMTU < mtu {
-		mtu = pa.ActiveMTU
-	}
-	p.SGIDIndex, p.HopLimit, p.PathMTU = uint8(sgidIdx), max(req.Primary.HopLimit, 1), mtu
-	p.MaxDestRdAtomic, p.MaxRdAtomic = c.ResponderResources, c.InitiatorDepth
-	p.Timeout, p.RetryCnt, p.RNRRetry = req.Primary.LocalACKTimeout, req.RetryCount, req.RNRRetryCount
+	c.ResponderResources, c.InitiatorDepth = p.MaxDestRdAtomic, p.MaxRdAtomic
 	psn := randomPSN()
 	private := o.PrivateData
 	var proof []byte // the RTU must carry it (secure.go)
@@ -410,7 +370,59 @@ func (r *ConnRequest) Accept(ctx context.Context, opts *Options) (*Conn, error) 
 	if err := Connect(c.QP, Endpoint{QPN: c.QP.QPNum(), PSN: req.StartingPSN}, Endpoint{QPN: req.LocalQPN, PSN: psn, GID: r.src.GID}, &p); err != nil {
 		return fail(err)
 	}
-	rep := wire.CMRep{LocalQPN: c.QP.QPNum(), StartingPSN: psn,
+	return r.reply(ctx, c, &o, c.QP.QPNum(), psn, private, proof)
+}
+
+// acceptOptions are Accept's options: opts, or the listener's.
+func (r *ConnRequest) acceptOptions(opts *Options) (Options, error) {
+	o := r.l.opts
+	if opts != nil {
+		o = opts.withDefaults()
+		if o.Context == nil {
+			o.Context = r.l.opts.Context
+		}
+	}
+	o.QPType = r.QPType
+	if len(o.PrivateData) > wire.RepPrivateLen {
+		return o, fmt.Errorf("cm: %d bytes of private data; a REP holds at most %d", len(o.PrivateData), wire.RepPrivateLen)
+	}
+	return o, nil
+}
+
+// newConn is the connection an accept makes.
+func (r *ConnRequest) newConn() *Conn {
+	c := newConn()
+	c.local, c.remote = r.Local, r.Remote
+	c.PeerPrivateData = r.PrivateData
+	return c
+}
+
+// fail refuses the request after a failed accept (a REJ, or for UD a
+// SIDR_REP "no QP"), destroys what cm created for c, and returns err.
+func (r *ConnRequest) fail(c *Conn, err error) (*Conn, error) {
+	a, id := r.l.a, r.id
+	a.mu.Lock()
+	if id.state == stateReqRcvd || id.state == stateMRAReqSent || id.state == stateRepSent || id.state == stateMRARepRcvd {
+		kind := wire.CMMsgREQ
+		if id.state == stateRepSent || id.state == stateMRARepRcvd {
+			kind = wire.CMMsgREP
+		}
+		a.rejectLocked(id.peer, id.tid, id.localID, id.remoteID, kind, wire.RejConsumerDefined, nil, nil)
+		a.removeLocked(id)
+	} else if id.state == stateSIDRReqRcvd {
+		a.sendSIDRRepLocked(id, wire.SIDRNoQP, 0, 0, nil)
+	}
+	a.mu.Unlock()
+	c.release()
+	return nil, err
+}
+
+// reply answers an RC request with a REP for QP number qpn, which
+// expects psn first, and waits for the RTU (or ctx): the end of Accept,
+// once the QP is in RTS. proof, if set, is what the RTU must carry.
+func (r *ConnRequest) reply(ctx context.Context, c *Conn, o *Options, qpn, psn uint32, private, proof []byte) (*Conn, error) {
+	a, id, req := r.l.a, r.id, &r.Req
+	rep := wire.CMRep{LocalQPN: qpn, StartingPSN: psn,
 		ResponderResources: c.ResponderResources, InitiatorDepth: c.InitiatorDepth,
 		TargetACKDelay: caACKDelay, RNRRetryCount: min(o.RNRRetryCount, 7), LocalCAGUID: a.guid}
 	copy(rep.PrivateData[:], private)
@@ -423,7 +435,7 @@ func (r *ConnRequest) Accept(ctx context.Context, opts *Options) (*Conn, error) 
 	rep.LocalCommID, rep.RemoteCommID = id.localID, id.remoteID
 	mad := newMAD(wire.CMRepAttr, id.tid)
 	rep.Encode(mad[wire.MADHeaderLen:])
-	id.state, id.localQPN, id.rtuProof = stateRepSent, c.QP.QPNum(), proof
+	id.state, id.localQPN, id.rtuProof = stateRepSent, qpn, proof
 	// cm.c: the REP waits the REQ's local CM response time per try.
 	a.sendRetriedLocked(id, mad, convertToDuration(req.LocalCMTimeout), int(req.MaxCMRetries))
 	id.lastSent = mad
@@ -434,7 +446,7 @@ func (r *ConnRequest) Accept(ctx context.Context, opts *Options) (*Conn, error) 
 		err = &RejectError{Reason: ev.rej.Reason, PrivateData: ev.rej.PrivateData[:]}
 	}
 	if err != nil {
-		return fail(err)
+		return r.fail(c, err)
 	}
 	a.mu.Lock()
 	id.timeout = convertToDuration(req.LocalCMTimeout)
@@ -450,6 +462,48 @@ func (r *ConnRequest) Accept(ctx context.Context, opts *Options) (*Conn, error) 
 	if err := a.adopt(c); err != nil {
 		return nil, err
 	}
-	go c.watch()
+	if c.QP != nil {
+		go c.watch()
+	}
 	return c, nil
+}
+
+// rcParams are the attributes of the passive side's QP for an RC
+// request, as cm.c derives them from the REQ: the path (GID index of
+// the address the peer dialed, hop limit, traffic class, MTU no larger
+// than the port's), the depths (each side's bounded by what the other
+// offers; o's, as for Accept), the peer's retry counts and its ACK
+// timeout.
+func (r *ConnRequest) rcParams(o *Options) (Params, error) {
+	a, req, vctx := r.l.a, &r.Req, o.Context
+	p := DefaultParams()
+	if err := checkACKTimeout("cm.Accept", o); err != nil {
+		return p, err
+	}
+	p.Port, p.Access = a.port, o.Access
+	sgidIdx, _, err := gidIndex(vctx, a.port, verbs.GID(req.Primary.RemoteGID).Addr())
+	if err != nil {
+		sgidIdx, err = 0, nil
+		if src, ok := localFor(vctx, a.port, r.src.GID.Addr().Unmap()); ok {
+			sgidIdx, _, err = gidIndex(vctx, a.port, src)
+		}
+		if err != nil {
+			return p, err
+		}
+	}
+	da, _ := vctx.QueryDevice()
+	pa, _ := vctx.QueryPort(a.port)
+	mtu := verbs.MTU(req.PathMTU)
+	if pa.ActiveMTU != 0 && pa.ActiveMTU < mtu {
+		mtu = pa.ActiveMTU
+	}
+	p.SGIDIndex, p.HopLimit, p.PathMTU = uint8(sgidIdx), max(req.Primary.HopLimit, 1), mtu
+	p.TrafficClass = req.Primary.TrafficClass
+	p.MaxDestRdAtomic = min(depth(o.ResponderResources, da.MaxQPRdAtom), req.InitiatorDepth)
+	p.MaxRdAtomic = min(depth(o.InitiatorDepth, da.MaxQPInitRdAtom), req.ResponderResources)
+	p.Timeout, p.RetryCnt, p.RNRRetry = req.Primary.LocalACKTimeout, req.RetryCount, req.RNRRetryCount
+	if o.ACKTimeout != 0 {
+		p.Timeout = o.ACKTimeout
+	}
+	return p, nil
 }

@@ -26,6 +26,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 #include "rdmacm.h"
+#include "srderrno.h"
 
 #define SRD_EXPORT __attribute__((visibility("default")))
 
@@ -47,12 +48,6 @@ struct srd_cm_event {
 static inline struct srd_cm_id *srd_id(struct rdma_cm_id *id)
 {
 	return (struct srd_cm_id *)id;
-}
-
-static int fail(int err)
-{
-	errno = err;
-	return -1;
 }
 
 /* ---- devices: librdmacm opens every device once, as rdma-core's does ---- */
@@ -109,15 +104,11 @@ SRD_EXPORT struct ibv_context **rdma_get_devices(int *num_devices)
 	struct ibv_context **out;
 	int err = open_devices();
 
-	if (err && err != ENODEV) {
-		errno = err;
-		return NULL;
-	}
+	if (err && err != ENODEV)
+		return srd_fail_ptr(err);
 	out = calloc(ndevs + 1, sizeof(*out));
-	if (!out) {
-		errno = ENOMEM;
-		return NULL;
-	}
+	if (!out)
+		return srd_fail_ptr(ENOMEM);
 	memcpy(out, devs, ndevs * sizeof(*out));
 	if (num_devices)
 		*num_devices = ndevs;
@@ -141,21 +132,10 @@ SRD_EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
 	struct srd_channel *c;
 	int fds[2], err;
 
-	if ((err = open_devices()) != 0) {
-		errno = err;
+	if ((err = open_devices()) != 0)
+		return srd_fail_ptr(err);
+	if (!(c = srd_alloc_pipe(sizeof(*c), fds)))
 		return NULL;
-	}
-	c = calloc(1, sizeof(*c));
-	if (!c) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	if (pipe2(fds, O_CLOEXEC)) {
-		err = errno;
-		free(c);
-		errno = err;
-		return NULL;
-	}
 	c->ch.fd = fds[0];
 	c->wfd = fds[1];
 	return &c->ch;
@@ -200,19 +180,19 @@ static int create_id(struct rdma_event_channel *channel, struct rdma_cm_id **out
 	int err;
 
 	if (!out)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	if (qp_type_of(ps) < 0 || ps == RDMA_PS_IPOIB)
-		return fail(EPROTONOSUPPORT);
+		return srd_fail(EPROTONOSUPPORT);
 	id = calloc(1, sizeof(*id));
 	if (!id)
-		return fail(ENOMEM);
+		return srd_fail(ENOMEM);
 	if (!channel) {
 		/* Synchronous: the calls wait for their own events. */
 		channel = rdma_create_event_channel();
 		if (!channel) {
 			err = errno;
 			free(id);
-			return fail(err);
+			return srd_fail(err);
 		}
 		id->sync = 1;
 	}
@@ -225,7 +205,7 @@ static int create_id(struct rdma_event_channel *channel, struct rdma_cm_id **out
 		if (id->sync)
 			rdma_destroy_event_channel(channel);
 		free(id);
-		return fail(err);
+		return srd_fail(err);
 	}
 	*out = &id->id;
 	return 0;
@@ -244,7 +224,7 @@ SRD_EXPORT int rdma_destroy_id(struct rdma_cm_id *cid)
 	struct srd_cm_id *id = srd_id(cid);
 
 	if (!cid)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	srdgo_cm_destroy_id(id->h);
 	if (id->pending)
 		free(id->pending);
@@ -261,7 +241,7 @@ SRD_EXPORT int rdma_migrate_id(struct rdma_cm_id *cid, struct rdma_event_channel
 	int err, sync = 0;
 
 	if (!cid)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	if (!channel) {
 		/* Synchronous from now on: a channel of its own. */
 		channel = rdma_create_event_channel();
@@ -273,7 +253,7 @@ SRD_EXPORT int rdma_migrate_id(struct rdma_cm_id *cid, struct rdma_event_channel
 	if (err) {
 		if (sync)
 			rdma_destroy_event_channel(channel);
-		return fail(err);
+		return srd_fail(err);
 	}
 	old = cid->channel;
 	cid->channel = channel;
@@ -285,51 +265,21 @@ SRD_EXPORT int rdma_migrate_id(struct rdma_cm_id *cid, struct rdma_event_channel
 
 /* ---- addresses ---- */
 
+/* addr_from_sa reads an address argument; none is the zero address. */
 static int addr_from_sa(const struct sockaddr *sa, struct srd_cm_addr *a)
 {
-	memset(a, 0, sizeof(*a));
-	if (!sa)
-		return 0;
-	switch (sa->sa_family) {
-	case AF_INET: {
-		const struct sockaddr_in *s = (const void *)sa;
-		a->family = AF_INET;
-		a->port = ntohs(s->sin_port);
-		memcpy(a->addr, &s->sin_addr, 4);
+	if (!sa) {
+		memset(a, 0, sizeof(*a));
 		return 0;
 	}
-	case AF_INET6: {
-		const struct sockaddr_in6 *s = (const void *)sa;
-		a->family = AF_INET6;
-		a->port = ntohs(s->sin6_port);
-		memcpy(a->addr, &s->sin6_addr, 16);
-		return 0;
-	}
-	}
-	return EAFNOSUPPORT;
-}
-
-static void sa_from_addr(struct sockaddr_storage *ss, const struct srd_cm_addr *a)
-{
-	memset(ss, 0, sizeof(*ss));
-	if (a->family == AF_INET) {
-		struct sockaddr_in *s = (void *)ss;
-		s->sin_family = AF_INET;
-		s->sin_port = htons(a->port);
-		memcpy(&s->sin_addr, a->addr, 4);
-	} else if (a->family == AF_INET6) {
-		struct sockaddr_in6 *s = (void *)ss;
-		s->sin6_family = AF_INET6;
-		s->sin6_port = htons(a->port);
-		memcpy(&s->sin6_addr, a->addr, 16);
-	}
+	return srd_addr_in(sa, sizeof(struct sockaddr_storage), a);
 }
 
 static void apply_route(struct rdma_cm_id *cid, const struct srd_cm_route *r, const struct sockaddr *dst)
 {
 	cid->verbs = r->verbs;
 	cid->port_num = r->verbs ? 1 : 0;
-	sa_from_addr(&cid->route.addr.src_storage, &r->src);
+	srd_sockaddr(&cid->route.addr.src_storage, &r->src);
 	if (dst) {
 		memset(&cid->route.addr.dst_storage, 0, sizeof(cid->route.addr.dst_storage));
 		memcpy(&cid->route.addr.dst_storage, dst,
@@ -347,11 +297,11 @@ SRD_EXPORT int rdma_bind_addr(struct rdma_cm_id *cid, struct sockaddr *addr)
 	int err;
 
 	if (!cid || !addr)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	if ((err = addr_from_sa(addr, &a)) != 0)
-		return fail(err);
+		return srd_fail(err);
 	if ((err = srdgo_cm_bind(srd_id(cid)->h, &a, &r)) != 0)
-		return fail(err);
+		return srd_fail(err);
 	apply_route(cid, &r, NULL);
 	return 0;
 }
@@ -375,8 +325,8 @@ static int wait_event(struct rdma_cm_id *cid, enum rdma_cm_event_type want)
 	if (type == (int)want)
 		return 0;
 	if (type == RDMA_CM_EVENT_REJECTED)
-		return fail(ECONNREFUSED);
-	return fail(status < 0 ? -status : (status ? status : EIO));
+		return srd_fail(ECONNREFUSED);
+	return srd_fail(status < 0 ? -status : (status ? status : EIO));
 }
 
 SRD_EXPORT int rdma_resolve_addr(struct rdma_cm_id *cid, struct sockaddr *src_addr,
@@ -388,12 +338,12 @@ SRD_EXPORT int rdma_resolve_addr(struct rdma_cm_id *cid, struct sockaddr *src_ad
 
 	(void)timeout_ms;
 	if (!cid || !dst_addr)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	if ((err = addr_from_sa(src_addr, &s)) != 0 || (err = addr_from_sa(dst_addr, &d)) != 0)
-		return fail(err);
+		return srd_fail(err);
 	memset(&r, 0, sizeof(r));
 	if ((err = srdgo_cm_resolve_addr(srd_id(cid)->h, &s, &d, &r)) != 0)
-		return fail(err);
+		return srd_fail(err);
 	if (r.verbs)
 		apply_route(cid, &r, dst_addr);
 	return wait_event(cid, RDMA_CM_EVENT_ADDR_RESOLVED);
@@ -405,9 +355,9 @@ SRD_EXPORT int rdma_resolve_route(struct rdma_cm_id *cid, int timeout_ms)
 
 	(void)timeout_ms;
 	if (!cid)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	if ((err = srdgo_cm_resolve_route(srd_id(cid)->h)) != 0)
-		return fail(err);
+		return srd_fail(err);
 	return wait_event(cid, RDMA_CM_EVENT_ROUTE_RESOLVED);
 }
 
@@ -417,9 +367,9 @@ SRD_EXPORT int rdma_listen(struct rdma_cm_id *cid, int backlog)
 	int err;
 
 	if (!cid)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	if ((err = srdgo_cm_listen(srd_id(cid)->h, backlog, &port)) != 0)
-		return fail(err);
+		return srd_fail(err);
 	if (cid->route.addr.src_addr.sa_family == AF_INET)
 		cid->route.addr.src_sin.sin_port = htons(port);
 	else if (cid->route.addr.src_addr.sa_family == AF_INET6)
@@ -515,33 +465,40 @@ static void destroy_owned(struct rdma_cm_id *cid)
 	}
 }
 
+/* id_pd is the id's PD, allocated (and owned by the id) on first use. */
+static struct ibv_pd *id_pd(struct rdma_cm_id *cid)
+{
+	if (!cid->pd) {
+		cid->pd = ibv_alloc_pd(cid->verbs);
+		if (!cid->pd)
+			return NULL;
+		srd_id(cid)->own_pd = 1;
+	}
+	return cid->pd;
+}
+
 SRD_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *cid, struct ibv_qp_init_attr_ex *attr)
 {
 	struct ibv_qp *qp;
 	int err;
 
 	if (!cid || !attr)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	if (!cid->verbs)
-		return fail(EINVAL); /* no device yet: resolve or bind to an address first */
+		return srd_fail(EINVAL); /* no device yet: resolve or bind to an address first */
 	if (cid->qp)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
-		if (!cid->pd) {
-			cid->pd = ibv_alloc_pd(cid->verbs);
-			if (!cid->pd)
-				return -1;
-			srd_id(cid)->own_pd = 1;
-		}
-		attr->pd = cid->pd;
+		if (!(attr->pd = id_pd(cid)))
+			return -1;
 		attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
 	}
 	if (attr->pd->context != cid->verbs)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	if (!attr->send_cq && !attr->recv_cq && !cid->send_cq &&
 	    (err = create_cqs(cid, attr->cap.max_send_wr, attr->cap.max_recv_wr)) != 0) {
 		destroy_owned(cid);
-		return fail(err);
+		return srd_fail(err);
 	}
 	if (!attr->send_cq)
 		attr->send_cq = cid->send_cq;
@@ -553,12 +510,12 @@ SRD_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *cid, struct ibv_qp_init_attr
 	if (!qp) {
 		err = errno;
 		destroy_owned(cid);
-		return fail(err);
+		return srd_fail(err);
 	}
 	if ((err = ready_qp(cid, qp)) != 0) {
 		ibv_destroy_qp(qp);
 		destroy_owned(cid);
-		return fail(err);
+		return srd_fail(err);
 	}
 	cid->qp = qp;
 	cid->qp_type = qp->qp_type;
@@ -571,7 +528,7 @@ SRD_EXPORT int rdma_create_qp(struct rdma_cm_id *cid, struct ibv_pd *pd, struct 
 	int ret;
 
 	if (!cid || !qp_init_attr)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	memset(&a, 0, sizeof(a));
 	memcpy(&a, qp_init_attr, sizeof(*qp_init_attr));
 	a.comp_mask = pd ? IBV_QP_INIT_ATTR_PD : 0;
@@ -599,18 +556,11 @@ SRD_EXPORT int rdma_create_srq_ex(struct rdma_cm_id *cid, struct ibv_srq_init_at
 	struct ibv_srq_init_attr a;
 
 	if (!cid || !attr || !cid->verbs)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC)
-		return fail(EOPNOTSUPP);
-	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd) {
-		if (!cid->pd) {
-			cid->pd = ibv_alloc_pd(cid->verbs);
-			if (!cid->pd)
-				return -1;
-			srd_id(cid)->own_pd = 1;
-		}
-		attr->pd = cid->pd;
-	}
+		return srd_fail(EOPNOTSUPP);
+	if ((!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd) && !(attr->pd = id_pd(cid)))
+		return -1;
 	memset(&a, 0, sizeof(a));
 	a.srq_context = attr->srq_context;
 	a.attr = attr->attr;
@@ -627,7 +577,7 @@ SRD_EXPORT int rdma_create_srq(struct rdma_cm_id *cid, struct ibv_pd *pd, struct
 	int ret;
 
 	if (!cid || !attr)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	memset(&a, 0, sizeof(a));
 	a.srq_context = attr->srq_context;
 	a.attr = attr->attr;
@@ -654,12 +604,16 @@ SRD_EXPORT int rdma_connect(struct rdma_cm_id *cid, struct rdma_conn_param *conn
 	int err;
 
 	if (!cid)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	if (conn_param && conn_param->private_data_len && !conn_param->private_data)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
+	if (!cid->qp && !conn_param)
+		return srd_fail(EINVAL); /* no QP, and no conn_param->qp_num naming the program's */
 	if ((err = srdgo_cm_connect(srd_id(cid)->h, cid->qp, conn_param)) != 0)
-		return fail(err);
-	return wait_event(cid, RDMA_CM_EVENT_ESTABLISHED);
+		return srd_fail(err);
+	/* Without a QP on the id, the program moves its own QP on the
+	   connect response and then calls rdma_establish. */
+	return wait_event(cid, cid->qp ? RDMA_CM_EVENT_ESTABLISHED : RDMA_CM_EVENT_CONNECT_RESPONSE);
 }
 
 SRD_EXPORT int rdma_accept(struct rdma_cm_id *cid, struct rdma_conn_param *conn_param)
@@ -667,11 +621,11 @@ SRD_EXPORT int rdma_accept(struct rdma_cm_id *cid, struct rdma_conn_param *conn_
 	int err;
 
 	if (!cid)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	if (conn_param && conn_param->private_data_len && !conn_param->private_data)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	if ((err = srdgo_cm_accept(srd_id(cid)->h, cid->qp, conn_param)) != 0)
-		return fail(err);
+		return srd_fail(err);
 	if (cid->qp_type == IBV_QPT_UD || (cid->qp && cid->qp->qp_type == IBV_QPT_UD))
 		return 0;
 	return wait_event(cid, RDMA_CM_EVENT_ESTABLISHED);
@@ -682,11 +636,11 @@ SRD_EXPORT int rdma_reject(struct rdma_cm_id *cid, const void *private_data, uin
 	int err;
 
 	if (!cid)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	if (private_data_len && !private_data)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	if ((err = srdgo_cm_reject(srd_id(cid)->h, (void *)private_data, private_data_len)) != 0)
-		return fail(err);
+		return srd_fail(err);
 	return 0;
 }
 
@@ -695,9 +649,9 @@ SRD_EXPORT int rdma_disconnect(struct rdma_cm_id *cid)
 	int err;
 
 	if (!cid)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	if ((err = srdgo_cm_disconnect(srd_id(cid)->h)) != 0)
-		return fail(err);
+		return srd_fail(err);
 	return 0;
 }
 
@@ -706,9 +660,9 @@ SRD_EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **i
 	struct rdma_cm_event *ev;
 
 	if (!listen || !id)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	if (!srd_id(listen)->sync)
-		return fail(EINVAL); /* only for ids created without a channel */
+		return srd_fail(EINVAL); /* only for ids created without a channel */
 	for (;;) {
 		if (rdma_get_cm_event(listen->channel, &ev))
 			return -1;
@@ -738,7 +692,7 @@ SRD_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma
 	int err;
 
 	if (!channel || !event)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	for (;;) {
 		n = read(channel->fd, &h, sizeof(h));
 		if (n < 0 && errno == EINTR)
@@ -753,17 +707,17 @@ SRD_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma
 				pause();
 		}
 		if (n != sizeof(h))
-			return fail(EIO);
+			return srd_fail(EIO);
 		err = srdgo_cm_event((uintptr_t)h, &info);
 		if (err == ENOENT)
 			continue; /* for an id destroyed since */
 		if (err)
-			return fail(err);
+			return srd_fail(err);
 		break;
 	}
 	e = calloc(1, sizeof(*e));
 	if (!e)
-		return fail(ENOMEM);
+		return srd_fail(ENOMEM);
 	e->ev.id = &info.id->id;
 	e->ev.event = info.event;
 	e->ev.status = info.status;
@@ -773,7 +727,7 @@ SRD_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma
 		if (!child) {
 			srdgo_cm_destroy_id(info.child);
 			free(e);
-			return fail(ENOMEM);
+			return srd_fail(ENOMEM);
 		}
 		child->h = info.child;
 		child->id.verbs = info.verbs;
@@ -782,8 +736,8 @@ SRD_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma
 		child->id.ps = info.id->id.ps;
 		child->id.qp_type = info.ud ? IBV_QPT_UD : IBV_QPT_RC;
 		child->id.port_num = info.port_num;
-		sa_from_addr(&child->id.route.addr.src_storage, &info.src);
-		sa_from_addr(&child->id.route.addr.dst_storage, &info.dst);
+		srd_sockaddr(&child->id.route.addr.src_storage, &info.src);
+		srd_sockaddr(&child->id.route.addr.dst_storage, &info.dst);
 		child->id.route.addr.addr.ibaddr.pkey = htons(0xffff);
 		srdgo_cm_child_bind(child->h, child);
 		e->ev.id = &child->id;
@@ -812,6 +766,7 @@ SRD_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma
 		c->retry_count = info.retry_count;
 		c->rnr_retry_count = info.rnr_retry_count;
 		c->flow_control = 1;
+		c->qp_num = info.qp_num; /* the peer's QP */
 	}
 	*event = &e->ev;
 	return 0;
@@ -820,7 +775,7 @@ SRD_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma
 SRD_EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
 {
 	if (!event)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	if (event->id && event->id->event == event)
 		event->id->event = NULL;
 	free(event);
@@ -854,80 +809,102 @@ SRD_EXPORT const char *rdma_event_str(enum rdma_cm_event_type event)
 
 SRD_EXPORT int rdma_set_option(struct rdma_cm_id *cid, int level, int optname, void *optval, size_t optlen)
 {
+	int err;
+
 	if (!cid || (!optval && optlen))
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	if (level == RDMA_OPTION_ID) {
 		switch (optname) {
 		case RDMA_OPTION_ID_REUSEADDR:
 		case RDMA_OPTION_ID_AFONLY:
 			/* Listeners share nothing with other ids of the
 			   process; IPv6 ids take only IPv6 peers. */
-			return optlen == sizeof(int) ? 0 : fail(EINVAL);
+			return optlen == sizeof(int) ? 0 : srd_fail(EINVAL);
 		case RDMA_OPTION_ID_TOS:
 		case RDMA_OPTION_ID_ACK_TIMEOUT:
-			/* Type of service and ACK timeout come from the
-			   device and the CM exchange: setting them is not
-			   supported. */
-			return fail(ENOSYS);
+			/* The GRH traffic class of the connection (set before
+			   rdma_connect: the REQ carries it to the peer), and
+			   this side's QP ACK timeout code. */
+			if (optlen != sizeof(uint8_t))
+				return srd_fail(EINVAL);
+			if ((err = srdgo_cm_set_option(srd_id(cid)->h, optname, *(uint8_t *)optval)) != 0)
+				return srd_fail(err);
+			return 0;
 		}
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	}
 	if (level == RDMA_OPTION_IB)
-		return fail(ENOSYS); /* explicit path records: RoCE resolves its own */
-	return fail(EINVAL);
+		return srd_fail(ENOSYS); /* explicit path records: RoCE resolves its own path from the addresses */
+	return srd_fail(EINVAL);
 }
 
 SRD_EXPORT int rdma_notify(struct rdma_cm_id *cid, enum ibv_event_type event)
 {
 	if (!cid)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	/* The CM establishes on the RTU (or its loss) by itself. */
-	return event == IBV_EVENT_COMM_EST ? 0 : fail(EINVAL);
+	return event == IBV_EVENT_COMM_EST ? 0 : srd_fail(EINVAL);
 }
 
+/* rdma_establish answers the connect response of an id without a QP
+   (the program moved its own with rdma_init_qp_attr): the RTU goes to
+   the passive side, which gets ESTABLISHED; this side gets no event. */
 SRD_EXPORT int rdma_establish(struct rdma_cm_id *cid)
 {
-	(void)cid;
-	return fail(ENOSYS); /* for QPs the program moves itself: not supported */
+	int err;
+
+	if (!cid || cid->qp)
+		return srd_fail(EINVAL);
+	if ((err = srdgo_cm_establish(srd_id(cid)->h)) != 0)
+		return srd_fail(err);
+	return 0;
 }
 
+/* rdma_init_qp_attr fills the attributes and mask that move the
+   program's QP to qp_attr->qp_state (INIT, RTR, RTS) for this id's
+   connection: what the connect request (passive side) or response
+   (active side) agreed, as the kernel's rdma_cm does. */
 SRD_EXPORT int rdma_init_qp_attr(struct rdma_cm_id *cid, struct ibv_qp_attr *qp_attr, int *qp_attr_mask)
 {
+	int err;
+
 	if (!cid || !qp_attr || !qp_attr_mask)
-		return fail(EINVAL);
-	return fail(ENOSYS); /* for QPs the program moves itself: not supported */
+		return srd_fail(EINVAL);
+	if ((err = srdgo_cm_init_qp_attr(srd_id(cid)->h, qp_attr, qp_attr_mask)) != 0)
+		return srd_fail(err);
+	return 0;
 }
 
 SRD_EXPORT int rdma_join_multicast(struct rdma_cm_id *cid, struct sockaddr *addr, void *context)
 {
 	(void)cid; (void)addr; (void)context;
-	return fail(ENOSYS);
+	return srd_fail(ENOSYS);
 }
 
 SRD_EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *cid, struct rdma_cm_join_mc_attr_ex *attr, void *context)
 {
 	(void)cid; (void)attr; (void)context;
-	return fail(ENOSYS);
+	return srd_fail(ENOSYS);
 }
 
 SRD_EXPORT int rdma_leave_multicast(struct rdma_cm_id *cid, struct sockaddr *addr)
 {
 	(void)cid; (void)addr;
-	return fail(ENOSYS);
+	return srd_fail(ENOSYS);
 }
 
 SRD_EXPORT int rdma_set_local_ece(struct rdma_cm_id *cid, struct ibv_ece *ece)
 {
 	if (!cid || !ece)
-		return fail(EINVAL);
-	return fail(EOPNOTSUPP);
+		return srd_fail(EINVAL);
+	return srd_fail(EOPNOTSUPP);
 }
 
 SRD_EXPORT int rdma_get_remote_ece(struct rdma_cm_id *cid, struct ibv_ece *ece)
 {
 	if (!cid || !ece)
-		return fail(EINVAL);
-	return fail(EOPNOTSUPP);
+		return srd_fail(EINVAL);
+	return srd_fail(EOPNOTSUPP);
 }
 
 SRD_EXPORT int rdma_reject_ece(struct rdma_cm_id *cid, const void *private_data, uint8_t private_data_len)
@@ -944,7 +921,7 @@ SRD_EXPORT int rdma_create_ep(struct rdma_cm_id **out, struct rdma_addrinfo *res
 	int err;
 
 	if (!out || !res)
-		return fail(EINVAL);
+		return srd_fail(EINVAL);
 	if (create_id(NULL, &cid, NULL, res->ai_port_space ? res->ai_port_space : RDMA_PS_TCP,
 		      res->ai_qp_type ? res->ai_qp_type : IBV_QPT_RC))
 		return -1;
@@ -970,7 +947,7 @@ SRD_EXPORT int rdma_create_ep(struct rdma_cm_id **out, struct rdma_addrinfo *res
 err:
 	err = errno;
 	rdma_destroy_ep(cid);
-	return fail(err);
+	return srd_fail(err);
 }
 
 SRD_EXPORT void rdma_destroy_ep(struct rdma_cm_id *cid)

@@ -33,6 +33,7 @@
 #include <sys/uio.h>
 #include <rdma/rsocket.h>
 #include "rdmacm.h"
+#include "srderrno.h"
 
 #define SRD_EXPORT __attribute__((visibility("default")))
 
@@ -64,62 +65,22 @@ int srdgo_cm_rs_iowrite(int fd, const void *buf, size_t n, off_t offset, int fla
 static int rs_again(void)
 {
 	sched_yield();
-	errno = EAGAIN;
-	return -1;
+	return srd_fail(EAGAIN);
 }
 
-static int rs_err(int err)
-{
-	errno = err;
-	return -1;
-}
-
-/* sockaddr <-> the Go side's address. */
-static int addr_in(const struct sockaddr *sa, socklen_t len, struct srd_cm_addr *a)
-{
-	memset(a, 0, sizeof(*a));
-	if (!sa)
-		return EFAULT;
-	if (sa->sa_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
-		const struct sockaddr_in *s = (const void *)sa;
-		a->family = AF_INET;
-		a->port = ntohs(s->sin_port);
-		memcpy(a->addr, &s->sin_addr, 4);
-		return 0;
-	}
-	if (sa->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
-		const struct sockaddr_in6 *s = (const void *)sa;
-		a->family = AF_INET6;
-		a->port = ntohs(s->sin6_port);
-		memcpy(a->addr, &s->sin6_addr, 16);
-		return 0;
-	}
-	if (sa->sa_family == AF_INET || sa->sa_family == AF_INET6)
-		return EINVAL;
-	return EAFNOSUPPORT;
-}
-
+/* addr_out writes the Go side's address into a socket call's sa and
+   len (a socket with no address yet reads as IPv4's 0.0.0.0:0). */
 static void addr_out(const struct srd_cm_addr *a, struct sockaddr *sa, socklen_t *len)
 {
 	struct sockaddr_storage ss;
+	struct srd_cm_addr b = *a;
 	socklen_t n;
 
 	if (!sa || !len)
 		return;
-	memset(&ss, 0, sizeof(ss));
-	if (a->family == AF_INET6) {
-		struct sockaddr_in6 *s = (void *)&ss;
-		s->sin6_family = AF_INET6;
-		s->sin6_port = htons(a->port);
-		memcpy(&s->sin6_addr, a->addr, 16);
-		n = sizeof(*s);
-	} else {
-		struct sockaddr_in *s = (void *)&ss;
-		s->sin_family = AF_INET;
-		s->sin_port = htons(a->port);
-		memcpy(&s->sin_addr, a->addr, 4);
-		n = sizeof(*s);
-	}
+	if (b.family != AF_INET6)
+		b.family = AF_INET;
+	n = srd_sockaddr(&ss, &b);
 	memcpy(sa, &ss, *len < n ? *len : n);
 	*len = n;
 }
@@ -152,28 +113,35 @@ SRD_EXPORT int rsocket(int domain, int type, int protocol)
 	err = srdgo_cm_rs_socket(fd, domain, type);
 	if (err) {
 		close(fd);
-		return rs_err(err);
+		return srd_fail(err);
 	}
 	return fd;
 }
 
-SRD_EXPORT int rbind(int s, const struct sockaddr *sa, socklen_t len)
+/* with_addr checks an rsocket call's socket and address and hands them
+   to the Go side's call. */
+static int with_addr(int s, const struct sockaddr *sa, socklen_t len, int (*call)(int, struct srd_cm_addr *))
 {
 	struct srd_cm_addr a;
 	int err;
 
 	if (!is_rsocket(s))
-		return rs_err(EBADF);
-	if ((err = addr_in(sa, len, &a)))
-		return rs_err(err);
-	err = srdgo_cm_rs_bind(s, &a);
-	return err ? rs_err(err) : 0;
+		return srd_fail(EBADF);
+	if ((err = srd_addr_in(sa, len, &a)))
+		return srd_fail(err);
+	err = call(s, &a);
+	return err ? srd_fail(err) : 0;
+}
+
+SRD_EXPORT int rbind(int s, const struct sockaddr *sa, socklen_t len)
+{
+	return with_addr(s, sa, len, srdgo_cm_rs_bind);
 }
 
 SRD_EXPORT int rlisten(int s, int backlog)
 {
 	int err = srdgo_cm_rs_listen(s, backlog);
-	return err ? rs_err(err) : 0;
+	return err ? srd_fail(err) : 0;
 }
 
 SRD_EXPORT int raccept(int s, struct sockaddr *sa, socklen_t *len)
@@ -182,14 +150,14 @@ SRD_EXPORT int raccept(int s, struct sockaddr *sa, socklen_t *len)
 	int nfd, err;
 
 	if (!is_rsocket(s))
-		return rs_err(EBADF);
+		return srd_fail(EBADF);
 	nfd = new_fd();
 	if (nfd < 0)
 		return -1;
 	err = srdgo_cm_rs_accept(s, nfd, &peer);
 	if (err) {
 		close(nfd);
-		return rs_err(err);
+		return srd_fail(err);
 	}
 	addr_out(&peer, sa, len);
 	return nfd;
@@ -197,21 +165,13 @@ SRD_EXPORT int raccept(int s, struct sockaddr *sa, socklen_t *len)
 
 SRD_EXPORT int rconnect(int s, const struct sockaddr *sa, socklen_t len)
 {
-	struct srd_cm_addr a;
-	int err;
-
-	if (!is_rsocket(s))
-		return rs_err(EBADF);
-	if ((err = addr_in(sa, len, &a)))
-		return rs_err(err);
-	err = srdgo_cm_rs_connect(s, &a);
-	return err ? rs_err(err) : 0;
+	return with_addr(s, sa, len, srdgo_cm_rs_connect);
 }
 
 SRD_EXPORT int rshutdown(int s, int how)
 {
 	int err = srdgo_cm_rs_shutdown(s, how);
-	return err ? rs_err(err) : 0;
+	return err ? srd_fail(err) : 0;
 }
 
 SRD_EXPORT int rclose(int s)
@@ -219,7 +179,7 @@ SRD_EXPORT int rclose(int s)
 	int err = srdgo_cm_rs_close(s);
 
 	if (err)
-		return rs_err(err);
+		return srd_fail(err);
 	close(s);
 	return 0;
 }
@@ -230,11 +190,11 @@ SRD_EXPORT ssize_t rrecv(int s, void *b, size_t n, int f)
 	int err;
 
 	if (!b && n)
-		return rs_err(EFAULT);
+		return srd_fail(EFAULT);
 	err = srdgo_cm_rs_recv(s, b, n, f, &out);
 	if (err == EAGAIN)
 		return rs_again();
-	return err ? rs_err(err) : out;
+	return err ? srd_fail(err) : out;
 }
 
 SRD_EXPORT ssize_t rrecvfrom(int s, void *b, size_t n, int f, struct sockaddr *sa, socklen_t *len)
@@ -259,7 +219,7 @@ static ssize_t recv_iov(int s, const struct iovec *v, int cnt, int f)
 	int i;
 
 	if (cnt < 0 || (cnt && !v))
-		return rs_err(EINVAL);
+		return srd_fail(EINVAL);
 	for (i = 0; i < cnt; i++) {
 		if (!v[i].iov_len)
 			continue;
@@ -283,7 +243,7 @@ SRD_EXPORT ssize_t rrecvmsg(int s, struct msghdr *m, int f)
 	ssize_t ret;
 
 	if (!m)
-		return rs_err(EFAULT);
+		return srd_fail(EFAULT);
 	ret = recv_iov(s, m->msg_iov, (int)m->msg_iovlen, f);
 	if (ret >= 0) {
 		if (m->msg_name && m->msg_namelen)
@@ -300,11 +260,11 @@ SRD_EXPORT ssize_t rsend(int s, const void *b, size_t n, int f)
 	int err;
 
 	if (!b && n)
-		return rs_err(EFAULT);
+		return srd_fail(EFAULT);
 	err = srdgo_cm_rs_send(s, b, n, f, &out);
 	if (err == EAGAIN)
 		return rs_again();
-	return err ? rs_err(err) : out;
+	return err ? srd_fail(err) : out;
 }
 
 /* A stream rsocket is connected: the destination is not used. */
@@ -326,7 +286,7 @@ static ssize_t send_iov(int s, const struct iovec *v, int cnt, int f)
 	int i;
 
 	if (cnt < 0 || (cnt && !v))
-		return rs_err(EINVAL);
+		return srd_fail(EINVAL);
 	for (i = 0; i < cnt; i++) {
 		if (!v[i].iov_len)
 			continue;
@@ -348,7 +308,7 @@ SRD_EXPORT ssize_t rwritev(int s, const struct iovec *v, int cnt)
 SRD_EXPORT ssize_t rsendmsg(int s, const struct msghdr *m, int f)
 {
 	if (!m)
-		return rs_err(EFAULT);
+		return srd_fail(EFAULT);
 	return send_iov(s, m->msg_iov, (int)m->msg_iovlen, f);
 }
 
@@ -376,7 +336,7 @@ SRD_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 	uint64_t drain;
 
 	if (nfds && !fds)
-		return rs_err(EFAULT);
+		return srd_fail(EFAULT);
 	isrs = stackrs;
 	if (nfds > 16) {
 		pf = calloc(nfds, sizeof(*pf));
@@ -384,7 +344,7 @@ SRD_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 		if (!pf || !isrs) {
 			free(pf);
 			free(isrs);
-			return rs_err(ENOMEM);
+			return srd_fail(ENOMEM);
 		}
 	}
 	for (i = 0; i < nfds; i++)
@@ -456,10 +416,10 @@ SRD_EXPORT int rselect(int n, fd_set *r, fd_set *w, fd_set *e, struct timeval *t
 	int i, cnt = 0, ret, timeout;
 
 	if (n < 0 || n > FD_SETSIZE)
-		return rs_err(EINVAL);
+		return srd_fail(EINVAL);
 	fds = calloc(n ? n : 1, sizeof(*fds));
 	if (!fds)
-		return rs_err(ENOMEM);
+		return srd_fail(ENOMEM);
 	for (i = 0; i < n; i++) {
 		short ev = 0;
 		if (r && FD_ISSET(i, r))
@@ -512,10 +472,10 @@ static int get_name(int s, int peer, struct sockaddr *sa, socklen_t *len)
 	int err;
 
 	if (!sa || !len)
-		return rs_err(EFAULT);
+		return srd_fail(EFAULT);
 	err = srdgo_cm_rs_name(s, peer, &a);
 	if (err)
-		return rs_err(err);
+		return srd_fail(err);
 	addr_out(&a, sa, len);
 	return 0;
 }
@@ -535,20 +495,20 @@ SRD_EXPORT int rsetsockopt(int s, int level, int name, const void *v, socklen_t 
 	int val, err;
 
 	if (!is_rsocket(s))
-		return rs_err(EBADF);
+		return srd_fail(EBADF);
 	if (level == SOL_RDMA && name == RDMA_ROUTE)
 		return 0; /* routes come from the CM's own resolution */
 	if (level == SOL_SOCKET && name == SO_LINGER) {
 		if (!v || len < sizeof(struct linger))
-			return rs_err(EINVAL);
+			return srd_fail(EINVAL);
 		val = ((const struct linger *)v)->l_onoff;
 	} else {
 		if (!v || len < sizeof(int))
-			return rs_err(EINVAL);
+			return srd_fail(EINVAL);
 		val = *(const int *)v;
 	}
 	err = srdgo_cm_rs_setopt(s, level, name, val);
-	return err ? rs_err(err) : 0;
+	return err ? srd_fail(err) : 0;
 }
 
 SRD_EXPORT int rgetsockopt(int s, int level, int name, void *v, socklen_t *len)
@@ -556,22 +516,22 @@ SRD_EXPORT int rgetsockopt(int s, int level, int name, void *v, socklen_t *len)
 	int val = 0, err;
 
 	if (!is_rsocket(s))
-		return rs_err(EBADF);
+		return srd_fail(EBADF);
 	if (!v || !len)
-		return rs_err(EFAULT);
+		return srd_fail(EFAULT);
 	err = srdgo_cm_rs_getopt(s, level, name, &val);
 	if (err)
-		return rs_err(err);
+		return srd_fail(err);
 	if (level == SOL_SOCKET && name == SO_LINGER) {
 		struct linger l = { .l_onoff = val, .l_linger = 0 };
 		if (*len < sizeof(l))
-			return rs_err(EINVAL);
+			return srd_fail(EINVAL);
 		memcpy(v, &l, sizeof(l));
 		*len = sizeof(l);
 		return 0;
 	}
 	if (*len < sizeof(int))
-		return rs_err(EINVAL);
+		return srd_fail(EINVAL);
 	memcpy(v, &val, sizeof(int));
 	*len = sizeof(int);
 	return 0;
@@ -587,7 +547,7 @@ SRD_EXPORT int rfcntl(int s, int cmd, ...)
 		arg = va_arg(ap, int);
 	va_end(ap);
 	err = srdgo_cm_rs_fcntl(s, cmd, arg, &out);
-	return err ? rs_err(err) : out;
+	return err ? srd_fail(err) : out;
 }
 
 SRD_EXPORT off_t riomap(int s, void *b, size_t n, int p, int f, off_t o)
@@ -597,13 +557,13 @@ SRD_EXPORT off_t riomap(int s, void *b, size_t n, int p, int f, off_t o)
 
 	(void)f;
 	err = srdgo_cm_rs_iomap(s, b, n, p, o, &out);
-	return err ? rs_err(err) : out;
+	return err ? srd_fail(err) : out;
 }
 
 SRD_EXPORT int riounmap(int s, void *b, size_t n)
 {
 	int err = srdgo_cm_rs_iounmap(s, b, n);
-	return err ? rs_err(err) : 0;
+	return err ? srd_fail(err) : 0;
 }
 
 SRD_EXPORT size_t riowrite(int s, const void *b, size_t n, off_t o, int f)
@@ -613,7 +573,7 @@ SRD_EXPORT size_t riowrite(int s, const void *b, size_t n, off_t o, int f)
 
 	/* As rsocket's: (size_t)-1 with errno set on failure. */
 	if (!b && n)
-		return (size_t)rs_err(EFAULT);
+		return (size_t)srd_fail(EFAULT);
 	err = srdgo_cm_rs_iowrite(s, b, n, o, f, &out);
-	return err ? (size_t)rs_err(err) : out;
+	return err ? (size_t)srd_fail(err) : out;
 }

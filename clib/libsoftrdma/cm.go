@@ -132,8 +132,15 @@ type cmID struct {
 	req       *cm.ConnRequest // a CONNECT_REQUEST's new id, until accepted or rejected
 	conn      *cm.Conn
 	cancel    context.CancelFunc // ends a connect or accept in flight
-	destroyed bool
-	discSent  bool // the DISCONNECTED event was posted
+	// For a QP the program moves itself (cm_ownqp.go): where
+	// rdma_init_qp_attr's answers come from (the request, then the
+	// connect response), and the response until rdma_establish.
+	attrs attrSource
+	resp  *cm.Response
+	// rdma_set_option's RDMA_OPTION_ID_TOS and ACK_TIMEOUT (0: unset).
+	tos, ackTimeout uint8
+	destroyed       bool
+	discSent        bool // the DISCONNECTED event was posted
 }
 
 func idOf(h C.uintptr_t) *cmID { return cgo.Handle(h).Value().(*cmID) }
@@ -246,8 +253,8 @@ func srdgo_cm_destroy_id(h C.uintptr_t) {
 	id := idOf(h)
 	id.mu.Lock()
 	id.destroyed = true
-	ls, req, conn, cancel := id.listeners, id.req, id.conn, id.cancel
-	id.listeners, id.req, id.conn, id.cancel = nil, nil, nil, nil
+	ls, req, conn, cancel, resp := id.listeners, id.req, id.conn, id.cancel, id.resp
+	id.listeners, id.req, id.conn, id.cancel, id.resp = nil, nil, nil, nil, nil
 	id.mu.Unlock()
 	id.live(false)
 	for _, l := range ls {
@@ -258,6 +265,9 @@ func srdgo_cm_destroy_id(h C.uintptr_t) {
 	}
 	if req != nil {
 		req.Reject(nil) // destroying a request's id refuses it, as the kernel does
+	}
+	if resp != nil {
+		resp.Reject(nil) // a connect response never established
 	}
 	if conn != nil {
 		conn.Close() // destroying a connected id disconnects (DREQ)
@@ -543,6 +553,7 @@ func (id *cmID) acceptLoop(l *cm.Listener) {
 		if req.QPType == verbs.QPTypeUD {
 			ev.ud = true
 		} else {
+			child.attrs, ev.qpn = req, req.Req.LocalQPN
 			ev.respRes, ev.initDepth = req.Req.ResponderResources, req.Req.InitiatorDepth
 			ev.retry, ev.rnr = req.Req.RetryCount, req.Req.RNRRetryCount
 		}
@@ -603,6 +614,11 @@ func (id *cmID) established(c *cm.Conn, active bool) {
 		return
 	}
 	id.post(ev)
+	id.watch(c)
+}
+
+// watch posts DISCONNECTED when c ends.
+func (id *cmID) watch(c *cm.Conn) {
 	go func() {
 		<-c.Done()
 		id.disconnected()
@@ -630,13 +646,37 @@ func srdgo_cm_connect(h C.uintptr_t, qp *C.struct_ibv_qp, p *C.struct_rdma_conn_
 		return C.EINVAL
 	}
 	if qp == nil {
-		if logErrors {
-			fmt.Fprintf(os.Stderr, "softrdma: rdma_connect: the id has no QP: create it with rdma_create_qp (a QP the program moves through its states itself is not supported)\n")
-		}
-		return C.EOPNOTSUPP
+		return id.connectOwn(d, remote, p) // cm_ownqp.go
 	}
 	q := qpOf(qp)
-	o := &cm.Options{Context: d.vctx, QP: q.qp, PD: q.pd.pd, QPType: q.typ, PrivateData: pdataOf(p)}
+	o := id.options(d, p)
+	o.QP, o.PD, o.QPType = q.qp, q.pd.pd, q.typ
+	id.background(func(ctx context.Context) {
+		c, err := dialGrace(ctx, func() (*cm.Conn, error) { return cm.Dial(ctx, "rdma", remote.String(), o) })
+		id.finish("rdma_connect", c, err, true)
+	})
+	return 0
+}
+
+// background runs a connect or accept in a goroutine, with a context
+// that destroying the id cancels.
+func (id *cmID) background(run func(ctx context.Context)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	id.mu.Lock()
+	id.cancel = cancel
+	id.mu.Unlock()
+	go func() {
+		defer cancel()
+		run(ctx)
+	}()
+}
+
+// options are the cm options of a connect: the device, the program's
+// connection parameters and the id's rdma_set_option values.
+func (id *cmID) options(d *cmDev, p *C.struct_rdma_conn_param) *cm.Options {
+	id.mu.Lock()
+	o := &cm.Options{Context: d.vctx, PrivateData: pdataOf(p), TrafficClass: id.tos, ACKTimeout: id.ackTimeout}
+	id.mu.Unlock()
 	if p != nil {
 		o.ResponderResources, o.InitiatorDepth = uint8(p.responder_resources), uint8(p.initiator_depth)
 		o.RetryCount, o.RNRRetryCount = uint8(p.retry_count), uint8(p.rnr_retry_count)
@@ -648,16 +688,7 @@ func srdgo_cm_connect(h C.uintptr_t, qp *C.struct_ibv_qp, p *C.struct_rdma_conn_
 			o.InitiatorDepth = 1
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	id.mu.Lock()
-	id.cancel = cancel
-	id.mu.Unlock()
-	go func() {
-		c, err := dialGrace(ctx, remote.String(), o)
-		cancel()
-		id.finish("rdma_connect", c, err, true)
-	}()
-	return 0
+	return o
 }
 
 // listenGrace is how long rdma_connect keeps asking a peer that answers
@@ -669,10 +700,10 @@ func srdgo_cm_connect(h C.uintptr_t, qp *C.struct_ibv_qp, p *C.struct_rdma_conn_
 // the kernel's rdma_cm would.
 const listenGrace = time.Second
 
-func dialGrace(ctx context.Context, address string, o *cm.Options) (*cm.Conn, error) {
+func dialGrace[T any](ctx context.Context, dial func() (T, error)) (T, error) {
 	deadline := time.Now().Add(listenGrace)
 	for {
-		c, err := cm.Dial(ctx, "rdma", address, o)
+		c, err := dial()
 		var rej *cm.RejectError
 		var sidr *cm.SIDRError
 		nobody := (errors.As(err, &rej) && rej.Reason == wire.RejInvalidServiceID) ||
@@ -682,7 +713,7 @@ func dialGrace(ctx context.Context, address string, o *cm.Options) (*cm.Conn, er
 		}
 		select {
 		case <-ctx.Done():
-			return nil, err
+			return c, err
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -700,15 +731,14 @@ func srdgo_cm_accept(h C.uintptr_t, qp *C.struct_ibv_qp, p *C.struct_rdma_conn_p
 		return C.EINVAL
 	}
 	if qp == nil {
-		req.Reject(nil)
-		return C.EOPNOTSUPP
+		return id.acceptOwn(req, d, p) // cm_ownqp.go
 	}
+	id.mu.Lock()
+	id.attrs = nil // cm moves this QP: its attributes are cm's own
+	id.mu.Unlock()
 	q := qpOf(qp)
-	o := &cm.Options{Context: d.vctx, QP: q.qp, PD: q.pd.pd, PrivateData: pdataOf(p)}
-	if p != nil {
-		o.ResponderResources, o.InitiatorDepth = max(uint8(p.responder_resources), 1), max(uint8(p.initiator_depth), 1)
-		o.RNRRetryCount = uint8(p.rnr_retry_count)
-	}
+	o := id.acceptOptions(d, p)
+	o.QP, o.PD = q.qp, q.pd.pd
 	if req.QPType == verbs.QPTypeUD {
 		c, err := req.Accept(context.Background(), o)
 		if err != nil {
@@ -719,16 +749,11 @@ func srdgo_cm_accept(h C.uintptr_t, qp *C.struct_ibv_qp, p *C.struct_rdma_conn_p
 		id.mu.Unlock()
 		return 0
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	id.mu.Lock()
-	id.cancel = cancel
-	id.mu.Unlock()
 	done := make(chan error, 1)
-	go func() {
+	id.background(func(ctx context.Context) {
 		c, err := req.Accept(ctx, o)
-		cancel()
 		id.finish("rdma_accept", c, err, false, done)
-	}()
+	})
 	// rdma_accept returns with the QP in RTS, as librdmacm's does (it
 	// moves the QP before sending the REP): the program may post sends
 	// at once. The REP's answer (RTU) comes later, as ESTABLISHED.
@@ -745,6 +770,19 @@ func srdgo_cm_accept(h C.uintptr_t, qp *C.struct_ibv_qp, p *C.struct_rdma_conn_p
 			return 0
 		}
 	}
+}
+
+// acceptOptions are the cm options of an accept: the device, the
+// program's connection parameters, the id's ACK timeout.
+func (id *cmID) acceptOptions(d *cmDev, p *C.struct_rdma_conn_param) *cm.Options {
+	id.mu.Lock()
+	o := &cm.Options{Context: d.vctx, PrivateData: pdataOf(p), ACKTimeout: id.ackTimeout}
+	id.mu.Unlock()
+	if p != nil {
+		o.ResponderResources, o.InitiatorDepth = max(uint8(p.responder_resources), 1), max(uint8(p.initiator_depth), 1)
+		o.RNRRetryCount = uint8(p.rnr_retry_count)
+	}
+	return o
 }
 
 //export srdgo_cm_reject
@@ -815,9 +853,10 @@ func srdgo_cm_event(evh C.uintptr_t, info *C.struct_srd_cm_evinfo) (ret C.int) {
 	info.initiator_depth = C.uint8_t(ev.initDepth)
 	info.retry_count = C.uint8_t(ev.retry)
 	info.rnr_retry_count = C.uint8_t(ev.rnr)
+	info.qp_num = C.uint32_t(ev.qpn)
 	if ev.ud {
 		info.ud = 1
-		info.qp_num, info.qkey = C.uint32_t(ev.qpn), C.uint32_t(ev.qkey)
+		info.qkey = C.uint32_t(ev.qkey)
 		for i := range ev.dgid {
 			info.dgid[i] = C.uint8_t(ev.dgid[i])
 		}

@@ -27,6 +27,7 @@
 #include <endian.h>
 
 #include "ibverbs.h"
+#include "srderrno.h"
 #include "_cgo_export.h"
 
 /* The Go side reads these structs through cgo's view of the same header;
@@ -87,14 +88,12 @@ struct ibv_device **ibv_get_device_list(int *num_devices)
 	err = load_devices();
 	if (err) {
 		pthread_mutex_unlock(&dev_mu);
-		errno = err;
-		return NULL;
+		return srd_fail_ptr(err);
 	}
 	list = calloc(ndevs + 1, sizeof(*list));
 	if (!list) {
 		pthread_mutex_unlock(&dev_mu);
-		errno = ENOMEM;
-		return NULL;
+		return srd_fail_ptr(ENOMEM);
 	}
 	for (i = 0; i < ndevs; i++)
 		list[i] = &devs[i]->dev;
@@ -111,10 +110,8 @@ void ibv_free_device_list(struct ibv_device **list)
 
 const char *ibv_get_device_name(struct ibv_device *device)
 {
-	if (!device) {
-		errno = EINVAL;
-		return NULL;
-	}
+	if (!device)
+		return srd_fail_ptr(EINVAL);
 	return device->name;
 }
 
@@ -206,8 +203,7 @@ static int srd_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct
 
 static struct ibv_mw *srd_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 {
-	errno = EOPNOTSUPP;
-	return NULL;
+	return srd_fail_ptr(EOPNOTSUPP);
 }
 
 static int srd_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind)
@@ -248,28 +244,16 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	int fds[2], err;
 	GoUintptr h = 0;
 
-	if (!device) {
-		errno = EINVAL;
+	if (!device)
+		return srd_fail_ptr(EINVAL);
+	if (!(c = srd_alloc_pipe(sizeof(*c), fds)))
 		return NULL;
-	}
-	c = calloc(1, sizeof(*c));
-	if (!c) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	if (pipe2(fds, O_CLOEXEC)) {
-		err = errno;
-		free(c);
-		errno = err;
-		return NULL;
-	}
 	err = srdgo_open(SRD_CONTAINER(device, struct srd_device, dev)->index, fds[1], &h);
 	if (err) {
 		close(fds[0]);
 		close(fds[1]);
 		free(c);
-		errno = err;
-		return NULL;
+		return srd_fail_ptr(err);
 	}
 	c->h = h;
 	c->async_wfd = fds[1];
@@ -321,14 +305,12 @@ int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *event)
 	struct srd_async_rec r;
 	ssize_t n;
 
-	if (!ctx || !event) {
-		errno = EINVAL;
-		return -1;
-	}
+	if (!ctx || !event)
+		return srd_fail(EINVAL);
 	n = read(ctx->async_fd, &r, sizeof(r));
 	if (n != sizeof(r)) {
 		if (n >= 0)
-			errno = EIO;
+			errno = EIO; /* a short read; else read's errno (EAGAIN) */
 		return -1;
 	}
 	event->event_type = r.type;
@@ -399,15 +381,11 @@ int ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ibv_gi
 {
 	int err;
 
-	if (!ctx || !gid || index < 0) {
-		errno = EINVAL;
-		return -1;
-	}
+	if (!ctx || !gid || index < 0)
+		return srd_fail(EINVAL);
 	err = srdgo_query_gid(srd_ctx_of(ctx)->h, port, index, gid->raw);
-	if (err) {
-		errno = err;
-		return -1;
-	}
+	if (err)
+		return srd_fail(err);
 	return 0;
 }
 
@@ -463,28 +441,20 @@ int ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int index
 {
 	union ibv_gid g;
 
-	if (!ctx || !type) {
-		errno = EINVAL;
-		return -1;
-	}
-	if (srdgo_query_gid(srd_ctx_of(ctx)->h, port, index, g.raw)) {
-		errno = EINVAL;
-		return -1;
-	}
+	if (!ctx || !type)
+		return srd_fail(EINVAL);
+	if (srdgo_query_gid(srd_ctx_of(ctx)->h, port, index, g.raw))
+		return srd_fail(EINVAL);
 	*type = 1;
 	return 0;
 }
 
 int ibv_query_pkey(struct ibv_context *ctx, uint8_t port, int index, __be16 *pkey)
 {
-	if (!ctx || !pkey || index < 0) {
-		errno = EINVAL;
-		return -1;
-	}
-	if (port != 1 || index != 0) {
-		errno = EINVAL;
-		return -1;
-	}
+	if (!ctx || !pkey || index < 0)
+		return srd_fail(EINVAL);
+	if (port != 1 || index != 0)
+		return srd_fail(EINVAL);
 	*pkey = htobe16(0xffff);
 	return 0;
 }
@@ -504,20 +474,15 @@ struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)
 	GoUintptr h = 0;
 	int err;
 
-	if (!ctx) {
-		errno = EINVAL;
-		return NULL;
-	}
+	if (!ctx)
+		return srd_fail_ptr(EINVAL);
 	p = calloc(1, sizeof(*p));
-	if (!p) {
-		errno = ENOMEM;
-		return NULL;
-	}
+	if (!p)
+		return srd_fail_ptr(ENOMEM);
 	err = srdgo_alloc_pd(srd_ctx_of(ctx)->h, &h);
 	if (err) {
 		free(p);
-		errno = err;
-		return NULL;
+		return srd_fail_ptr(err);
 	}
 	p->h = h;
 	p->pd.context = ctx;
@@ -551,35 +516,24 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, ui
 	GoUint32 lkey = 0, rkey = 0;
 	int err;
 
-	if (!pd || (!addr && length)) {
-		errno = EINVAL;
-		return NULL;
-	}
-	if (access & ~SRD_ACCESS_KNOWN) {
-		errno = EINVAL;
-		return NULL;
-	}
+	if (!pd || (!addr && length))
+		return srd_fail_ptr(EINVAL);
+	if (access & ~SRD_ACCESS_KNOWN)
+		return srd_fail_ptr(EINVAL);
 	/* Remote write or atomic access needs local write (IBTA 10.6.3.1). */
-	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE)) {
-		errno = EINVAL;
-		return NULL;
-	}
+	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))
+		return srd_fail_ptr(EINVAL);
 	/* Only identity iovas: the engine addresses memory by virtual address. */
-	if (iova != (uintptr_t)addr || (access & (IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND))) {
-		errno = EOPNOTSUPP;
-		return NULL;
-	}
+	if (iova != (uintptr_t)addr || (access & (IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND)))
+		return srd_fail_ptr(EOPNOTSUPP);
 	m = calloc(1, sizeof(*m));
-	if (!m) {
-		errno = ENOMEM;
-		return NULL;
-	}
+	if (!m)
+		return srd_fail_ptr(ENOMEM);
 	err = srdgo_reg_mr(SRD_CONTAINER(pd, struct srd_pd, pd)->h, addr, length,
 			   access & 0xf, &h, &lkey, &rkey);
 	if (err) {
 		free(m);
-		errno = err;
-		return NULL;
+		return srd_fail_ptr(err);
 	}
 	m->h = h;
 	m->mr.context = pd->context;
@@ -606,8 +560,7 @@ struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uin
 
 struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access)
 {
-	errno = EOPNOTSUPP;
-	return NULL;
+	return srd_fail_ptr(EOPNOTSUPP);
 }
 
 int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access)
@@ -638,28 +591,22 @@ struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
 	GoUintptr h = 0;
 	int fds[2], err;
 
-	if (!ctx) {
-		errno = EINVAL;
-		return NULL;
-	}
+	if (!ctx)
+		return srd_fail_ptr(EINVAL);
 	c = calloc(1, sizeof(*c));
-	if (!c) {
-		errno = ENOMEM;
-		return NULL;
-	}
+	if (!c)
+		return srd_fail_ptr(ENOMEM);
 	if (pipe2(fds, O_CLOEXEC)) {
 		err = errno;
 		free(c);
-		errno = err;
-		return NULL;
+		return srd_fail_ptr(err);
 	}
 	err = srdgo_create_channel(srd_ctx_of(ctx)->h, fds[1], &h);
 	if (err) {
 		close(fds[0]);
 		close(fds[1]);
 		free(c);
-		errno = err;
-		return NULL;
+		return srd_fail_ptr(err);
 	}
 	c->h = h;
 	c->wfd = fds[1];
@@ -696,15 +643,11 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 	GoInt32 actual = 0;
 	int err;
 
-	if (!ctx || cqe <= 0 || comp_vector < 0 || comp_vector >= ctx->num_comp_vectors) {
-		errno = EINVAL;
-		return NULL;
-	}
+	if (!ctx || cqe <= 0 || comp_vector < 0 || comp_vector >= ctx->num_comp_vectors)
+		return srd_fail_ptr(EINVAL);
 	q = calloc(1, sizeof(*q));
-	if (!q) {
-		errno = ENOMEM;
-		return NULL;
-	}
+	if (!q)
+		return srd_fail_ptr(ENOMEM);
 	q->cq.context = ctx;
 	q->cq.channel = channel;
 	q->cq.cq_context = cq_context;
@@ -715,8 +658,7 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 			      &q->cq, &h, &actual);
 	if (err) {
 		free(q);
-		errno = err;
-		return NULL;
+		return srd_fail_ptr(err);
 	}
 	q->h = h;
 	q->cq.handle = (uint32_t)h;
@@ -760,14 +702,12 @@ int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void 
 	uint64_t p;
 	ssize_t n;
 
-	if (!channel || !cq || !cq_context) {
-		errno = EINVAL;
-		return -1;
-	}
+	if (!channel || !cq || !cq_context)
+		return srd_fail(EINVAL);
 	n = read(channel->fd, &p, sizeof(p));
 	if (n != sizeof(p)) {
 		if (n >= 0)
-			errno = EIO;
+			errno = EIO; /* a short read; else read's errno (EAGAIN) */
 		return -1;
 	}
 	*cq = (struct ibv_cq *)(uintptr_t)p;
@@ -793,20 +733,15 @@ struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr
 	GoUintptr h = 0;
 	int err;
 
-	if (!pd || !attr) {
-		errno = EINVAL;
-		return NULL;
-	}
+	if (!pd || !attr)
+		return srd_fail_ptr(EINVAL);
 	s = calloc(1, sizeof(*s));
-	if (!s) {
-		errno = ENOMEM;
-		return NULL;
-	}
+	if (!s)
+		return srd_fail_ptr(ENOMEM);
 	err = srdgo_create_srq(SRD_CONTAINER(pd, struct srd_pd, pd)->h, attr, &h);
 	if (err) {
 		free(s);
-		errno = err;
-		return NULL;
+		return srd_fail_ptr(err);
 	}
 	s->h = h;
 	s->srq.context = pd->context;
@@ -862,24 +797,19 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr
 	GoUint32 qpn = 0;
 	int err;
 
-	if (!pd || !attr || !attr->send_cq || (!attr->recv_cq && !attr->srq)) {
-		errno = EINVAL;
-		return NULL;
-	}
+	if (!pd || !attr || !attr->send_cq || (!attr->recv_cq && !attr->srq))
+		return srd_fail_ptr(EINVAL);
 	switch (attr->qp_type) {
 	case IBV_QPT_RC:
 	case IBV_QPT_UC:
 	case IBV_QPT_UD:
 		break;
 	default:
-		errno = EOPNOTSUPP;
-		return NULL;
+		return srd_fail_ptr(EOPNOTSUPP);
 	}
 	q = calloc(1, sizeof(*q));
-	if (!q) {
-		errno = ENOMEM;
-		return NULL;
-	}
+	if (!q)
+		return srd_fail_ptr(ENOMEM);
 	err = srdgo_create_qp(SRD_CONTAINER(pd, struct srd_pd, pd)->h, attr,
 			      SRD_CONTAINER(attr->send_cq, struct srd_cq, cq)->h,
 			      attr->recv_cq ? SRD_CONTAINER(attr->recv_cq, struct srd_cq, cq)->h : 0,
@@ -887,8 +817,7 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr
 			      &q->qpx.qp_base, &h, &qpn);
 	if (err) {
 		free(q);
-		errno = err;
-		return NULL;
+		return srd_fail_ptr(err);
 	}
 	q->h = h;
 	q->qpx.qp_base.context = pd->context;
@@ -925,20 +854,14 @@ struct ibv_qp *srd_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr
 	struct ibv_qp_init_attr a;
 	uint64_t ops = 0;
 
-	if (!ctx || !attr) {
-		errno = EINVAL;
-		return NULL;
-	}
-	if ((attr->comp_mask & ~SRD_QP_INIT_ATTR_KNOWN) || !(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
-		errno = EOPNOTSUPP;
-		return NULL;
-	}
+	if (!ctx || !attr)
+		return srd_fail_ptr(EINVAL);
+	if ((attr->comp_mask & ~SRD_QP_INIT_ATTR_KNOWN) || !(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd)
+		return srd_fail_ptr(EOPNOTSUPP);
 	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
 		ops = attr->send_ops_flags;
-		if (ops & ~SRD_SEND_OPS) {
-			errno = EOPNOTSUPP;
-			return NULL;
-		}
+		if (ops & ~SRD_SEND_OPS)
+			return srd_fail_ptr(EOPNOTSUPP);
 	}
 	memcpy(&a, attr, sizeof(a)); /* ibv_qp_init_attr is ibv_qp_init_attr_ex's prefix */
 	{
@@ -1029,20 +952,15 @@ struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 	GoUintptr h = 0;
 	int err;
 
-	if (!pd || !attr) {
-		errno = EINVAL;
-		return NULL;
-	}
+	if (!pd || !attr)
+		return srd_fail_ptr(EINVAL);
 	a = calloc(1, sizeof(*a));
-	if (!a) {
-		errno = ENOMEM;
-		return NULL;
-	}
+	if (!a)
+		return srd_fail_ptr(ENOMEM);
 	err = srdgo_create_ah(SRD_CONTAINER(pd, struct srd_pd, pd)->h, attr, &h);
 	if (err) {
 		free(a);
-		errno = err;
-		return NULL;
+		return srd_fail_ptr(err);
 	}
 	a->h = h;
 	a->ah.context = pd->context;
@@ -1099,20 +1017,16 @@ int ibv_init_ah_from_wc(struct ibv_context *ctx, uint8_t port, struct ibv_wc *wc
 {
 	const unsigned char *b = (const unsigned char *)grh;
 
-	if (!ctx || !wc || !ah_attr) {
-		errno = EINVAL;
-		return -1;
-	}
+	if (!ctx || !wc || !ah_attr)
+		return srd_fail(EINVAL);
 	memset(ah_attr, 0, sizeof(*ah_attr));
 	ah_attr->dlid = wc->slid;
 	ah_attr->sl = wc->sl;
 	ah_attr->src_path_bits = wc->dlid_path_bits;
 	ah_attr->port_num = port;
 	if (wc->wc_flags & IBV_WC_GRH) {
-		if (!grh) {
-			errno = EINVAL;
-			return -1;
-		}
+		if (!grh)
+			return srd_fail(EINVAL);
 		ah_attr->is_global = 1;
 		if ((b[20] >> 4) == 4) {
 			memset(ah_attr->grh.dgid.raw, 0, 10);
@@ -1133,10 +1047,8 @@ struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, struc
 {
 	struct ibv_ah_attr a;
 
-	if (!pd) {
-		errno = EINVAL;
-		return NULL;
-	}
+	if (!pd)
+		return srd_fail_ptr(EINVAL);
 	if (ibv_init_ah_from_wc(pd->context, port, wc, grh, &a))
 		return NULL;
 	return ibv_create_ah(pd, &a);
@@ -1192,14 +1104,12 @@ int ibv_set_ece(struct ibv_qp *qp, struct ibv_ece *ece)
 
 struct ibv_context *ibv_import_device(int cmd_fd)
 {
-	errno = EOPNOTSUPP;
-	return NULL;
+	return srd_fail_ptr(EOPNOTSUPP);
 }
 
 struct ibv_pd *ibv_import_pd(struct ibv_context *ctx, uint32_t pd_handle)
 {
-	errno = EOPNOTSUPP;
-	return NULL;
+	return srd_fail_ptr(EOPNOTSUPP);
 }
 
 void ibv_unimport_pd(struct ibv_pd *pd)
@@ -1208,8 +1118,7 @@ void ibv_unimport_pd(struct ibv_pd *pd)
 
 struct ibv_mr *ibv_import_mr(struct ibv_pd *pd, uint32_t mr_handle)
 {
-	errno = EOPNOTSUPP;
-	return NULL;
+	return srd_fail_ptr(EOPNOTSUPP);
 }
 
 void ibv_unimport_mr(struct ibv_mr *mr)
@@ -1218,8 +1127,7 @@ void ibv_unimport_mr(struct ibv_mr *mr)
 
 struct ibv_dm *ibv_import_dm(struct ibv_context *ctx, uint32_t dm_handle)
 {
-	errno = EOPNOTSUPP;
-	return NULL;
+	return srd_fail_ptr(EOPNOTSUPP);
 }
 
 void ibv_unimport_dm(struct ibv_dm *dm)
@@ -1247,10 +1155,8 @@ int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t siz
 	char *path;
 	int fd, len;
 
-	if (!dir || !file || !buf || !size) {
-		errno = EINVAL;
-		return -1;
-	}
+	if (!dir || !file || !buf || !size)
+		return srd_fail(EINVAL);
 	if (asprintf(&path, "%s/%s", dir, file) < 0)
 		return -1;
 	fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -1271,6 +1177,5 @@ int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t siz
 
 int ibv_read_ibdev_sysfs_file(char *buf, size_t size, void *sysfs_dev, const char *fnfmt, ...)
 {
-	errno = ENOENT;
-	return -1;
+	return srd_fail(ENOENT);
 }

@@ -169,6 +169,16 @@ func srdgo_query_qp(h C.uintptr_t, a *C.struct_ibv_qp_attr, init *C.struct_ibv_q
 	if err != nil {
 		return errnoOf("ibv_query_qp", err)
 	}
+	qpAttrToC(a, &q)
+	init.cap = a.cap
+	if ia.SigAll {
+		init.sq_sig_all = 1
+	}
+	return 0
+}
+
+// qpAttrToC writes q into a (ibv_query_qp, rdma_init_qp_attr).
+func qpAttrToC(a *C.struct_ibv_qp_attr, q *verbs.QPAttr) {
 	a.qp_state = uint32(q.QPState)
 	a.cur_qp_state = uint32(q.CurQPState)
 	a.path_mtu = uint32(q.PathMTU)
@@ -202,11 +212,6 @@ func srdgo_query_qp(h C.uintptr_t, a *C.struct_ibv_qp_attr, init *C.struct_ibv_q
 	a.rnr_retry = C.uint8_t(q.RNRRetry)
 	a.alt_port_num = C.uint8_t(q.AltPortNum)
 	a.alt_timeout = C.uint8_t(q.AltTimeout)
-	init.cap = a.cap
-	if ia.SigAll {
-		init.sq_sig_all = 1
-	}
-	return 0
 }
 
 // sendOpcode maps enum ibv_wr_opcode to the verbs opcode; ok is false for

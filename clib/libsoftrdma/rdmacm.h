@@ -67,6 +67,59 @@ struct srd_cm_route {
 };
 
 #ifndef SRD_CM_GO /* cgo declares them itself */
+#include <errno.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+/* srd_addr_in reads an IPv4 or IPv6 sockaddr of len bytes into a: 0,
+   EFAULT (none), EINVAL (shorter than its family's), EAFNOSUPPORT. */
+static inline int srd_addr_in(const struct sockaddr *sa, socklen_t len, struct srd_cm_addr *a)
+{
+	memset(a, 0, sizeof(*a));
+	if (!sa)
+		return EFAULT;
+	if (sa->sa_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
+		const struct sockaddr_in *s = (const void *)sa;
+		a->family = AF_INET;
+		a->port = ntohs(s->sin_port);
+		memcpy(a->addr, &s->sin_addr, 4);
+		return 0;
+	}
+	if (sa->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
+		const struct sockaddr_in6 *s = (const void *)sa;
+		a->family = AF_INET6;
+		a->port = ntohs(s->sin6_port);
+		memcpy(a->addr, &s->sin6_addr, 16);
+		return 0;
+	}
+	if (sa->sa_family == AF_INET || sa->sa_family == AF_INET6)
+		return EINVAL;
+	return EAFNOSUPPORT;
+}
+
+/* srd_sockaddr writes a into ss as a sockaddr and returns its length
+   (0, and ss zeroed, when a has no address). */
+static inline socklen_t srd_sockaddr(struct sockaddr_storage *ss, const struct srd_cm_addr *a)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (a->family == AF_INET) {
+		struct sockaddr_in *s = (void *)ss;
+		s->sin_family = AF_INET;
+		s->sin_port = htons(a->port);
+		memcpy(&s->sin_addr, a->addr, 4);
+		return sizeof(*s);
+	}
+	if (a->family == AF_INET6) {
+		struct sockaddr_in6 *s = (void *)ss;
+		s->sin6_family = AF_INET6;
+		s->sin6_port = htons(a->port);
+		memcpy(&s->sin6_addr, a->addr, 16);
+		return sizeof(*s);
+	}
+	return 0;
+}
+
 /* Go side entry points (clib/libsoftrdma/cm.go); errno-style returns:
    0, or the positive errno. */
 int srdgo_cm_register_ctx(struct ibv_context *ctx);
@@ -84,6 +137,9 @@ int srdgo_cm_accept(uintptr_t h, struct ibv_qp *qp, struct rdma_conn_param *p);
 int srdgo_cm_reject(uintptr_t h, void *pdata, int len);
 int srdgo_cm_disconnect(uintptr_t h);
 int srdgo_cm_event(uintptr_t ev, struct srd_cm_evinfo *info);
+int srdgo_cm_establish(uintptr_t h);
+int srdgo_cm_init_qp_attr(uintptr_t h, struct ibv_qp_attr *attr, int *mask);
+int srdgo_cm_set_option(uintptr_t h, int name, uint8_t value);
 #endif
 
 #endif

@@ -5,7 +5,9 @@
  * request carries private data, a reject carries its own back, an
  * accepted connection gets ESTABLISHED on both sides and DISCONNECTED on
  * both after rdma_disconnect; rdma_migrate_id moves events; synchronous
- * endpoints (rdma_create_ep, rdma_get_request) connect.
+ * endpoints (rdma_create_ep, rdma_get_request) connect; QPs the program
+ * creates and moves itself (rdma_init_qp_attr, rdma_establish) connect,
+ * with the TOS and ACK timeout set on the id.
  *
  * usage: cmcheck ADDR (an IPv4 address of a softrdma device: 127.0.0.1)
  * Prints one line per failed check and exits 1 if any failed.
@@ -104,10 +106,20 @@ static void misuse(void)
 	ERRNO(rdma_disconnect(id), EINVAL);                               /* not connected */
 	ERRNO(rdma_create_qp(id, NULL, &qa), EINVAL);                     /* no device yet */
 	ERRNO(rdma_create_qp(id, NULL, NULL), EINVAL);
-	ERRNO(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, sizeof(tos)), ENOSYS);
+	CHECK(!rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, sizeof(tos)), "TOS: %s", strerror(errno));
+	ERRNO(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, sizeof(int)), EINVAL);
+	tos = 0; /* an ACK timeout of 0 (never) is refused, as is one over 5 bits */
+	ERRNO(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &tos, sizeof(tos)), EINVAL);
+	tos = 32;
+	ERRNO(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &tos, sizeof(tos)), EINVAL);
+	ERRNO(rdma_set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, &tos, sizeof(tos)), ENOSYS);
 	ERRNO(rdma_set_option(id, 77, 0, &tos, sizeof(tos)), EINVAL);
 	ERRNO(rdma_join_multicast(id, (struct sockaddr *)&s, NULL), ENOSYS);
-	ERRNO(rdma_establish(id), ENOSYS);
+	ERRNO(rdma_establish(id), EINVAL);                                /* no connect response */
+	ERRNO(rdma_init_qp_attr(id, NULL, NULL), EINVAL);
+	struct ibv_qp_attr qpa = { .qp_state = IBV_QPS_INIT };
+	int qpmask = 0;
+	ERRNO(rdma_init_qp_attr(id, &qpa, &qpmask), EINVAL);               /* no device yet */
 	CHECK(rdma_get_src_port(NULL) == 0 && rdma_get_dst_port(id) == 0, "ports of no address");
 	CHECK(!strcmp(rdma_event_str(RDMA_CM_EVENT_ESTABLISHED), "RDMA_CM_EVENT_ESTABLISHED"), "rdma_event_str");
 	CHECK(!strcmp(rdma_event_str((enum rdma_cm_event_type)99), "UNKNOWN EVENT"), "rdma_event_str(99)");
@@ -258,6 +270,210 @@ static void connections(void)
 	rdma_destroy_event_channel(sch);
 }
 
+/* ---- a QP the program creates and moves itself (rping -q) ---- */
+
+/* own_side is a device's PD, CQ, buffer and an RC QP made with
+   ibv_create_qp, outside rdma_cm. */
+struct own_side {
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_mr *mr;
+	struct ibv_qp *qp;
+	char buf[64];
+};
+
+static int own_open(struct own_side *o, struct ibv_context *verbs)
+{
+	struct ibv_qp_init_attr qa = qp_attr();
+
+	memset(o, 0, sizeof(*o));
+	o->pd = ibv_alloc_pd(verbs);
+	o->cq = o->pd ? ibv_create_cq(verbs, 8, NULL, NULL, 0) : NULL;
+	o->mr = o->cq ? ibv_reg_mr(o->pd, o->buf, sizeof(o->buf), IBV_ACCESS_LOCAL_WRITE) : NULL;
+	qa.send_cq = qa.recv_cq = o->cq;
+	o->qp = o->mr ? ibv_create_qp(o->pd, &qa) : NULL;
+	CHECK(o->qp != NULL, "own QP: %s", strerror(errno));
+	return o->qp ? 0 : -1;
+}
+
+static void own_close(struct own_side *o)
+{
+	if (o->qp)
+		ibv_destroy_qp(o->qp);
+	if (o->mr)
+		ibv_dereg_mr(o->mr);
+	if (o->cq)
+		ibv_destroy_cq(o->cq);
+	if (o->pd)
+		ibv_dealloc_pd(o->pd);
+}
+
+/* own_move moves the QP to INIT, RTR and RTS with rdma_init_qp_attr's
+   attributes, keeping the RTR and RTS ones for the caller's checks. */
+static void own_move(struct rdma_cm_id *id, struct own_side *o, struct ibv_qp_attr *rtr, struct ibv_qp_attr *rts)
+{
+	enum ibv_qp_state st[] = { IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS };
+	struct ibv_qp_attr a;
+	int i, mask;
+
+	for (i = 0; i < 3; i++) {
+		memset(&a, 0, sizeof(a));
+		a.qp_state = st[i];
+		if (rdma_init_qp_attr(id, &a, &mask)) {
+			CHECK(0, "rdma_init_qp_attr(state %d): %s", st[i], strerror(errno));
+			return;
+		}
+		CHECK(a.qp_state == st[i] && (mask & IBV_QP_STATE), "rdma_init_qp_attr(state %d) gave state %d mask %#x", st[i], a.qp_state, mask);
+		CHECK(!ibv_modify_qp(o->qp, &a, mask), "ibv_modify_qp to %d with mask %#x: %s", st[i], mask, strerror(errno));
+		if (i == 1)
+			*rtr = a;
+		if (i == 2)
+			*rts = a;
+	}
+}
+
+static int own_wait(struct own_side *o, enum ibv_wc_opcode want)
+{
+	struct ibv_wc wc;
+	int i;
+
+	for (i = 0; i < 5000; i++) {
+		int n = ibv_poll_cq(o->cq, 1, &wc);
+		if (n == 1) {
+			CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == want, "completion status %d opcode %d, want opcode %d", wc.status, wc.opcode, want);
+			return 0;
+		}
+		usleep(1000);
+	}
+	CHECK(0, "no completion within 5 s (want opcode %d)", want);
+	return -1;
+}
+
+static void ownqp(void)
+{
+	struct rdma_event_channel *sch = rdma_create_event_channel(), *cch = rdma_create_event_channel();
+	struct rdma_cm_id *listen, *client, *sid;
+	struct sockaddr_in s = sin_of(addr, 0), dst;
+	struct rdma_cm_event *ev;
+	struct rdma_conn_param cp;
+	struct ibv_qp_attr crtr, crts, srtr, srts, a;
+	struct ibv_sge sge;
+	struct ibv_recv_wr rwr, *bad_rwr;
+	struct ibv_send_wr swr, *bad_swr;
+	struct own_side cs, ss;
+	struct pollfd p;
+	uint8_t tos = 0x20, ack = 16;
+	int port, mask;
+
+	CHECK(!rdma_create_id(sch, &listen, NULL, RDMA_PS_TCP), "rdma_create_id: %s", strerror(errno));
+	CHECK(!rdma_bind_addr(listen, (struct sockaddr *)&s), "rdma_bind_addr: %s", strerror(errno));
+	CHECK(!rdma_listen(listen, 4), "rdma_listen: %s", strerror(errno));
+	port = ntohs(rdma_get_src_port(listen));
+	dst = sin_of(addr, port);
+
+	CHECK(!rdma_create_id(cch, &client, NULL, RDMA_PS_TCP), "rdma_create_id: %s", strerror(errno));
+	CHECK(!rdma_set_option(client, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, 1), "TOS: %s", strerror(errno));
+	CHECK(!rdma_set_option(client, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ack, 1), "ACK_TIMEOUT: %s", strerror(errno));
+	CHECK(!rdma_resolve_addr(client, NULL, (struct sockaddr *)&dst, 2000), "rdma_resolve_addr: %s", strerror(errno));
+	if ((ev = next(cch, RDMA_CM_EVENT_ADDR_RESOLVED)))
+		rdma_ack_cm_event(ev);
+	CHECK(!rdma_resolve_route(client, 2000), "rdma_resolve_route: %s", strerror(errno));
+	if ((ev = next(cch, RDMA_CM_EVENT_ROUTE_RESOLVED)))
+		rdma_ack_cm_event(ev);
+	if (!client->verbs || own_open(&cs, client->verbs))
+		return;
+	/* Before connecting: the port's INIT attributes only. */
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_INIT;
+	CHECK(!rdma_init_qp_attr(client, &a, &mask) && mask == (IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) &&
+	      a.port_num == 1, "INIT before connecting: mask %#x port %d (%s)", mask, a.port_num, strerror(errno));
+	CHECK(!ibv_modify_qp(cs.qp, &a, mask), "ibv_modify_qp to INIT: %s", strerror(errno));
+	a.qp_state = IBV_QPS_RTR;
+	ERRNO(rdma_init_qp_attr(client, &a, &mask), EINVAL); /* no peer yet */
+	ERRNO(rdma_connect(client, NULL), EINVAL);            /* no QP, none named */
+
+	memset(&cp, 0, sizeof(cp));
+	cp.private_data = "own";
+	cp.private_data_len = 4;
+	cp.responder_resources = cp.initiator_depth = 1;
+	cp.retry_count = cp.rnr_retry_count = 7;
+	cp.qp_num = cs.qp->qp_num;
+	CHECK(!rdma_connect(client, &cp), "rdma_connect with qp_num: %s", strerror(errno));
+	if (!(ev = next(sch, RDMA_CM_EVENT_CONNECT_REQUEST)))
+		return;
+	sid = ev->id;
+	CHECK(ev->param.conn.qp_num == cs.qp->qp_num, "request names QP %#x, want %#x", ev->param.conn.qp_num, cs.qp->qp_num);
+	rdma_ack_cm_event(ev);
+	if (own_open(&ss, sid->verbs))
+		return;
+	own_move(sid, &ss, &srtr, &srts);
+	CHECK(srtr.dest_qp_num == cs.qp->qp_num, "server RTR to QP %#x, want %#x", srtr.dest_qp_num, cs.qp->qp_num);
+	CHECK(srtr.ah_attr.is_global && srtr.ah_attr.grh.traffic_class == tos, "server path: global %d traffic class %#x, want %#x",
+	      srtr.ah_attr.is_global, srtr.ah_attr.grh.traffic_class, tos);
+	sge.addr = (uintptr_t)ss.buf;
+	sge.length = sizeof(ss.buf);
+	sge.lkey = ss.mr->lkey;
+	memset(&rwr, 0, sizeof(rwr));
+	rwr.sg_list = &sge;
+	rwr.num_sge = 1;
+	CHECK(!ibv_post_recv(ss.qp, &rwr, &bad_rwr), "ibv_post_recv: %s", strerror(errno));
+	memset(&cp, 0, sizeof(cp));
+	cp.private_data = "yours";
+	cp.private_data_len = 6;
+	cp.responder_resources = cp.initiator_depth = 1;
+	cp.qp_num = ss.qp->qp_num;
+	CHECK(!rdma_accept(sid, &cp), "rdma_accept with qp_num: %s", strerror(errno));
+
+	if ((ev = next(cch, RDMA_CM_EVENT_CONNECT_RESPONSE))) {
+		CHECK(ev->param.conn.private_data && !memcmp(ev->param.conn.private_data, "yours", 6), "response private data");
+		CHECK(ev->param.conn.qp_num == ss.qp->qp_num, "response names QP %#x, want %#x", ev->param.conn.qp_num, ss.qp->qp_num);
+		rdma_ack_cm_event(ev);
+	}
+	own_move(client, &cs, &crtr, &crts);
+	CHECK(crtr.dest_qp_num == ss.qp->qp_num, "client RTR to QP %#x, want %#x", crtr.dest_qp_num, ss.qp->qp_num);
+	CHECK(crtr.ah_attr.grh.traffic_class == tos, "client traffic class %#x, want %#x", crtr.ah_attr.grh.traffic_class, tos);
+	CHECK(crts.timeout == ack, "client ACK timeout %d, want %d", crts.timeout, ack);
+	CHECK(crts.sq_psn == srtr.rq_psn && srts.sq_psn == crtr.rq_psn, "PSNs: client sends %#x expects %#x, server sends %#x expects %#x",
+	      crts.sq_psn, crtr.rq_psn, srts.sq_psn, srtr.rq_psn);
+	CHECK(!rdma_establish(client), "rdma_establish: %s", strerror(errno));
+	ERRNO(rdma_establish(client), EINVAL); /* answered already */
+	if ((ev = next(sch, RDMA_CM_EVENT_ESTABLISHED)))
+		rdma_ack_cm_event(ev);
+	/* The active side gets no event for rdma_establish (as with the
+	   kernel: rping -q counts on it). */
+	p.fd = cch->fd;
+	p.events = POLLIN;
+	CHECK(poll(&p, 1, 200) == 0, "an event on the active side after rdma_establish");
+
+	/* The QPs carry a SEND. */
+	strcpy(cs.buf, "moved myself");
+	sge.addr = (uintptr_t)cs.buf;
+	sge.length = 13;
+	sge.lkey = cs.mr->lkey;
+	memset(&swr, 0, sizeof(swr));
+	swr.sg_list = &sge;
+	swr.num_sge = 1;
+	swr.opcode = IBV_WR_SEND;
+	swr.send_flags = IBV_SEND_SIGNALED;
+	CHECK(!ibv_post_send(cs.qp, &swr, &bad_swr), "ibv_post_send: %s", strerror(errno));
+	if (!own_wait(&ss, IBV_WC_RECV))
+		CHECK(!strcmp(ss.buf, "moved myself"), "received %.13s", ss.buf);
+	own_wait(&cs, IBV_WC_SEND);
+
+	CHECK(!rdma_disconnect(client), "rdma_disconnect: %s", strerror(errno));
+	if ((ev = next(cch, RDMA_CM_EVENT_DISCONNECTED)))
+		rdma_ack_cm_event(ev);
+	if ((ev = next(sch, RDMA_CM_EVENT_DISCONNECTED)))
+		rdma_ack_cm_event(ev);
+	rdma_destroy_id(sid);
+	rdma_destroy_id(client);
+	rdma_destroy_id(listen);
+	own_close(&ss);
+	own_close(&cs);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(sch);
+}
+
 /* nobody: a connection to a port nobody listens on is REJECTED with
    reason 8 (invalid service ID), after the library's grace second. */
 static void nobody(void)
@@ -353,6 +569,7 @@ int main(int argc, char **argv)
 	misuse();
 	addrinfo();
 	connections();
+	ownqp();
 	nobody();
 	endpoints();
 	printf("cmcheck: %d failed\n", fails);
