@@ -187,3 +187,43 @@ func TestPeerGoneRetiresConsumed(t *testing.T) {
 		t.Errorf("the SEND b never took completed %+v; want flushed (or failed by b's NAK)", wcs[1])
 	}
 }
+
+// TestPeerGoneIdleKeepsReceives: a QP with nothing in flight whose peer
+// left stays up for peerGoneGrace, its receives posted and unflushed, as
+// an idle QP on a wire would until a keepalive noticed; then it moves to
+// ERR and flushes them. ibv_rc_pingpong's server, polling for its last
+// SEND's completion with receives left over, failed on their flush.
+func TestPeerGoneIdleKeepsReceives(t *testing.T) {
+	old := peerGoneGrace.Swap(int64(300 * time.Millisecond))
+	defer peerGoneGrace.Store(old)
+	a, b := pair(t, sideOpts{}, sideOpts{})
+	qa := a.qp.(*QP)
+	postRecv(t, a.qp, 7, a.mr.SGE(0, 64))
+	postRecv(t, b.qp, 1, b.mr.SGE(0, 64))
+	postSend(t, a.qp, verbs.SendWR{WRID: 10, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, 8)}})
+	if wc := poll(t, b.cq, 1)[0]; wc.Status != verbs.WCSuccess || wc.WRID != 1 {
+		t.Fatalf("b's receive: %+v", wc)
+	}
+	if wc := poll(t, a.cq, 1)[0]; wc.Status != verbs.WCSuccess || wc.WRID != 10 {
+		t.Fatalf("a's SEND: %+v", wc)
+	}
+	gone := time.Now()
+	for _, c := range connsTo(a.dev, b.dev.id) {
+		c.close()
+	}
+	waitConnsGone(a.dev, b.dev.id)
+	time.Sleep(100 * time.Millisecond) // peerGone has run by now
+	var wc [1]verbs.WC
+	if n, _ := a.cq.Poll(wc[:]); n != 0 || qa.State() != verbs.QPStateRTS {
+		t.Fatalf("right after the peer left: %d completions (%+v), state %v; want none, RTS", n, wc[0], qa.State())
+	}
+	for qa.State() != verbs.QPStateErr {
+		if time.Since(gone) > 10*time.Second {
+			t.Fatal("the idle QP never moved to ERR after its peer left")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if w := poll(t, a.cq, 1)[0]; w.WRID != 7 || w.Status != verbs.WCWRFlushErr {
+		t.Errorf("after the grace, the posted receive completed %+v; want flushed", w)
+	}
+}

@@ -455,9 +455,43 @@ func (qp *QP) flushAfterFailureLocked() {
 // a wire: its consumer index in our ring is its last word (a peer that
 // took our last SENDs and then disconnected and exited must not see them
 // flushed at our end).
+//
+// If nothing of ours is left in flight, the QP stays up for
+// peerGoneGrace before it moves to ERR. On a wire nothing tells an idle
+// QP that its peer left (a keepalive finds out, seconds later), and
+// programs count on that: ibv_rc_pingpong's server, still polling for
+// its last SEND's completion when the client exits, failed on the flush
+// of the receives it had posted beyond the last message.
 func (qp *QP) peerGone() {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
+	if qp.state != verbs.QPStateErr {
+		qp.retireLocked()
+	}
+	if out := qp.out; out != nil && qp.state != verbs.QPStateErr && qp.sqHead == qp.sqTl {
+		time.AfterFunc(time.Duration(peerGoneGrace.Load()), func() { qp.peerGoneIdle(out) })
+		return
+	}
+	qp.errorLocked()
+	qp.unmapLocked()
+}
+
+// peerGoneGrace is how long (in ns) a QP with nothing in flight stays up
+// after its peer left: about what a wire's keepalive would take to
+// notice. Tests shorten it.
+var peerGoneGrace atomic.Int64
+
+func init() { peerGoneGrace.Store(int64(time.Second)) }
+
+// peerGoneIdle ends a QP's grace after its peer left (peerGone), unless
+// the QP was destroyed or connected anew (its ring is not out) since.
+// What it posted in the meantime nobody took: it is flushed.
+func (qp *QP) peerGoneIdle(out *ring) {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.dead || qp.out != out {
+		return
+	}
 	if qp.state != verbs.QPStateErr {
 		qp.retireLocked()
 	}
