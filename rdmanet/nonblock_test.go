@@ -13,8 +13,8 @@ import (
 // TryRead, TryWrite and Ready never wait; SetNotify's function runs when
 // data arrives, so an event loop can sleep until then.
 func TestNonblocking(t *testing.T) {
+	devices(t) // their goroutines live on
 	checkGoroutines(t)
-	devices(t)
 	c, s := pair(t, &Config{RecvBuffer: 8 << 10, SendBuffer: 8 << 10})
 	defer c.Close()
 	defer s.Close()
@@ -79,6 +79,11 @@ func TestNonblocking(t *testing.T) {
 			t.Fatal(err)
 		}
 		got += n
+	}
+	// The credits come back with the peer's next RS_OP_SGL.
+	deadline = time.Now().Add(10 * time.Second)
+	for !c.Ready(false).Write && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
 	}
 	if n, err := c.TryWrite(msg); n != len(msg) || err != nil {
 		t.Fatalf("TryWrite after the peer read: %d, %v", n, err)
