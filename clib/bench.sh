@@ -32,7 +32,9 @@ dir=$(cd "${1:?usage: clib/bench.sh DIR [REPEATS]}" && pwd)
 reps=${2:-5}
 base=${BENCH_BASE:+$(cd "$BENCH_BASE" && pwd)}
 here=$(cd "$(dirname "$0")" && pwd)
-gotool=$(mktemp -d)/softrdma
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+gotool=$tmp/softrdma
 (cd "$here/.." && go build -o "$gotool" ./cmd/softrdma) || exit 1
 port=$((40000 + RANDOM % 10000))
 rt=()
