@@ -46,7 +46,8 @@ int srdgo_cm_rs_shutdown(int fd, int how);
 int srdgo_cm_rs_close(int fd);
 int srdgo_cm_rs_recv(int fd, void *buf, size_t n, int flags, ssize_t *out);
 int srdgo_cm_rs_send(int fd, const void *buf, size_t n, int flags, ssize_t *out);
-int srdgo_cm_rs_revents(int fd, short events, int wait); /* -1: not an rsocket */
+/* -1: not an rsocket; wait < 0 asks only that, wait > 0: rpoll sleeps next */
+int srdgo_cm_rs_revents(int fd, short events, int wait);
 void srdgo_cm_rs_arm(int fd, int on);
 int srdgo_cm_rs_name(int fd, int peer, struct srd_cm_addr *a);
 int srdgo_cm_rs_setopt(int fd, int level, int name, int val);
@@ -133,7 +134,7 @@ static int new_fd(void)
 
 static int is_rsocket(int fd)
 {
-	return fd >= 0 && srdgo_cm_rs_revents(fd, 0, 0) >= 0;
+	return fd >= 0 && srdgo_cm_rs_revents(fd, 0, -1) >= 0;
 }
 
 SRD_EXPORT int rsocket(int domain, int type, int protocol)
@@ -387,7 +388,7 @@ static int poll_once(struct pollfd *fds, struct pollfd *pf, const char *isrs, nf
 			while (read(fds[i].fd, &drain, sizeof(drain)) == sizeof(drain))
 				;
 		}
-		r = srdgo_cm_rs_revents(fds[i].fd, fds[i].events, wait);
+		r = srdgo_cm_rs_revents(fds[i].fd, fds[i].events, wait != 0);
 		if (r < 0) /* closed meanwhile */
 			r = POLLNVAL;
 		fds[i].revents = (short)r;

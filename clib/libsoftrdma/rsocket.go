@@ -630,8 +630,9 @@ func srdgo_cm_rs_send(fd C.int, buf unsafe.Pointer, n C.size_t, flags C.int, out
 }
 
 // srdgo_cm_rs_revents returns the poll events of events that are ready
-// on fd, or -1 if fd is not an rsocket. wait says the caller sleeps on
-// the eventfd next, between srdgo_cm_rs_arm(fd, 1) and (fd, 0).
+// on fd, or -1 if fd is not an rsocket (wait < 0 asks only that). wait > 0
+// says the caller sleeps on the eventfd next, between srdgo_cm_rs_arm(fd,
+// 1) and (fd, 0).
 //
 //export srdgo_cm_rs_revents
 func srdgo_cm_rs_revents(fd C.int, events C.short, wait C.int) (ret C.int) {
@@ -640,8 +641,8 @@ func srdgo_cm_rs_revents(fd C.int, events C.short, wait C.int) (ret C.int) {
 	if s == nil {
 		return -1
 	}
-	if events == 0 {
-		return 0 // is this an rsocket?
+	if wait < 0 {
+		return 0 // the C half asks whether fd is an rsocket
 	}
 	s.mu.Lock()
 	state, c, soErr, backlog := s.state, s.conn, s.soErr, len(s.backlog)
