@@ -16,11 +16,25 @@
 # the 5 % the kernel's real-time throttling leaves them, and a Go
 # program whose every thread spins can starve its own runtime (sysmon
 # never runs) until the 120 s timeout.
+#
+# rsockets: "rstream SIZE" (rstream's default, non-blocking calls
+# retried at once), "rstream-blocking SIZE" (-T b) and "rstream-async
+# SIZE" (-T a: rpoll before each call) run rstream over librdmacm.so.1
+# in DIR against softrdma's Go rstream; a size up to 4096 prints usec
+# per transfer (rstream's usec/xfer), a larger one Gb/sec:
+#   BENCH_TESTS="rstream 64,rstream-blocking 64,rstream 1000000" bash clib/bench.sh DIR
+#
+# BENCH_BASE=DIR2 also runs the C programs over the libraries in DIR2
+# (another build, say main's), interleaved with the others, and prints
+# its median and DIR's over it: a before/after comparison.
 set -uo pipefail
 dir=$(cd "${1:?usage: clib/bench.sh DIR [REPEATS]}" && pwd)
 reps=${2:-5}
+base=${BENCH_BASE:+$(cd "$BENCH_BASE" && pwd)}
 here=$(cd "$(dirname "$0")" && pwd)
-gotool=$(mktemp -d)/softrdma
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+gotool=$tmp/softrdma
 (cd "$here/.." && go build -o "$gotool" ./cmd/softrdma) || exit 1
 port=$((40000 + RANDOM % 10000))
 rt=()
@@ -28,27 +42,38 @@ if [ "${BENCH_RT:-0}" = 1 ] && [ "$(id -u)" = 0 ] && command -v chrt >/dev/null;
 	rt=(chrt -f 10)
 fi
 
-# one KIND TEST ARGS...: one server+client run; prints the client's figure.
+# one KIND TEST ARGS...: one server+client run on $port; prints the
+# client's figure. It runs in a subshell ($(one ...)): the caller moves
+# port on, so that no run finds the last one's port still held.
 one() {
 	local kind=$1 t=$2; shift 2
-	local cmd=($t) env=(${rt[@]+"${rt[@]}"} env LD_LIBRARY_PATH=$dir)
-	if [ $kind = go ]; then cmd=("$gotool" $t); env=(${rt[@]+"${rt[@]}"} env); fi
-	port=$((port + 1))
-	"${env[@]}" timeout 120 "${cmd[@]}" -d softrdma_lo -x 1 -p $port "$@" >/dev/null 2>&1 &
+	local cmd=($t) env=(${rt[@]+"${rt[@]}"} env LD_LIBRARY_PATH=$dir) sargs=(-d softrdma_lo -x 1) cargs=(127.0.0.1)
+	case $t in rstream*) cmd=(rstream) sargs=() cargs=(-s 127.0.0.1) ;; esac
+	if [ $kind = go ]; then cmd=("$gotool" "${cmd[@]}"); env=(${rt[@]+"${rt[@]}"} env); fi
+	[ $kind = base ] && env=(${rt[@]+"${rt[@]}"} env LD_LIBRARY_PATH=$base)
+	"${env[@]}" timeout 120 "${cmd[@]}" "${sargs[@]}" -p $port "$@" >/dev/null 2>&1 &
 	local spid=$!
 	sleep 0.5
 	local out
-	out=$("${env[@]}" timeout 120 "${cmd[@]}" -d softrdma_lo -x 1 -p $port "$@" 127.0.0.1 2>&1)
+	out=$("${env[@]}" timeout 120 "${cmd[@]}" "${sargs[@]}" -p $port "$@" "${cargs[@]}" 2>&1)
 	wait $spid
 	case $t in
+	rstream*) echo "$out" | awk -v big=$big '$1 == "custom" {print (big ? $7 : $8); exit}' ;; # Gb/sec or usec/xfer
 	*_lat) echo "$out" | awk '$1 ~ /^[0-9]+$/ && NF >= 6 {print $6; exit}' ;; # t_typical
 	*) echo "$out" | awk '$1 ~ /^[0-9]+$/ && NF >= 4 {print $4; exit}' ;; # BW average
 	esac
 }
 
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.2f", a/b; else print "-" }'; }
+
 median() { sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print "-"}'; }
 
-printf "%-14s %-8s %12s %12s %8s\n" test size C-over-lib Go-tool C/Go
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ -n "$base" ]; then
+	printf "%-16s %-8s %12s %12s %8s %12s %8s\n" test size C-over-lib Go-tool C/Go C-over-base C/base
+else
+	printf "%-16s %-8s %12s %12s %8s\n" test size C-over-lib Go-tool C/Go
+fi
 tests=${BENCH_TESTS:-ib_write_lat 8,ib_send_lat 8,ib_read_lat 8,ib_atomic_lat 8,ib_write_bw 65536,ib_send_bw 65536,ib_read_bw 65536,ib_write_bw 4096,ib_send_bw 64}
 IFS=, read -ra specs <<<"$tests"
 for spec in "${specs[@]}"; do
@@ -60,13 +85,36 @@ for spec in "${specs[@]}"; do
 	case $t in *_bw) [ $s -le 4096 ] && n=100000 ;; esac
 	args=(-s $s -n $n)
 	[ $t = ib_atomic_lat ] && args=(-n $n)
-	cs=() gs=()
+	big=0
+	case $t in
+	rstream*)
+		n=20000
+		[ $s -gt 4096 ] && n=$((500000000 / s)) big=1
+		args=(-S $s -C $n)
+		;;
+	esac
+	case $t in
+	rstream) ;;
+	rstream-blocking) args+=(-T b) ;;
+	rstream-async) args+=(-T a) ;;
+	rstream*) echo "bench.sh: unknown test $t: rstream, rstream-blocking or rstream-async" >&2; exit 2 ;;
+	esac
+	cs=() gs=() bs=()
 	for i in $(seq $reps); do
+		port=$((port + 1))
 		cs+=("$(one c $t "${args[@]}")")
+		port=$((port + 1))
 		gs+=("$(one go $t "${args[@]}")")
+		port=$((port + 1))
+		[ -n "$base" ] && bs+=("$(one base $t "${args[@]}")")
 	done
 	c=$(printf '%s\n' "${cs[@]}" | median)
 	g=$(printf '%s\n' "${gs[@]}" | median)
-	r=$(awk -v c="$c" -v g="$g" 'BEGIN { if (c+0 > 0 && g+0 > 0) printf "%.2f", c/g; else print "-" }')
-	printf "%-14s %-8s %12s %12s %8s\n" $t $s "$c" "$g" "$r"
+	if [ -n "$base" ]; then
+		b=$(printf '%s\n' "${bs[@]}" | median)
+		printf "%-16s %-8s %12s %12s %8s %12s %8s\n" $t $s "$c" "$g" "$(ratio "$c" "$g")" "$b" "$(ratio "$c" "$b")"
+	else
+		printf "%-16s %-8s %12s %12s %8s\n" $t $s "$c" "$g" "$(ratio "$c" "$g")"
+	fi
 done
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -63,7 +63,8 @@ type Conn struct {
 	// spins counts the busy-polling spells of Read and Write; while it
 	// moves, the poller does not wait on the CQ (see poll).
 	spins    atomic.Uint64
-	pollKick chan struct{} // a spinner gave up: the poller waits on the CQ
+	pollKick chan struct{}          // a spinner gave up: the poller waits on the CQ
+	notify   atomic.Pointer[func()] // SetNotify's function
 
 	mu sync.Mutex // guards what follows
 	rx rx
@@ -651,6 +652,9 @@ func (c *Conn) failLocked(err error) {
 }
 
 func (c *Conn) wake() {
+	if f := c.notify.Load(); f != nil {
+		(*f)()
+	}
 	select {
 	case c.readWake <- struct{}{}:
 	default:
@@ -676,25 +680,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 			return 0, c.opError("read", os.ErrDeadlineExceeded)
 		}
 		c.mu.Lock()
-		switch {
-		case c.closed:
+		if n, done, err := c.readLocked(p); done {
 			c.mu.Unlock()
-			return 0, c.opError("read", net.ErrClosed)
-		case c.rx.count > 0 && c.err == nil:
-			n := c.rx.read(p, c.ring.Bytes())
-			c.updateCreditsLocked()
-			c.mu.Unlock()
-			return n, nil
-		case c.err != nil:
-			err := c.err
-			c.mu.Unlock()
-			return 0, c.opError("read", err)
-		case len(p) == 0:
-			c.mu.Unlock()
-			return 0, nil
-		case c.rdShut:
-			c.mu.Unlock()
-			return 0, io.EOF
+			return n, err
 		}
 		c.mu.Unlock()
 		if c.spin() {
@@ -706,6 +694,26 @@ func (c *Conn) Read(p []byte) (int, error) {
 		case <-dl:
 		}
 	}
+}
+
+// readLocked is what Read finds without waiting: done says it returns
+// (n, err) now; otherwise it must wait. Precondition: mu held.
+func (c *Conn) readLocked(p []byte) (n int, done bool, err error) {
+	switch {
+	case c.closed:
+		return 0, true, c.opError("read", net.ErrClosed)
+	case c.rx.count > 0 && c.err == nil:
+		n := c.rx.read(p, c.ring.Bytes())
+		c.updateCreditsLocked()
+		return n, true, nil
+	case c.err != nil:
+		return 0, true, c.opError("read", c.err)
+	case len(p) == 0:
+		return 0, true, nil
+	case c.rdShut:
+		return 0, true, io.EOF
+	}
+	return 0, false, nil
 }
 
 // writeErrLocked is why a write cannot go on, or nil. Precondition: mu held.
@@ -755,30 +763,36 @@ func (c *Conn) Write(p []byte) (int, error) {
 			}
 			continue
 		}
-		// rsend starts with RS_OLAP_START_SIZE (2 KiB) and doubles up to
-		// RS_MAX_TRANSFER, so that the first bytes travel while the rest
-		// is copied. Not here: a software provider sends within PostSend,
-		// so nothing overlaps, and the small first messages only cost
-		// work requests and packets (a 64 KiB Write took six messages;
-		// one is 1.5 times the throughput on loopback).
-		xfer := min(uint32(len(p)-n), maxTransfer, c.sbufAvail, c.tsgl[c.tsge].Length)
-		nsge := c.stageLocked(p[n : n+int(xfer)])
-		// rs_write_data
-		c.sseqNo++
-		c.sqeAvail--
-		c.sbufAvail -= xfer
-		t := &c.tsgl[c.tsge]
-		addr, rkey := t.Addr, t.Key
-		t.Addr += uint64(xfer)
-		t.Length -= xfer
-		if t.Length == 0 {
-			c.tsge = (c.tsge + 1) % sglSize
-		}
-		c.postLocked(msgSet(opData, xfer), nsge, addr, rkey, verbs.SendInline)
+		n += c.writeChunkLocked(p[n:])
 		c.mu.Unlock()
-		n += int(xfer)
 	}
 	return n, nil
+}
+
+// writeChunkLocked sends the first chunk of p (not empty) and returns its
+// length. Precondition: mu held and canSendLocked.
+func (c *Conn) writeChunkLocked(p []byte) int {
+	// rsend starts with RS_OLAP_START_SIZE (2 KiB) and doubles up to
+	// RS_MAX_TRANSFER, so that the first bytes travel while the rest
+	// is copied. Not here: a software provider sends within PostSend,
+	// so nothing overlaps, and the small first messages only cost
+	// work requests and packets (a 64 KiB Write took six messages;
+	// one is 1.5 times the throughput on loopback).
+	xfer := min(uint32(len(p)), maxTransfer, c.sbufAvail, c.tsgl[c.tsge].Length)
+	nsge := c.stageLocked(p[:xfer])
+	// rs_write_data
+	c.sseqNo++
+	c.sqeAvail--
+	c.sbufAvail -= xfer
+	t := &c.tsgl[c.tsge]
+	addr, rkey := t.Addr, t.Key
+	t.Addr += uint64(xfer)
+	t.Length -= xfer
+	if t.Length == 0 {
+		c.tsge = (c.tsge + 1) % sglSize
+	}
+	c.postLocked(msgSet(opData, xfer), nsge, addr, rkey, verbs.SendInline)
+	return int(xfer)
 }
 
 // CloseWrite shuts down the sending side (rshutdown SHUT_WR): the peer's

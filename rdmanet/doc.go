@@ -16,6 +16,12 @@
 // peer sends is checked: more messages than credits, more bytes than the
 // ring space granted, or an unknown operation closes the connection.
 //
+// For event loops, [Conn.TryRead] and [Conn.TryWrite] never wait (they
+// return [ErrWouldBlock]), [Conn.Ready] says what Read and Write would do
+// now, and [Conn.SetNotify] names a function to call when that may have
+// changed: softrdma's librdmacm builds rsocket's non-blocking calls and
+// rpoll on them.
+//
 // [Connect] sets a connection up without the CM, over a stream both
 // programs already have: for providers that carry no CM traffic (the
 // shared-memory provider), or when an address exchange exists anyway.

@@ -47,7 +47,9 @@ int srdgo_cm_rs_shutdown(int fd, int how);
 int srdgo_cm_rs_close(int fd);
 int srdgo_cm_rs_recv(int fd, void *buf, size_t n, int flags, ssize_t *out);
 int srdgo_cm_rs_send(int fd, const void *buf, size_t n, int flags, ssize_t *out);
-int srdgo_cm_rs_revents(int fd, short events); /* -1: not an rsocket */
+/* -1: not an rsocket; wait < 0 asks only that, wait > 0: rpoll sleeps next */
+int srdgo_cm_rs_revents(int fd, short events, int wait);
+void srdgo_cm_rs_arm(int fd, int on);
 int srdgo_cm_rs_name(int fd, int peer, struct srd_cm_addr *a);
 int srdgo_cm_rs_setopt(int fd, int level, int name, int val);
 int srdgo_cm_rs_getopt(int fd, int level, int name, int *val);
@@ -93,7 +95,7 @@ static int new_fd(void)
 
 static int is_rsocket(int fd)
 {
-	return fd >= 0 && srdgo_cm_rs_revents(fd, 0) >= 0;
+	return fd >= 0 && srdgo_cm_rs_revents(fd, 0, -1) >= 0;
 }
 
 SRD_EXPORT int rsocket(int domain, int type, int protocol)
@@ -322,18 +324,69 @@ static int64_t now_ms(void)
 
 /*
  * rpoll: rsockets' events come from the Go side; the program's own
- * descriptors from poll(). To wait, each rsocket's eventfd stands in for
- * it (POLLIN: its state changed); it is drained before the state is read,
- * so a change after the read wakes the poll().
+ * descriptors from poll(). A first look asks each rsocket's connection
+ * (which polls its CQ) and, if there are other descriptors, poll()s them
+ * without waiting. Only if nothing is ready does rpoll wait: it arms
+ * each rsocket (from then on every change of its state writes its
+ * eventfd), drains the eventfd, looks again, and poll()s the eventfds in
+ * the rsockets' places together with the program's descriptors; a
+ * change after the look wakes the poll(). Unarmed, the data path writes
+ * no eventfd.
  */
+static int poll_once(struct pollfd *fds, struct pollfd *pf, const char *isrs, nfds_t nfds, int wait, int others)
+{
+	nfds_t i;
+	int ret = 0, r;
+	uint64_t drain;
+
+	for (i = 0; i < nfds; i++) {
+		fds[i].revents = 0;
+		if (!isrs[i])
+			continue;
+		if (wait) {
+			srdgo_cm_rs_arm(fds[i].fd, 1);
+			while (read(fds[i].fd, &drain, sizeof(drain)) == sizeof(drain))
+				;
+		}
+		r = srdgo_cm_rs_revents(fds[i].fd, fds[i].events, wait != 0);
+		if (r < 0) /* closed meanwhile */
+			r = POLLNVAL;
+		fds[i].revents = (short)r;
+		if (r)
+			ret++;
+	}
+	if (!others && !wait)
+		return ret;
+	for (i = 0; i < nfds; i++) {
+		pf[i] = fds[i];
+		pf[i].revents = 0;
+		if (isrs[i])
+			pf[i].events = POLLIN;
+	}
+	r = poll(pf, nfds, ret ? 0 : wait);
+	if (wait) {
+		for (i = 0; i < nfds; i++)
+			if (isrs[i])
+				srdgo_cm_rs_arm(fds[i].fd, 0);
+	}
+	if (r < 0)
+		return errno == EINTR ? ret : -1;
+	for (i = 0; i < nfds; i++) {
+		if (isrs[i] || !pf[i].revents)
+			continue;
+		fds[i].revents = pf[i].revents;
+		ret++;
+	}
+	return ret;
+}
+
 SRD_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
 	struct pollfd stack[16], *pf = stack;
 	char *isrs, stackrs[16];
 	int64_t deadline = timeout > 0 ? now_ms() + timeout : 0;
 	nfds_t i;
-	int ret = 0, wait, ready;
-	uint64_t drain;
+	int ret, wait, others = 0;
 
 	if (nfds && !fds)
 		return srd_fail(EFAULT);
@@ -347,67 +400,35 @@ SRD_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 			return srd_fail(ENOMEM);
 		}
 	}
-	for (i = 0; i < nfds; i++)
+	for (i = 0; i < nfds; i++) {
 		isrs[i] = is_rsocket(fds[i].fd);
-	for (;;) {
-		ready = 0;
-		for (i = 0; i < nfds; i++) {
-			fds[i].revents = 0;
-			pf[i] = fds[i];
-			if (!isrs[i])
-				continue;
-			while (read(fds[i].fd, &drain, sizeof(drain)) == sizeof(drain))
-				;
-			int r = srdgo_cm_rs_revents(fds[i].fd, fds[i].events);
-			if (r < 0) /* closed meanwhile */
-				r = POLLNVAL;
-			fds[i].revents = (short)r;
-			if (r)
-				ready = 1;
-			pf[i].events = POLLIN;
-		}
-		if (ready || timeout == 0)
-			wait = 0;
-		else if (timeout < 0)
+		if (!isrs[i])
+			others = 1;
+	}
+	ret = poll_once(fds, pf, isrs, nfds, 0, others);
+	while (ret == 0 && timeout != 0) {
+		if (timeout < 0)
 			wait = -1;
 		else {
 			int64_t left = deadline - now_ms();
-			wait = left > 0 ? (int)left : 0;
+			if (left <= 0)
+				break;
+			wait = (int)left;
 		}
-		ret = poll(pf, nfds, wait);
 		/* The Go runtime's own signals (preemption) interrupt the
-		   poll(): they are the library's, not the program's. */
-		if (ret < 0 && errno == EINTR)
-			continue;
-		if (ret < 0)
-			break;
-		ret = 0;
-		int changed = 0;
-		for (i = 0; i < nfds; i++) {
-			if (isrs[i]) {
-				if (pf[i].revents)
-					changed = 1;
-			} else {
-				fds[i].revents = pf[i].revents;
-			}
-			if (fds[i].revents)
-				ret++;
-		}
-		if (ret)
-			break;
-		if (wait == 0) {
-			if (timeout == 0)
-				sched_yield(); /* a program polling in a loop */
-			break;
-		}
-		if (!changed && timeout > 0 && now_ms() >= deadline)
-			break;
+		   poll(): they are the library's, not the program's, and
+		   poll_once counts them as a wake-up with nothing ready. */
+		ret = poll_once(fds, pf, isrs, nfds, wait, others);
+		if (ret == 0)
+			ret = poll_once(fds, pf, isrs, nfds, 0, others);
 	}
+	if (ret == 0 && timeout == 0)
+		sched_yield(); /* a program polling in a loop */
 	if (pf != stack) {
 		free(pf);
 		free(isrs);
 	}
-	return ret;
+	return ret < 0 ? -1 : ret;
 }
 
 SRD_EXPORT int rselect(int n, fd_set *r, fd_set *w, fd_set *e, struct timeval *t)

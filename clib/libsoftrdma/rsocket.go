@@ -9,15 +9,17 @@ package main
 //	             never collides with the program's descriptors
 //	rconnect  ─▶ rdmanet.Dialer (in a goroutine when non-blocking)
 //	rlisten   ─▶ rdmanet.ListenConfig per device ─▶ accept goroutines ─▶ backlog
-//	rsend     ─▶ copy into the send ring ─▶ writer goroutine ─▶ Conn.Write
-//	rrecv     ◀─ copy from the receive ring ◀─ reader goroutine ◀─ Conn.Read
-//	rpoll     ─▶ revents from the socket's state; to wait, poll() the
-//	             eventfds, which every state change makes readable
+//	rsend     ─▶ Conn.Write, or Conn.TryWrite when non-blocking, on the
+//	             caller's thread: the bytes go from its buffer to the wire
+//	rrecv     ◀─ Conn.Read, or Conn.TryRead, on the caller's thread
+//	rpoll     ─▶ revents from Conn.Ready; to wait, poll() the eventfds,
+//	             which the connection's completions make readable while
+//	             an rpoll waits (and only then: no write per message)
 //
-// The rings let rsend and rrecv return EAGAIN without blocking when the
-// socket is non-blocking (O_NONBLOCK or MSG_DONTWAIT), as rsocket's do,
-// while rdmanet's Read and Write block. Every export returns 0 or a
-// positive errno and never lets a panic reach C (guard).
+// Each call runs the data path on the program's own thread, as rsocket's
+// do: no goroutine hand-off and no copy beyond rdmanet's own per message.
+// Every export returns 0 or a positive errno and never lets a panic reach
+// C (guard).
 
 /*
 #define SRD_CM_GO 1
@@ -43,8 +45,8 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -64,16 +66,15 @@ const (
 	rsClosed                    // rclose called
 )
 
-// rsRingSize is each direction's library buffer.
-const rsRingSize = 1 << 20
+// rsDefaultBuffer is what SO_RCVBUF and SO_SNDBUF read before they are
+// set: rdmanet's buffers when Config leaves them zero.
+const rsDefaultBuffer = 512 << 10
 
-// rsDirectWait bounds an rsend's own Conn.Write (see srdgo_cm_rs_send).
-const rsDirectWait = 100 * time.Microsecond
-
-// rsock is one rsocket. mu guards everything; cond is broadcast (and the
-// eventfd written) on every change a waiter or rpoll could care about.
+// rsock is one rsocket. mu guards the state; cond is broadcast on every
+// change a blocked call waits for (a connection, a backlog entry). The
+// data path does not take mu for long: it runs in rdmanet's Conn, which
+// has its own locks.
 type rsock struct {
-	fd   int
 	mu   sync.Mutex
 	cond *sync.Cond
 
@@ -87,42 +88,109 @@ type rsock struct {
 	// Listening.
 	lns     []*rdmanet.Listener
 	backlog []*rdmanet.Conn
-	lnErr   syscall.Errno
 
 	// Connected.
-	conn        *rdmanet.Conn
-	peer        netip.AddrPort
-	rbuf        []byte
-	rhead, rlen int
-	rEOF        bool
-	rErr        syscall.Errno
-	rShut       bool // rshutdown SHUT_RD
-	wbuf        []byte
-	whead, wlen int
-	wErr        syscall.Errno
-	wShut       bool // rshutdown SHUT_WR: the writer sends the shutdown after the ring
-	writing     bool // a Conn.Write is in progress (writer goroutine or rsend)
-	want        bool // the program waits for data: the reader reads
-	writerDone  chan struct{}
-	readerDone  chan struct{}
-	maps        map[uintptr]*rdmanet.Mapping
+	conn  *rdmanet.Conn
+	peer  netip.AddrPort
+	rShut atomic.Bool // rshutdown SHUT_RD: rrecv returns 0
+	wShut atomic.Bool // rshutdown SHUT_WR: rsend fails with EPIPE
+	maps  map[uintptr]*rdmanet.Mapping
+
+	// rmu serializes rrecv, which may wait in Conn.Read without mu;
+	// it guards peeked, the bytes MSG_PEEK took from the connection,
+	// which the next rrecv returns first.
+	rmu    sync.Mutex
+	peeked []byte
+
+	// waiters counts the rpoll calls about to wait on the eventfd; only
+	// then does a change write it (signal). sigMu guards fd against
+	// rclose, which gives the number back to the program.
+	waiters atomic.Int32
+	sigMu   sync.RWMutex
+	fd      int
 }
 
 var (
-	rsMu   sync.Mutex
+	rsMu   sync.RWMutex
 	rsocks = map[int]*rsock{}
 )
 
 func rsOf(fd C.int) *rsock {
-	rsMu.Lock()
-	defer rsMu.Unlock()
+	rsMu.RLock()
+	defer rsMu.RUnlock()
 	return rsocks[int(fd)]
 }
 
-// notifyLocked wakes waiters and makes the eventfd readable for rpoll.
+// lockRS is the prelude of the calls on one socket: the socket of fd,
+// locked, or EBADF.
+func lockRS(fd C.int) (*rsock, C.int) {
+	s := rsOf(fd)
+	if s == nil {
+		return nil, C.EBADF
+	}
+	s.mu.Lock()
+	return s, 0
+}
+
+// connectedLocked waits for a connect in progress unless nonblock (then
+// EAGAIN); it returns ENOTCONN unless the socket is connected.
+// Precondition: mu held.
+func (s *rsock) connectedLocked(nonblock bool) C.int {
+	for s.state == rsConnecting {
+		if nonblock {
+			return C.EAGAIN
+		}
+		s.cond.Wait()
+	}
+	if s.state != rsConnected {
+		return C.ENOTCONN
+	}
+	return 0
+}
+
+// connOf is the prelude of the data calls: the socket of fd and its
+// connection once connected (see connectedLocked), and whether the call
+// must not wait (O_NONBLOCK, or MSG_DONTWAIT in flags). mu is not held
+// on return.
+func connOf(fd, flags C.int) (s *rsock, c *rdmanet.Conn, nonblock bool, en C.int) {
+	s, en = lockRS(fd)
+	if en != 0 {
+		return nil, nil, false, en
+	}
+	defer s.mu.Unlock()
+	nonblock = s.nonblock || flags&C.MSG_DONTWAIT != 0
+	if en = s.connectedLocked(nonblock); en != 0 {
+		return nil, nil, false, en
+	}
+	return s, s.conn, nonblock, 0
+}
+
+// connNow is connOf for the calls that do not wait for a connect in
+// progress: ENOTCONN unless connected now.
+func connNow(fd C.int) (*rsock, *rdmanet.Conn, C.int) {
+	s, c, _, en := connOf(fd, C.MSG_DONTWAIT)
+	if en == C.EAGAIN {
+		en = C.ENOTCONN
+	}
+	return s, c, en
+}
+
+// notifyLocked wakes the calls waiting on cond and signals rpoll.
 // Precondition: mu held.
 func (s *rsock) notifyLocked() {
 	s.cond.Broadcast()
+	s.signal()
+}
+
+// signal makes the eventfd readable if an rpoll waits on it. The
+// connection calls it on every completion (Conn.SetNotify), so it costs
+// one atomic load when nobody waits.
+func (s *rsock) signal() {
+	if s.waiters.Load() == 0 {
+		return
+	}
+	s.sigMu.RLock()
+	defer s.sigMu.RUnlock()
 	if s.fd < 0 {
 		return // rclose gave the number back: it may be the program's now
 	}
@@ -145,21 +213,16 @@ func srdgo_cm_rs_socket(fd, domain, typ C.int) (ret C.int) {
 	default:
 		return C.EPROTOTYPE
 	}
-	s := &rsock{fd: int(fd), opts: map[[2]int]int{}, nonblock: typ&C.SOCK_NONBLOCK != 0}
-	s.cond = sync.NewCond(&s.mu)
-	rsMu.Lock()
-	rsocks[int(fd)] = s
-	rsMu.Unlock()
+	s := newRS(fd, map[[2]int]int{})
+	s.mu.Lock()
+	s.nonblock = typ&C.SOCK_NONBLOCK != 0
+	s.mu.Unlock()
 	return 0
 }
 
 //export srdgo_cm_rs_bind
 func srdgo_cm_rs_bind(fd C.int, a *C.struct_srd_cm_addr) (ret C.int) {
 	defer guard("rbind", &ret)
-	s := rsOf(fd)
-	if s == nil {
-		return C.EBADF
-	}
 	ap, ok := addrFromC(a)
 	if !ok {
 		return C.EAFNOSUPPORT
@@ -167,7 +230,10 @@ func srdgo_cm_rs_bind(fd C.int, a *C.struct_srd_cm_addr) (ret C.int) {
 	if !ap.Addr().IsUnspecified() && devFor(ap.Addr()) == nil {
 		return C.EADDRNOTAVAIL
 	}
-	s.mu.Lock()
+	s, en := lockRS(fd)
+	if en != 0 {
+		return en
+	}
 	defer s.mu.Unlock()
 	if s.state != rsIdle || s.local.IsValid() {
 		return C.EINVAL
@@ -179,11 +245,10 @@ func srdgo_cm_rs_bind(fd C.int, a *C.struct_srd_cm_addr) (ret C.int) {
 //export srdgo_cm_rs_listen
 func srdgo_cm_rs_listen(fd, backlog C.int) (ret C.int) {
 	defer guard("rlisten", &ret)
-	s := rsOf(fd)
-	if s == nil {
-		return C.EBADF
+	s, en := lockRS(fd)
+	if en != 0 {
+		return en
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state == rsListening {
 		return 0
@@ -265,11 +330,10 @@ func (s *rsock) acceptLoop(l *rdmanet.Listener) {
 //export srdgo_cm_rs_accept
 func srdgo_cm_rs_accept(fd, nfd C.int, peer *C.struct_srd_cm_addr) (ret C.int) {
 	defer guard("raccept", &ret)
-	s := rsOf(fd)
-	if s == nil {
-		return C.EBADF
+	s, en := lockRS(fd)
+	if en != 0 {
+		return en
 	}
-	s.mu.Lock()
 	for len(s.backlog) == 0 && s.state == rsListening && !s.nonblock {
 		s.cond.Wait()
 	}
@@ -289,16 +353,23 @@ func srdgo_cm_rs_accept(fd, nfd C.int, peer *C.struct_srd_cm_addr) (ret C.int) {
 		opts[k] = v
 	}
 	s.mu.Unlock()
-	n := &rsock{fd: int(nfd), opts: opts, cfg: cfg}
-	n.cond = sync.NewCond(&n.mu)
-	rsMu.Lock()
-	rsocks[int(nfd)] = n
-	rsMu.Unlock()
+	n := newRS(nfd, opts)
+	n.cfg = cfg
 	n.mu.Lock()
 	n.startLocked(c)
 	addrToC(peer, n.peer)
 	n.mu.Unlock()
 	return 0
+}
+
+// newRS makes the socket of the eventfd fd and enters it in the table.
+func newRS(fd C.int, opts map[[2]int]int) *rsock {
+	s := &rsock{fd: int(fd), opts: opts}
+	s.cond = sync.NewCond(&s.mu)
+	rsMu.Lock()
+	rsocks[int(fd)] = s
+	rsMu.Unlock()
+	return s
 }
 
 // startLocked makes s a connected socket over c. Precondition: mu held.
@@ -307,97 +378,9 @@ func (s *rsock) startLocked(c *rdmanet.Conn) {
 	s.state = rsConnected
 	s.local = c.LocalAddr().(*rdmanet.Addr).AddrPort
 	s.peer = c.RemoteAddr().(*rdmanet.Addr).AddrPort
-	s.rbuf = make([]byte, rsRingSize)
-	s.wbuf = make([]byte, rsRingSize)
-	s.readerDone = make(chan struct{})
-	s.writerDone = make(chan struct{})
 	s.maps = map[uintptr]*rdmanet.Mapping{}
-	go s.reader()
-	go s.writer()
+	c.SetNotify(s.signal)
 	s.notifyLocked()
-}
-
-// reader moves what the peer sends into the receive ring.
-func (s *rsock) reader() {
-	defer close(s.readerDone)
-	tmp := make([]byte, 256<<10)
-	for {
-		// Read when the program waits for data (want): Conn.Read polls
-		// the CQ for a while before it sleeps, and that while should
-		// start when the program starts waiting, as a Go program's Read
-		// does. Until then the data waits in rdmanet's own ring.
-		s.mu.Lock()
-		for !s.want && s.state != rsClosed {
-			s.cond.Wait()
-		}
-		s.want = false
-		closed := s.state == rsClosed
-		s.mu.Unlock()
-		if closed {
-			return
-		}
-		n, err := s.conn.Read(tmp)
-		s.mu.Lock()
-		p := tmp[:n]
-		for len(p) > 0 {
-			for s.rlen == len(s.rbuf) && s.state != rsClosed {
-				s.cond.Wait()
-			}
-			if s.state == rsClosed {
-				s.mu.Unlock()
-				return
-			}
-			tail := (s.rhead + s.rlen) % len(s.rbuf)
-			k := copy(s.rbuf[tail:min(len(s.rbuf), tail+len(s.rbuf)-s.rlen)], p)
-			s.rlen += k
-			p = p[k:]
-			s.notifyLocked()
-		}
-		if err != nil {
-			if err == io.EOF {
-				s.rEOF = true
-			} else if s.state != rsClosed {
-				s.rErr = connErrno(err)
-			}
-			s.notifyLocked()
-			s.mu.Unlock()
-			return
-		}
-		s.mu.Unlock()
-	}
-}
-
-// writer sends the send ring's bytes, then the shutdown if rshutdown
-// asked for one.
-func (s *rsock) writer() {
-	defer close(s.writerDone)
-	s.mu.Lock()
-	for {
-		for s.writing || (s.wlen == 0 && !s.wShut && s.state != rsClosed && s.wErr == 0) {
-			s.cond.Wait()
-		}
-		if s.wErr != 0 || (s.wlen == 0 && (s.wShut || s.state == rsClosed)) {
-			shut := s.wShut && s.wErr == 0
-			s.mu.Unlock()
-			if shut {
-				s.conn.CloseWrite()
-			}
-			return
-		}
-		k := min(s.wlen, len(s.wbuf)-s.whead)
-		chunk := s.wbuf[s.whead : s.whead+k]
-		s.writing = true
-		s.mu.Unlock()
-		n, err := s.conn.Write(chunk) // the ring's producers never touch these bytes
-		s.mu.Lock()
-		s.writing = false
-		s.whead = (s.whead + n) % len(s.wbuf)
-		s.wlen -= n
-		if err != nil {
-			s.wErr = connErrno(err)
-		}
-		s.notifyLocked()
-	}
 }
 
 // connErrno is the errno of a failed connection or connect.
@@ -422,10 +405,6 @@ func connErrno(err error) syscall.Errno {
 //export srdgo_cm_rs_connect
 func srdgo_cm_rs_connect(fd C.int, a *C.struct_srd_cm_addr) (ret C.int) {
 	defer guard("rconnect", &ret)
-	s := rsOf(fd)
-	if s == nil {
-		return C.EBADF
-	}
 	dst, ok := addrFromC(a)
 	if !ok {
 		return C.EAFNOSUPPORT
@@ -433,7 +412,10 @@ func srdgo_cm_rs_connect(fd C.int, a *C.struct_srd_cm_addr) (ret C.int) {
 	if !dst.IsValid() || dst.Addr().IsUnspecified() || dst.Port() == 0 {
 		return C.EINVAL
 	}
-	s.mu.Lock()
+	s, en := lockRS(fd)
+	if en != 0 {
+		return en
+	}
 	switch s.state {
 	case rsConnecting:
 		s.mu.Unlock()
@@ -499,32 +481,27 @@ func srdgo_cm_rs_connect(fd C.int, a *C.struct_srd_cm_addr) (ret C.int) {
 //export srdgo_cm_rs_shutdown
 func srdgo_cm_rs_shutdown(fd, how C.int) (ret C.int) {
 	defer guard("rshutdown", &ret)
-	s := rsOf(fd)
-	if s == nil {
-		return C.EBADF
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.state != rsConnected {
-		return C.ENOTCONN
-	}
 	switch how {
 	case C.SHUT_RD, C.SHUT_WR, C.SHUT_RDWR:
 	default:
 		return C.EINVAL
 	}
+	s, c, en := connNow(fd)
+	if en != 0 {
+		return en
+	}
 	if how != C.SHUT_WR {
-		s.rShut = true
+		s.rShut.Store(true)
 	}
-	if how != C.SHUT_RD {
-		s.wShut = true
+	if how != C.SHUT_RD && !s.wShut.Swap(true) {
+		// After what rsend returned for: Conn.Write has posted it.
+		c.CloseWrite()
 	}
+	s.mu.Lock()
 	s.notifyLocked()
+	s.mu.Unlock()
 	return 0
 }
-
-// rsLinger bounds how long rclose waits for the send ring to drain.
-const rsLinger = 5 * time.Second
 
 //export srdgo_cm_rs_close
 func srdgo_cm_rs_close(fd C.int) (ret C.int) {
@@ -545,8 +522,10 @@ func srdgo_cm_rs_close(fd C.int) (ret C.int) {
 	maps := s.maps
 	s.maps = nil
 	s.notifyLocked()
-	s.fd = -1 // the C half closes the eventfd after this returns
 	s.mu.Unlock()
+	s.sigMu.Lock()
+	s.fd = -1 // the C half closes the eventfd after this returns
+	s.sigMu.Unlock()
 	for _, l := range lns {
 		l.Close()
 	}
@@ -554,16 +533,14 @@ func srdgo_cm_rs_close(fd C.int) (ret C.int) {
 		c.Close()
 	}
 	if prev == rsConnected {
-		// What rsend accepted goes out before the disconnect.
-		select {
-		case <-s.writerDone:
-		case <-time.After(rsLinger):
-		}
+		s.conn.SetNotify(nil)
 		for _, m := range maps {
 			m.Unmap()
 		}
+		// What rsend returned for goes out before the disconnect:
+		// Close waits for the peer's acknowledgements (a few seconds at
+		// most), and wakes calls blocked in Read or Write.
 		s.conn.Close()
-		<-s.readerDone
 	}
 	return 0
 }
@@ -571,180 +548,132 @@ func srdgo_cm_rs_close(fd C.int) (ret C.int) {
 //export srdgo_cm_rs_recv
 func srdgo_cm_rs_recv(fd C.int, buf unsafe.Pointer, n C.size_t, flags C.int, out *C.ssize_t) (ret C.int) {
 	defer guard("rrecv", &ret)
-	s := rsOf(fd)
-	if s == nil {
-		return C.EBADF
+	s, c, nonblock, en := connOf(fd, flags)
+	if en != 0 {
+		return en
 	}
-	p := unsafe.Slice((*byte)(buf), int(n))
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	nonblock := s.nonblock || flags&C.MSG_DONTWAIT != 0
+	k, en := s.recv(c, unsafe.Slice((*byte)(buf), int(n)), flags, nonblock)
+	*out = C.ssize_t(k)
+	return en
+}
+
+// recv is rrecv on a connected socket: what MSG_PEEK kept, then the
+// connection's bytes; with MSG_WAITALL (and blocking) until p is full.
+func (s *rsock) recv(c *rdmanet.Conn, p []byte, flags C.int, nonblock bool) (int, C.int) {
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	if len(p) == 0 || s.rShut.Load() {
+		return 0, 0
+	}
+	peek := flags&C.MSG_PEEK != 0
 	done := 0
-	for {
-		switch {
-		case s.state == rsConnecting && nonblock:
-			return C.EAGAIN
-		case s.state == rsConnecting:
-			s.cond.Wait()
-			continue
-		case s.state != rsConnected:
-			return C.ENOTCONN
+	if len(s.peeked) > 0 {
+		done = copy(p, s.peeked)
+		if peek {
+			return done, 0
 		}
-		if s.rlen > 0 && !s.rShut {
-			for done < len(p) && s.rlen > 0 {
-				k := copy(p[done:], s.rbuf[s.rhead:min(len(s.rbuf), s.rhead+s.rlen)])
-				if flags&C.MSG_PEEK != 0 {
-					*out = C.ssize_t(k)
-					return 0
-				}
-				done += k
-				s.rhead = (s.rhead + k) % len(s.rbuf)
-				s.rlen -= k
-			}
-			s.notifyLocked() // the reader may go on
-			if done == len(p) || flags&C.MSG_WAITALL == 0 || nonblock {
-				*out = C.ssize_t(done)
-				return 0
-			}
-		}
-		if s.rlen == 0 && !s.want && !s.rEOF && s.rErr == 0 {
-			s.want = true
-			s.cond.Broadcast()
-		}
-		switch {
-		case len(p) == 0 || s.rShut || s.rEOF:
-			*out = C.ssize_t(done)
-			return 0
-		case s.rErr != 0:
-			if done > 0 {
-				*out = C.ssize_t(done)
-				return 0
-			}
-			return C.int(s.rErr)
-		case nonblock:
-			if done > 0 {
-				*out = C.ssize_t(done)
-				return 0
-			}
-			return C.EAGAIN
-		}
-		s.cond.Wait()
+		s.peeked = s.peeked[:copy(s.peeked, s.peeked[done:])]
 	}
+	for done < len(p) {
+		var k int
+		var err error
+		if nonblock || (done > 0 && flags&C.MSG_WAITALL == 0) {
+			k, err = c.TryRead(p[done:])
+		} else {
+			k, err = c.Read(p[done:])
+		}
+		if peek {
+			s.peeked = append(s.peeked, p[:k]...)
+		}
+		done += k
+		switch {
+		case err == nil && (peek || flags&C.MSG_WAITALL == 0 || nonblock):
+			return done, 0
+		case err == nil:
+			continue
+		case done > 0 || err == io.EOF:
+			return done, 0
+		case errors.Is(err, syscall.EAGAIN):
+			return 0, C.EAGAIN
+		}
+		return 0, C.int(connErrno(err))
+	}
+	return done, 0
 }
 
 //export srdgo_cm_rs_send
 func srdgo_cm_rs_send(fd C.int, buf unsafe.Pointer, n C.size_t, flags C.int, out *C.ssize_t) (ret C.int) {
 	defer guard("rsend", &ret)
-	s := rsOf(fd)
-	if s == nil {
-		return C.EBADF
+	s, c, nonblock, en := connOf(fd, flags)
+	if en != 0 {
+		return en
+	}
+	if s.wShut.Load() {
+		return C.EPIPE
 	}
 	p := unsafe.Slice((*byte)(buf), int(n))
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	nonblock := s.nonblock || flags&C.MSG_DONTWAIT != 0
-	done := 0
-	for {
-		switch {
-		case s.state == rsConnecting && nonblock:
-			return C.EAGAIN
-		case s.state == rsConnecting:
-			s.cond.Wait()
-			continue
-		case s.state != rsConnected:
-			return C.ENOTCONN
-		case s.wShut:
-			return C.EPIPE
-		case s.wErr != 0:
-			if done > 0 {
-				*out = C.ssize_t(done)
-				return 0
-			}
-			return C.int(s.wErr)
-		}
-		if s.wlen == 0 && !s.writing && done < len(p) {
-			// Nothing queued: write from the caller's thread, sparing
-			// the writer goroutine's wake-up. The short deadline keeps
-			// a non-blocking call from waiting for the peer's credits;
-			// what it did not send goes into the ring.
-			s.writing = true
-			s.mu.Unlock()
-			s.conn.SetWriteDeadline(time.Now().Add(rsDirectWait))
-			k, err := s.conn.Write(p[done:])
-			s.conn.SetWriteDeadline(time.Time{})
-			s.mu.Lock()
-			s.writing = false
-			done += k
-			if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-				s.wErr = connErrno(err)
-			}
-			s.notifyLocked()
-			continue
-		}
-		for done < len(p) && s.wlen < len(s.wbuf) {
-			tail := (s.whead + s.wlen) % len(s.wbuf)
-			k := copy(s.wbuf[tail:min(len(s.wbuf), tail+len(s.wbuf)-s.wlen)], p[done:])
-			s.wlen += k
-			done += k
-		}
-		if done > 0 {
-			s.notifyLocked()
-		}
-		if done == len(p) {
-			*out = C.ssize_t(done)
-			return 0
-		}
-		if nonblock {
-			if done > 0 {
-				*out = C.ssize_t(done)
-				return 0
-			}
-			return C.EAGAIN
-		}
-		s.cond.Wait()
+	var k int
+	var err error
+	if nonblock {
+		k, err = c.TryWrite(p)
+	} else {
+		k, err = c.Write(p)
 	}
+	if err != nil && k == 0 {
+		if errors.Is(err, syscall.EAGAIN) {
+			return C.EAGAIN
+		}
+		return C.int(connErrno(err))
+	}
+	*out = C.ssize_t(k)
+	return 0
 }
 
-// srdgo_cm_rs_revents returns the poll events of events that are
-// ready on fd, or -1 if fd is not an rsocket.
+// srdgo_cm_rs_revents returns the poll events of events that are ready
+// on fd, or -1 if fd is not an rsocket (wait < 0 asks only that). wait > 0
+// says the caller sleeps on the eventfd next, between srdgo_cm_rs_arm(fd,
+// 1) and (fd, 0).
 //
 //export srdgo_cm_rs_revents
-func srdgo_cm_rs_revents(fd C.int, events C.short) (ret C.int) {
+func srdgo_cm_rs_revents(fd C.int, events C.short, wait C.int) (ret C.int) {
 	defer guard("rpoll", &ret)
 	s := rsOf(fd)
 	if s == nil {
 		return -1
 	}
+	if wait < 0 {
+		return 0 // the C half asks whether fd is an rsocket
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	state, c, soErr, backlog := s.state, s.conn, s.soErr, len(s.backlog)
+	s.mu.Unlock()
 	var r C.int
-	switch s.state {
+	switch state {
 	case rsListening:
-		if len(s.backlog) > 0 {
+		if backlog > 0 {
 			r |= C.POLLIN
 		}
 	case rsConnecting:
 	case rsConnected:
-		if s.rlen > 0 || s.rEOF || s.rShut {
+		ready := c.Ready(wait != 0)
+		rShut, wShut := s.rShut.Load(), s.wShut.Load()
+		if ready.Read || rShut {
 			r |= C.POLLIN
-		} else if events&(C.POLLIN|C.POLLRDHUP) != 0 && !s.want && s.rErr == 0 {
-			s.want = true // rpoll waits for data
-			s.cond.Broadcast()
 		}
-		if s.rEOF {
+		if ready.EOF {
 			r |= C.POLLRDHUP
 		}
-		if s.wlen < len(s.wbuf) && !s.wShut && s.wErr == 0 {
+		if ready.Write && !wShut {
 			r |= C.POLLOUT
 		}
-		if s.rErr != 0 || s.wErr != 0 {
+		if ready.Err {
 			r |= C.POLLERR
 		}
-		if s.rEOF && s.wShut {
+		if ready.EOF && wShut {
 			r |= C.POLLHUP
 		}
 	case rsIdle:
-		if s.soErr != 0 { // a failed non-blocking connect
+		if soErr != 0 { // a failed non-blocking connect
 			r |= C.POLLOUT | C.POLLERR
 		}
 	default:
@@ -753,14 +682,27 @@ func srdgo_cm_rs_revents(fd C.int, events C.short) (ret C.int) {
 	return r & (C.int(events) | C.POLLERR | C.POLLHUP | C.POLLNVAL)
 }
 
+// srdgo_cm_rs_arm says an rpoll starts (on != 0) or stops waiting on
+// fd's eventfd: meanwhile every change writes it.
+//
+//export srdgo_cm_rs_arm
+func srdgo_cm_rs_arm(fd, on C.int) {
+	if s := rsOf(fd); s != nil {
+		if on != 0 {
+			s.waiters.Add(1)
+		} else {
+			s.waiters.Add(-1)
+		}
+	}
+}
+
 //export srdgo_cm_rs_name
 func srdgo_cm_rs_name(fd, peer C.int, a *C.struct_srd_cm_addr) (ret C.int) {
 	defer guard("rgetsockname", &ret)
-	s := rsOf(fd)
-	if s == nil {
-		return C.EBADF
+	s, en := lockRS(fd)
+	if en != 0 {
+		return en
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
 	if peer != 0 {
 		if s.state != rsConnected {
@@ -796,11 +738,10 @@ var (
 //export srdgo_cm_rs_setopt
 func srdgo_cm_rs_setopt(fd, level, name, val C.int) (ret C.int) {
 	defer guard("rsetsockopt", &ret)
-	s := rsOf(fd)
-	if s == nil {
-		return C.EBADF
+	s, en := lockRS(fd)
+	if en != 0 {
+		return en
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
 	k, v := [2]int{int(level), int(name)}, int(val)
 	switch k {
@@ -865,11 +806,10 @@ func srdgo_cm_rs_setopt(fd, level, name, val C.int) (ret C.int) {
 //export srdgo_cm_rs_getopt
 func srdgo_cm_rs_getopt(fd, level, name C.int, val *C.int) (ret C.int) {
 	defer guard("rgetsockopt", &ret)
-	s := rsOf(fd)
-	if s == nil {
-		return C.EBADF
+	s, en := lockRS(fd)
+	if en != 0 {
+		return en
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := [2]int{int(level), int(name)}
 	switch k {
@@ -879,12 +819,12 @@ func srdgo_cm_rs_getopt(fd, level, name C.int, val *C.int) (ret C.int) {
 	case optRcvBuf:
 		*val = C.int(s.cfg.RecvBuffer)
 		if *val == 0 {
-			*val = C.int(len(s.rbuf))
+			*val = rsDefaultBuffer
 		}
 	case optSndBuf:
 		*val = C.int(s.cfg.SendBuffer)
 		if *val == 0 {
-			*val = C.int(len(s.wbuf))
+			*val = rsDefaultBuffer
 		}
 	case optReuse, optLinger, optNoDelay, optKeepAlive, optKeepIdle, optSQSize, optRQSize, optInline, optIOMapSize:
 		*val = C.int(s.opts[k])
@@ -897,11 +837,10 @@ func srdgo_cm_rs_getopt(fd, level, name C.int, val *C.int) (ret C.int) {
 //export srdgo_cm_rs_fcntl
 func srdgo_cm_rs_fcntl(fd, cmd, arg C.int, out *C.int) (ret C.int) {
 	defer guard("rfcntl", &ret)
-	s := rsOf(fd)
-	if s == nil {
-		return C.EBADF
+	s, en := lockRS(fd)
+	if en != 0 {
+		return en
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch cmd {
 	case C.F_GETFL:
@@ -921,18 +860,18 @@ func srdgo_cm_rs_fcntl(fd, cmd, arg C.int, out *C.int) (ret C.int) {
 //export srdgo_cm_rs_iomap
 func srdgo_cm_rs_iomap(fd C.int, buf unsafe.Pointer, n C.size_t, prot C.int, offset C.off_t, out *C.off_t) (ret C.int) {
 	defer guard("riomap", &ret)
-	s := rsOf(fd)
-	if s == nil {
-		return C.EBADF
-	}
 	if buf == nil || n == 0 || prot&^(C.PROT_WRITE|C.PROT_NONE) != 0 {
+		if rsOf(fd) == nil {
+			return C.EBADF
+		}
 		return C.EINVAL
 	}
-	s.mu.Lock()
-	c := s.conn
-	s.mu.Unlock()
-	if c == nil {
+	s, c, en := connNow(fd)
+	if en == C.ENOTCONN {
 		return C.EINVAL // rsocket: no protection domain before connecting
+	}
+	if en != 0 {
+		return en
 	}
 	if offset == -1 {
 		offset = C.off_t(uintptr(buf))
@@ -962,11 +901,10 @@ func srdgo_cm_rs_iomap(fd C.int, buf unsafe.Pointer, n C.size_t, prot C.int, off
 //export srdgo_cm_rs_iounmap
 func srdgo_cm_rs_iounmap(fd C.int, buf unsafe.Pointer, n C.size_t) (ret C.int) {
 	defer guard("riounmap", &ret)
-	s := rsOf(fd)
-	if s == nil {
-		return C.EBADF
+	s, en := lockRS(fd)
+	if en != 0 {
+		return en
 	}
-	s.mu.Lock()
 	m := s.maps[uintptr(buf)]
 	if m != nil && len(m.Bytes()) == int(n) {
 		delete(s.maps, uintptr(buf))
@@ -986,26 +924,15 @@ func srdgo_cm_rs_iounmap(fd C.int, buf unsafe.Pointer, n C.size_t) (ret C.int) {
 //export srdgo_cm_rs_iowrite
 func srdgo_cm_rs_iowrite(fd C.int, buf unsafe.Pointer, n C.size_t, offset C.off_t, flags C.int, out *C.size_t) (ret C.int) {
 	defer guard("riowrite", &ret)
-	s := rsOf(fd)
-	if s == nil {
-		return C.EBADF
+	s, c, en := connNow(fd)
+	if en != 0 {
+		return en
 	}
-	s.mu.Lock()
-	// What rsend queued goes first: the peer sees the messages and the
-	// direct writes in the order the program made them.
-	for s.state == rsConnected && s.wlen > 0 && s.wErr == 0 {
-		s.cond.Wait()
-	}
-	c, st, werr, shut := s.conn, s.state, s.wErr, s.wShut
-	s.mu.Unlock()
-	switch {
-	case st != rsConnected:
-		return C.ENOTCONN
-	case shut:
+	if s.wShut.Load() {
 		return C.EPIPE
-	case werr != 0:
-		return C.int(werr)
 	}
+	// rsend has posted what it returned for, on the same QP: the peer
+	// sees the messages and the direct writes in the program's order.
 	k, err := c.IOWrite(unsafe.Slice((*byte)(buf), int(n)), int64(offset))
 	if err != nil && k == 0 {
 		var oe *net.OpError

@@ -168,6 +168,57 @@ int main(int argc, char **argv)
 	struct timeval tv = { 10, 0 };
 	CHECK(rselect(s + 1, &rd, NULL, NULL, &tv) == 1 && FD_ISSET(s, &rd), "rselect");
 	CHECK(rrecv(s, buf, 1, 0) == 1 && buf[0] == 'z', "rrecv z");
+	/* MSG_PEEK leaves the bytes for the next rrecv. */
+	CHECK(rsend(a, "peek", 4, 0) == 4, "rsend peek");
+	fds[0] = (struct pollfd){ .fd = s, .events = POLLIN };
+	CHECK(rpoll(fds, 1, 10000) == 1, "rpoll before MSG_PEEK");
+	memset(buf, 0, sizeof(buf));
+	do
+		r = rrecv(s, buf, 4, MSG_PEEK | MSG_WAITALL);
+	while (r < 0 && errno == EAGAIN);
+	CHECK(r > 0 && !memcmp(buf, "peek", r), "MSG_PEEK: %d %.4s", (int)r, buf);
+	got = 0;
+	while (got < 4) {
+		r = rrecv(s, buf + got, 4 - got, 0);
+		if (r < 0 && errno == EAGAIN)
+			continue;
+		CHECK(r > 0, "rrecv after MSG_PEEK");
+		if (r <= 0)
+			break;
+		got += r;
+	}
+	CHECK(got == 4 && !memcmp(buf, "peek", 4), "rrecv after MSG_PEEK: %.4s", buf);
+	/* Back-pressure: a non-blocking rsend takes what the peer's ring
+	   has room for, then EAGAIN, and rpoll says not writable; once the
+	   peer reads, rpoll wakes with POLLOUT. The bytes arrive intact. */
+	static unsigned char big[1 << 16], back[1 << 16];
+	size_t total = 0, i;
+	for (i = 0; i < sizeof(big); i++)
+		big[i] = (unsigned char)(i % 251);
+	for (;;) {
+		r = rsend(s, big + total % sizeof(big), sizeof(big) - total % sizeof(big), 0);
+		if (r < 0)
+			break;
+		total += r;
+		if (total > 64 << 20)
+			break;
+	}
+	CHECK(r < 0 && errno == EAGAIN && total > 0 && total <= 64 << 20, "non-blocking rsend never stopped: %zu bytes", total);
+	fds[0] = (struct pollfd){ .fd = s, .events = POLLOUT };
+	CHECK(rpoll(fds, 1, 0) == 0, "rpoll POLLOUT with the peer's ring full");
+	size_t have = 0;
+	while (have < total) {
+		size_t want = total - have, off = have % sizeof(big);
+		if (want > sizeof(back) - off)
+			want = sizeof(back) - off;
+		r = rrecv(a, back, want, 0);
+		CHECK(r > 0, "rrecv of the back-pressure bytes");
+		if (r <= 0)
+			break;
+		CHECK(!memcmp(back, big + off, r), "back-pressure bytes differ at %zu", have);
+		have += r;
+	}
+	CHECK(rpoll(fds, 1, 10000) == 1 && (fds[0].revents & POLLOUT), "rpoll POLLOUT after the peer read");
 	/* riowrite into nothing mapped: an error, not a crash. */
 	CHECK(riowrite(s, "x", 1, 1 << 20, 0) == (size_t)-1, "riowrite with nothing mapped");
 	ERRNO(riounmap(s, buf, 1), EINVAL);
