@@ -57,6 +57,33 @@ func TestKeepaliveIdle(t *testing.T) {
 	})
 }
 
+// TestKeepaliveIdleNoRemoteAccess: QPs that grant no remote access
+// (perftest's exchange QP, ibv_rc_pingpong's) stay up while idle: their
+// peers' probes, zero-length RDMA WRITEs, are acknowledged, not refused
+// as invalid requests (which failed both QPs after 5 s of silence).
+func TestKeepaliveIdleNoRemoteAccess(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := defaultOpts()
+		o.access = verbs.AccessLocalWrite
+		_, a, b := keepalivePair(t, time.Second, o)
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		for _, n := range []*node{a, b} {
+			if st := n.qp.State(); st != verbs.QPStateRTS {
+				t.Fatalf("an idle QP without remote access went to %v", st)
+			}
+			if p := n.dev.Counters.KeepaliveProbes.Load(); p == 0 {
+				t.Fatal("no probe in 20 s at a 1 s keepalive")
+			}
+			if f := n.dev.Counters.KeepaliveFailures.Load(); f != 0 {
+				t.Fatalf("%d probes failed", f)
+			}
+			noWC(t, n, n.scq, "send CQ")
+			noWC(t, n, n.rcq, "recv CQ")
+		}
+	})
+}
+
 // TestKeepaliveDeadPeer: an idle QP whose peer stops answering goes to ERR
 // within the keepalive interval plus its retries, with EventQPFatal and
 // without a completion for the probe; work the application posted while

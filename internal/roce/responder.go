@@ -252,7 +252,7 @@ func (r *responder) executeLocked(qp *respQP, p *wire.Packet, psn wire.PSN) (v v
 	case info.Has(wire.FlagSend):
 		v, recvStatus = r.recvSendLocked(&qp.recvRes, p, first, last)
 	case info.Has(wire.FlagWrite):
-		if access&verbs.AccessRemoteWrite == 0 {
+		if access&verbs.AccessRemoteWrite == 0 && !emptyWrite(p) {
 			return vInvalid, verbs.WCRemInvReqErr
 		}
 		v, recvStatus = r.recvWriteLocked(&qp.recvRes, p, first, last)
@@ -399,6 +399,17 @@ func invalidate(pd *PD, rkey uint32) {
 	mr.mu.Lock()
 	mr.rkeyRevoke = true
 	mr.mu.Unlock()
+}
+
+// emptyWrite reports whether p is an RC RDMA WRITE ONLY of zero bytes: it
+// touches no memory (IBTA C9-88 lets it go without a valid R_Key), and
+// it is what a keepalive probe sends (keepalive.go). It is acknowledged
+// even by a QP without remote write access, so that an idle connection
+// between QPs that grant none (perftest's exchange QP, ibv_rc_pingpong)
+// is not broken by its own probes. Linux rxe refuses it there: see
+// keepalive.go.
+func emptyWrite(p *wire.Packet) bool {
+	return p.BTH.Opcode() == wire.RCWriteOnly && p.RETH.DMALen() == 0
 }
 
 func (r *responder) recvWriteLocked(s *recvRes, p *wire.Packet, first, last bool) (verdict, verbs.WCStatus) {

@@ -151,8 +151,11 @@ func (qp *QP) onTimer(at, now time.Time) {
 			qp.runRequesterLocked(now)
 		}
 		qp.flushLocked()
+		qp.rearmLocked()
 	}
-	qp.rearmLocked()
+	// Outside RTS and SQD no deadline is served: re-arming for one left
+	// behind (an ACK deadline of a QP an error moved to ERR) would fire
+	// again at once, for ever.
 }
 
 // rearmLocked arms the timer for the earliest pending deadline.
