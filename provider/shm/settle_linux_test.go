@@ -14,8 +14,10 @@ func TestSettleQPRetiresConsumed(t *testing.T) {
 	a, b := pair(t, sideOpts{}, sideOpts{})
 	qa := a.qp.(*QP)
 	qa.busy.Store(0) // no progress pass looks at a's QP, as if always held
-	postRecv(t, b.qp, 1, b.mr.SGE(0, 64))
+	// The SEND first: b takes it only once its receive is posted, after
+	// a's PostSend has looked at the consumer index for the last time.
 	postSend(t, a.qp, verbs.SendWR{WRID: 10, Opcode: verbs.WRSend, SGList: []verbs.SGE{a.mr.SGE(0, 8)}})
+	postRecv(t, b.qp, 1, b.mr.SGE(0, 64))
 	if wc := poll(t, b.cq, 1)[0]; wc.Status != verbs.WCSuccess || wc.WRID != 1 {
 		t.Fatalf("b's receive: %+v", wc)
 	}

