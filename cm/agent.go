@@ -194,6 +194,8 @@ type agent struct {
 	answers   answerBucket // unsolicited answers (guard.go)
 	stats     agentStats
 	conns     map[*Conn]struct{} // established, not yet closed (adopt)
+	// ending are connections to end once their QPs settled (settle.go).
+	ending []connEnd
 	// closeWhenIdle: close the device when the last of conns closes
 	// (closeIdle).
 	closeWhenIdle bool
@@ -308,6 +310,7 @@ func (a *agent) run() {
 		a.mu.Lock()
 		next := a.timeoutsLocked(a.now())
 		a.mu.Unlock()
+		a.endSettled()
 		d := time.Hour
 		if !next.IsZero() {
 			d = max(next.Sub(a.now()), 0)
@@ -325,6 +328,7 @@ func (a *agent) run() {
 		case <-timer.C:
 		case <-a.kick:
 		case <-a.stop:
+			a.endSettled()
 			return
 		}
 	}
@@ -445,7 +449,7 @@ func (a *agent) enterTimewaitLocked(id *cmID) {
 	id.msg = nil
 	a.armLocked(id, a.now().Add(convertToDuration(id.ackTimeout)))
 	if c := id.conn; c != nil {
-		c.closeWith(ErrDisconnected)
+		a.endConnLocked(c, ErrDisconnected)
 	}
 	a.wake()
 }

@@ -293,6 +293,9 @@ func (c *Conn) Close() error {
 		// ERR before the DREQ, as rdma_disconnect does: what the QP
 		// still owes the peer (an ACK of its last message) leaves first.
 		c.QP.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.QPAttrState)
+		// Including an ACK another goroutine of the device has taken
+		// to send (settle.go).
+		c.settle()
 	}
 	if id := c.id; id != nil {
 		a := id.a

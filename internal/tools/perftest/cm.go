@@ -153,10 +153,6 @@ func (ch *ptCMChannel) RecvMsg(ctx context.Context, b []byte) error {
 	return ch.postRecv()
 }
 
-// lastWordGrace is how long wait looks for the completion of a message
-// the peer acknowledged just before it disconnected.
-const lastWordGrace = 200 * time.Millisecond
-
 // wait returns cq's next completion, failing on an error status, when ctx
 // ends or when the connection does.
 func (ch *ptCMChannel) wait(ctx context.Context, cq verbs.CQ, what string) (verbs.WC, error) {
@@ -166,22 +162,14 @@ func (ch *ptCMChannel) wait(ctx context.Context, cq verbs.CQ, what string) (verb
 	defer stop()
 	wc, err := ptWaitCQ(wctx, cq, what)
 	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil && ch.gone.Err() != nil {
-		// A peer that took our last message may disconnect before we saw
-		// it taken: its DREQ can be handled before the ACK that left
-		// ahead of it (the device hands MADs to cm's agent and ACKs to
-		// the QP separately; over shm the DREQ can overtake the consumer
-		// index our poll reads). Look again for a moment.
+		// A peer that took our last message may disconnect at once: its
+		// DREQ ends the connection only once the QP has processed what
+		// arrived before it (cm settles the QP), so the message's
+		// completion is in the CQ if the peer took it; the wait may have
+		// ended before looking.
 		var last [1]verbs.WC
-		for end := time.Now().Add(lastWordGrace); ; time.Sleep(time.Millisecond) {
-			if n, _ := cq.Poll(last[:]); n == 1 {
-				if last[0].Status == verbs.WCSuccess {
-					return last[0], nil
-				}
-				break
-			}
-			if time.Now().After(end) {
-				break
-			}
+		if n, _ := cq.Poll(last[:]); n == 1 && last[0].Status == verbs.WCSuccess {
+			return last[0], nil
 		}
 		return verbs.WC{}, fmt.Errorf("the rdma_cm connection ended: %w", ch.conn.Err())
 	}
