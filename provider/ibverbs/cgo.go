@@ -148,15 +148,27 @@ int sr_nonblock_dup(int fd) {
 	return fcntl(fd, F_DUPFD_CLOEXEC, 0);
 }
 
-// sr_get_cq_event takes one event off a non-blocking channel and acks
-// it: 1 if there was one, 0 if none (EAGAIN), -1 on error.
-int sr_get_cq_event(struct ibv_comp_channel *ch) {
-	struct ibv_cq *cq;
-	void *cqctx;
-	if (ibv_get_cq_event(ch, &cq, &cqctx) < 0)
-		return errno == EAGAIN ? 0 : -1;
-	ibv_ack_cq_events(cq, 1);
-	return 1;
+// sr_get_cq_events takes up to max events off a non-blocking channel,
+// storing each one's CQ in cqs, without acking them (Go acks in
+// batches): how many, 0 if none (EAGAIN), -1 on an error before any.
+int sr_get_cq_events(struct ibv_comp_channel *ch, uintptr_t *cqs, int max) {
+	int n = 0;
+	while (n < max) {
+		struct ibv_cq *cq;
+		void *cqctx;
+		if (ibv_get_cq_event(ch, &cq, &cqctx) < 0) {
+			if (errno == EAGAIN || n > 0)
+				break;
+			return -1;
+		}
+		cqs[n++] = (uintptr_t)cq;
+	}
+	return n;
+}
+
+// sr_ack_cq_events acks n events of cq, a handle sr_get_cq_events gave.
+void sr_ack_cq_events(uintptr_t cq, unsigned int n) {
+	ibv_ack_cq_events((struct ibv_cq *)cq, n);
 }
 
 

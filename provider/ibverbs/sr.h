@@ -49,7 +49,8 @@ int sr_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *a
 int sr_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index, struct ibv_gid_entry *e);
 struct ibv_mr *sr_reg_mr(struct ibv_pd *pd, void *addr, size_t len, unsigned int access);
 int sr_nonblock_dup(int fd);
-int sr_get_cq_event(struct ibv_comp_channel *ch);
+int sr_get_cq_events(struct ibv_comp_channel *ch, uintptr_t *cqs, int max);
+void sr_ack_cq_events(uintptr_t cq, unsigned int n);
 int sr_get_async_event(struct ibv_context *ctx, struct sr_async *out);
 
 #endif
