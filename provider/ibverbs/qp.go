@@ -419,8 +419,8 @@ func postRecvChain(wr *verbs.RecvWR, wrs []C.struct_ibv_recv_wr, sges []C.struct
 func (qp *QP) Destroy() error {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
-	if qp.ctx.closed.Load() && !qp.life.Dead() {
-		return verbs.Errorf("DestroyQP", verbs.ErrDestroyed, "the context was closed, which destroyed the QP")
+	if qp.ctx.closed.Load() {
+		return verbs.Errorf("DestroyQP", verbs.ErrDestroyed, "the device %s was closed, which destroyed the QP", qp.ctx.dev.name)
 	}
 	if err := qp.life.End("DestroyQP", "QP", ""); err != nil {
 		return err

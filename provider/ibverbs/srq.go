@@ -127,8 +127,8 @@ func (srq *SRQ) Modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) error {
 func (srq *SRQ) Destroy() error {
 	srq.mu.Lock()
 	defer srq.mu.Unlock()
-	if srq.pd.ctx.closed.Load() && !srq.life.Dead() {
-		return verbs.Errorf("DestroySRQ", verbs.ErrDestroyed, "the context was closed, which destroyed the SRQ")
+	if srq.pd.ctx.closed.Load() {
+		return verbs.Errorf("DestroySRQ", verbs.ErrDestroyed, "the device %s was closed, which destroyed the SRQ", srq.pd.ctx.dev.name)
 	}
 	if err := srq.life.End("DestroySRQ", "SRQ", "QPs"); err != nil {
 		return err
