@@ -83,13 +83,13 @@ func (c *Context) CreateCQ(cqe int, ch *verbs.CompChannel) (verbs.CQ, error) {
 		waitCh: make(chan struct{}), done: make(chan struct{})}
 	q.wcs = (*C.struct_ibv_wc)(C.calloc(pollBatch, C.size_t(unsafe.Sizeof(C.struct_ibv_wc{}))))
 	q.flat = unsafe.Slice((*C.struct_sr_wc)(C.calloc(pollBatch, C.size_t(unsafe.Sizeof(C.struct_sr_wc{})))), pollBatch)
-	chn.poller.attach(q.handle(), q)
+	chn.poller.attach(uintptr(q.handle()), q)
 	c.add(unsafe.Pointer(cq), q)
 	return q, nil
 }
 
 // handle is the CQ's key on its channel.
-func (q *CQ) handle() uintptr { return uintptr(unsafe.Pointer(q.cq)) }
+func (q *CQ) handle() C.uintptr_t { return C.uintptr_t(uintptr(unsafe.Pointer(q.cq))) }
 
 // cqEvent is the channel's event for the CQ: it wakes the goroutines in
 // Wait and, if the application armed the CQ, notifies its CompChannel.
@@ -125,7 +125,7 @@ func (q *CQ) Poll(wc []verbs.WC) (int, error) {
 	}
 	if n < len(wc) && q.stash == 0 {
 		want := min(len(wc)-n, pollBatch)
-		r := int(C.sr_poll_cq(q.cq, C.int(want), q.wcs, &q.flat[0]))
+		r := int(C.sr_poll_cq(q.handle(), C.int(want), q.wcs, &q.flat[0]))
 		if r < 0 {
 			q.mu.Unlock()
 			return n, verbs.Errorf("PollCQ", verbs.ErrInvalidState, "ibv_poll_cq failed (%d)", r)
@@ -192,7 +192,7 @@ func (q *CQ) peek() bool {
 		return false
 	}
 	if q.stash == 0 {
-		r := int(C.sr_poll_cq(q.cq, pollBatch, q.wcs, &q.flat[0]))
+		r := int(C.sr_poll_cq(q.handle(), pollBatch, q.wcs, &q.flat[0]))
 		if r > 0 {
 			q.stash, q.off = r, 0
 		}
@@ -335,7 +335,7 @@ func (q *CQ) destroyedErr(op string) error {
 func (q *CQ) release() error {
 	close(q.done)
 	q.ctx.forget(unsafe.Pointer(q.cq))
-	q.chn.poller.detach(q.handle())
+	q.chn.poller.detach(uintptr(q.handle()))
 	q.mu.Lock()
 	r := C.ibv_destroy_cq(q.cq)
 	C.free(unsafe.Pointer(q.wcs))

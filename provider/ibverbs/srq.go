@@ -73,7 +73,7 @@ func (srq *SRQ) PostRecv(wr *verbs.RecvWR) error {
 		return &verbs.PostError{WRID: wr.WRID, Err: err}
 	}
 	return postRecvChain(wr, srq.rwr, srq.rsge, srq.maxSG, func(n int, bad *C.int) C.int {
-		return C.sr_post_srq_recv(srq.srq, &srq.rwr[0], C.int(n), bad)
+		return C.sr_post_srq_recv(cHandle(unsafe.Pointer(srq.srq)), cHandle(unsafe.Pointer(&srq.rwr[0])), C.int(n), bad)
 	})
 }
 
