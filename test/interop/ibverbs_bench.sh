@@ -7,6 +7,7 @@
 #
 #   SOFTRDMA_VM_LOCK=/tmp/vm.lock bash test/interop/ibverbs_bench.sh
 #   REPEATS=3 bash test/interop/ibverbs_bench.sh
+#   BENCH_ONLY=UD bash test/interop/ibverbs_bench.sh   # only measurements whose name matches (grep -E)
 #
 # The VMs run under TCG emulation, so absolute numbers are far below any
 # real NIC's and noisy; the ratio is what the script is for.
@@ -45,6 +46,7 @@ median() { sort -g | awk '{a[NR] = $1} END {if (NR == 0) print "-"; else if (NR 
 # bench NAME TOOL "ARGS" COLUMN UNIT
 bench() {
 	local c=() g=() i v cm gm
+	[ -z "${BENCH_ONLY:-}" ] || grep -qE "$BENCH_ONLY" <<<"$1" || return 0
 	for i in $(seq "$REPEATS"); do
 		v=$(one c "$2" "$3" "$4") && [ -n "$v" ] && c+=("$v")
 		v=$(one go "$2" "$3" "$4") && [ -n "$v" ] && g+=("$v")
