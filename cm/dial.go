@@ -41,6 +41,9 @@ func Dial(ctx context.Context, network, address string, opts *Options) (*Conn, e
 	if len(o.PrivateData) > limit {
 		return nil, fmt.Errorf("cm.Dial: %d bytes of private data; a REQ holds at most %d (with Options.Security: the key exchange takes %d)", len(o.PrivateData), limit, blockLen(o.SecurityPSK))
 	}
+	if o.Context != nil && deviceClosed(o.Context) {
+		return nil, closedDeviceErr("cm.Dial", o.Context)
+	}
 	r, err := resolveRoute(raddr, &o)
 	if err != nil {
 		return nil, err

@@ -59,6 +59,9 @@ func Listen(network, address string, opts *Options) (*Listener, error) {
 	if laddr.Addr().IsUnspecified() && o.Context == nil {
 		return listenAll(laddr, &o, address)
 	}
+	if o.Context != nil && deviceClosed(o.Context) {
+		return nil, closedDeviceErr("cm.Listen", o.Context)
+	}
 	vctx, local, err := resolveLocal(laddr.Addr(), &o)
 	if err != nil {
 		return nil, err

@@ -7,7 +7,10 @@ package ibverbs
 // calls of the data path. sr_post_send turns a whole chain of requests,
 // written by Go into C memory the QP owns, into an ibv_send_wr chain and
 // posts it with one ibv_post_send; sr_poll_cq is one ibv_poll_cq into the
-// CQ's array. Neither allocates.
+// CQ's array. Neither allocates. Their handles and arrays are C memory,
+// passed as uintptr_t: cgo checks every argument whose type holds
+// pointers for Go pointers (cgocheck), a cost per call the data path
+// need not pay for memory Go never allocated.
 
 /*
 #cgo LDFLAGS: -libverbs
@@ -32,8 +35,11 @@ package ibverbs
 // sr_post_send builds the ibv_send_wr chain for n requests of in, whose
 // SGEs are at sge + i*maxsge, in wr (room for n), and posts it. On
 // failure *bad is the index of the first request not posted.
-int sr_post_send(struct ibv_qp *qp, struct sr_wr *in, int n,
-		struct ibv_send_wr *wr, struct ibv_sge *sge, int maxsge, int *bad) {
+int sr_post_send(uintptr_t qph, uintptr_t inh, int n,
+		uintptr_t wrh, struct ibv_sge *sge, int maxsge, int *bad) {
+	struct ibv_qp *qp = (struct ibv_qp *)qph;
+	struct sr_wr *in = (struct sr_wr *)inh;
+	struct ibv_send_wr *wr = (struct ibv_send_wr *)wrh;
 	int ud = qp->qp_type == IBV_QPT_UD;
 	for (int i = 0; i < n; i++) {
 		struct sr_wr *g = &in[i];
@@ -78,7 +84,9 @@ int sr_post_send(struct ibv_qp *qp, struct sr_wr *in, int n,
 }
 
 // sr_post_recv posts the chain Go built in wr (linked already).
-int sr_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, int n, int *bad) {
+int sr_post_recv(uintptr_t qph, uintptr_t wrh, int n, int *bad) {
+	struct ibv_qp *qp = (struct ibv_qp *)qph;
+	struct ibv_recv_wr *wr = (struct ibv_recv_wr *)wrh;
 	struct ibv_recv_wr *badwr = NULL;
 	wr[n - 1].next = NULL;
 	int r = ibv_post_recv(qp, wr, &badwr);
@@ -86,7 +94,9 @@ int sr_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, int n, int *bad) {
 	return r;
 }
 
-int sr_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, int n, int *bad) {
+int sr_post_srq_recv(uintptr_t srqh, uintptr_t wrh, int n, int *bad) {
+	struct ibv_srq *srq = (struct ibv_srq *)srqh;
+	struct ibv_recv_wr *wr = (struct ibv_recv_wr *)wrh;
 	struct ibv_recv_wr *badwr = NULL;
 	wr[n - 1].next = NULL;
 	int r = ibv_post_srq_recv(srq, wr, &badwr);
@@ -96,8 +106,8 @@ int sr_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, int n, int *ba
 
 
 // sr_poll_cq polls up to n completions into wc and flattens them into out.
-int sr_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc, struct sr_wc *out) {
-	int r = ibv_poll_cq(cq, n, wc);
+int sr_poll_cq(uintptr_t cq, int n, struct ibv_wc *wc, struct sr_wc *out) {
+	int r = ibv_poll_cq((struct ibv_cq *)cq, n, wc);
 	for (int i = 0; i < r; i++) {
 		struct ibv_wc *w = &wc[i];
 		struct sr_wc *o = &out[i];
@@ -148,15 +158,27 @@ int sr_nonblock_dup(int fd) {
 	return fcntl(fd, F_DUPFD_CLOEXEC, 0);
 }
 
-// sr_get_cq_event takes one event off a non-blocking channel and acks
-// it: 1 if there was one, 0 if none (EAGAIN), -1 on error.
-int sr_get_cq_event(struct ibv_comp_channel *ch) {
-	struct ibv_cq *cq;
-	void *cqctx;
-	if (ibv_get_cq_event(ch, &cq, &cqctx) < 0)
-		return errno == EAGAIN ? 0 : -1;
-	ibv_ack_cq_events(cq, 1);
-	return 1;
+// sr_get_cq_events takes up to max events off a non-blocking channel,
+// storing each one's CQ in cqs, without acking them (Go acks in
+// batches): how many, 0 if none (EAGAIN), -1 on an error before any.
+int sr_get_cq_events(struct ibv_comp_channel *ch, uintptr_t *cqs, int max) {
+	int n = 0;
+	while (n < max) {
+		struct ibv_cq *cq;
+		void *cqctx;
+		if (ibv_get_cq_event(ch, &cq, &cqctx) < 0) {
+			if (errno == EAGAIN || n > 0)
+				break;
+			return -1;
+		}
+		cqs[n++] = (uintptr_t)cq;
+	}
+	return n;
+}
+
+// sr_ack_cq_events acks n events of cq, a handle sr_get_cq_events gave.
+void sr_ack_cq_events(uintptr_t cq, unsigned int n) {
+	ibv_ack_cq_events((struct ibv_cq *)cq, n);
 }
 
 

@@ -5,16 +5,13 @@ package ibverbs
 /*
 #include "sr.h"
 #include <stdlib.h>
-#include <unistd.h>
 */
 import "C"
 
 import (
 	"context"
-	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 	"unsafe"
 
@@ -26,25 +23,26 @@ import (
 // of the C arrays each CQ owns.
 const pollBatch = 64
 
-// CQ is a completion queue (struct ibv_cq) with its own completion
-// channel, whose file descriptor waits in Go's netpoller.
+// CQ is a completion queue (struct ibv_cq) on a completion channel,
+// whose file descriptor waits in Go's netpoller. The CQs created with the
+// same CompChannel share one channel, and the CQs created without one
+// share the context's (channel.go): one goroutine per channel, which
+// hands each event to its CQ.
 //
 // Poll crosses into C once per call: one ibv_poll_cq of up to
 // min(len(wc), 64) completions into the CQ's C arrays, converted into wc
 // in Go. Wait arms the CQ, polls once more (into the CQ's stash, which
-// the next Poll returns first) and then sleeps in the netpoller until
-// the channel's event, the context's end or Destroy. While the
-// application's ReqNotify(true) waits for a solicited completion, Wait
-// does not arm the CQ (arming for any completion would widen the
-// application's arm: the device keeps the wider of the two); it naps
-// and polls instead.
+// the next Poll returns first) and then sleeps until the CQ's next event,
+// the context's end or Destroy. While the application's ReqNotify(true)
+// waits for a solicited completion, Wait does not arm the CQ (arming for
+// any completion would widen the application's arm: the device keeps the
+// wider of the two); it naps and polls instead.
 type CQ struct {
-	ctx     *Context
-	cq      *C.struct_ibv_cq
-	channel *C.struct_ibv_comp_channel
-	file    *os.File
-	ch      *verbs.CompChannel
-	cqe     int
+	ctx *Context
+	cq  *C.struct_ibv_cq
+	chn *compChannel
+	ch  *verbs.CompChannel
+	cqe int
 
 	mu    sync.Mutex // guards the arrays and the stash
 	wcs   *C.struct_ibv_wc
@@ -60,12 +58,11 @@ type CQ struct {
 
 	life verbsobj.Life // QPs using the CQ
 	done chan struct{} // closed by Destroy
-	loop chan struct{} // closed when the event goroutine ends
 }
 
-// CreateCQ creates a CQ of at least cqe entries (ibv_create_cq) with a
-// completion channel. If ch is not nil, ReqNotify arms the CQ to deliver
-// an event to it.
+// CreateCQ creates a CQ of at least cqe entries (ibv_create_cq) on the
+// completion channel of ch (the context's own if ch is nil). If ch is
+// not nil, ReqNotify arms the CQ to deliver an event to it.
 func (c *Context) CreateCQ(cqe int, ch *verbs.CompChannel) (verbs.CQ, error) {
 	if err := c.check("CreateCQ"); err != nil {
 		return nil, err
@@ -73,58 +70,36 @@ func (c *Context) CreateCQ(cqe int, ch *verbs.CompChannel) (verbs.CQ, error) {
 	if err := verbsobj.CheckCQE(cqe, c.attr.MaxCQE); err != nil {
 		return nil, err
 	}
-	channel, err := C.ibv_create_comp_channel(c.ctx)
-	if channel == nil {
-		return nil, errnoErr("CreateCQ", err, "ibv_create_comp_channel")
+	chn, err := c.acquireChannel(ch)
+	if err != nil {
+		return nil, err
 	}
-	fd := C.sr_nonblock_dup(channel.fd)
-	if fd < 0 {
-		C.ibv_destroy_comp_channel(channel)
-		return nil, verbs.Errorf("CreateCQ", verbs.ErrInvalidArgument, "cannot make the completion channel non-blocking")
-	}
-	cq, err := C.ibv_create_cq(c.ctx, C.int(cqe), nil, channel, 0)
+	cq, err := C.ibv_create_cq(c.ctx, C.int(cqe), nil, chn.channel, 0)
 	if cq == nil {
-		C.close(fd)
-		C.ibv_destroy_comp_channel(channel)
+		c.releaseChannel(chn)
 		return nil, errnoErr("CreateCQ", err, "ibv_create_cq")
 	}
-	q := &CQ{ctx: c, cq: cq, channel: channel, ch: ch, cqe: int(cq.cqe),
-		waitCh: make(chan struct{}), done: make(chan struct{}), loop: make(chan struct{})}
+	q := &CQ{ctx: c, cq: cq, chn: chn, ch: ch, cqe: int(cq.cqe),
+		waitCh: make(chan struct{}), done: make(chan struct{})}
 	q.wcs = (*C.struct_ibv_wc)(C.calloc(pollBatch, C.size_t(unsafe.Sizeof(C.struct_ibv_wc{}))))
 	q.flat = unsafe.Slice((*C.struct_sr_wc)(C.calloc(pollBatch, C.size_t(unsafe.Sizeof(C.struct_sr_wc{})))), pollBatch)
-	q.file = os.NewFile(uintptr(fd), "ibv-comp")
-	raw, err := q.file.SyscallConn()
-	if err != nil {
-		close(q.loop)
-		q.release()
-		return nil, verbs.Errorf("CreateCQ", verbs.ErrInvalidArgument, "completion channel: %v", err)
-	}
-	go q.eventLoop(raw)
+	chn.poller.attach(uintptr(q.handle()), q)
 	c.add(unsafe.Pointer(cq), q)
 	return q, nil
 }
 
-// eventLoop waits in the netpoller for the channel's events, wakes the
-// goroutines in Wait and, if the application armed the CQ, notifies its
-// CompChannel.
-func (q *CQ) eventLoop(raw syscall.RawConn) {
-	defer close(q.loop)
-	for {
-		got := 0
-		err := raw.Read(func(uintptr) bool {
-			got = int(C.sr_get_cq_event(q.channel))
-			return got != 0
-		})
-		if err != nil || got < 0 {
-			return
-		}
-		q.waitMu.Lock()
-		close(q.waitCh)
-		q.waitCh = make(chan struct{})
-		q.waitMu.Unlock()
-		if q.userArmed.Swap(armNone) != armNone && q.ch != nil {
-			q.ch.Notify(q)
-		}
+// handle is the CQ's key on its channel.
+func (q *CQ) handle() C.uintptr_t { return C.uintptr_t(uintptr(unsafe.Pointer(q.cq))) }
+
+// cqEvent is the channel's event for the CQ: it wakes the goroutines in
+// Wait and, if the application armed the CQ, notifies its CompChannel.
+func (q *CQ) cqEvent() {
+	q.waitMu.Lock()
+	close(q.waitCh)
+	q.waitCh = make(chan struct{})
+	q.waitMu.Unlock()
+	if q.userArmed.Swap(armNone) != armNone && q.ch != nil {
+		q.ch.Notify(q)
 	}
 }
 
@@ -139,7 +114,7 @@ func (q *CQ) Poll(wc []verbs.WC) (int, error) {
 	q.mu.Lock()
 	if q.life.Dead() {
 		q.mu.Unlock()
-		return 0, verbs.Errorf("PollCQ", verbs.ErrDestroyed, "the CQ was destroyed")
+		return 0, q.destroyedErr("PollCQ")
 	}
 	n := 0
 	for q.stash > 0 && n < len(wc) {
@@ -150,7 +125,7 @@ func (q *CQ) Poll(wc []verbs.WC) (int, error) {
 	}
 	if n < len(wc) && q.stash == 0 {
 		want := min(len(wc)-n, pollBatch)
-		r := int(C.sr_poll_cq(q.cq, C.int(want), q.wcs, &q.flat[0]))
+		r := int(C.sr_poll_cq(q.handle(), C.int(want), q.wcs, &q.flat[0]))
 		if r < 0 {
 			q.mu.Unlock()
 			return n, verbs.Errorf("PollCQ", verbs.ErrInvalidState, "ibv_poll_cq failed (%d)", r)
@@ -217,7 +192,7 @@ func (q *CQ) peek() bool {
 		return false
 	}
 	if q.stash == 0 {
-		r := int(C.sr_poll_cq(q.cq, pollBatch, q.wcs, &q.flat[0]))
+		r := int(C.sr_poll_cq(q.handle(), pollBatch, q.wcs, &q.flat[0]))
 		if r > 0 {
 			q.stash, q.off = r, 0
 		}
@@ -252,7 +227,7 @@ func (q *CQ) Wait(ctx context.Context) error {
 			return nil
 		}
 		if q.life.Dead() {
-			return verbs.Errorf("WaitCQ", verbs.ErrDestroyed, "the CQ was destroyed")
+			return q.destroyedErr("WaitCQ")
 		}
 	}
 	var nap *time.Timer
@@ -282,7 +257,7 @@ func (q *CQ) Wait(ctx context.Context) error {
 			napFor = min(2*napFor, napMax)
 		}
 		if dead {
-			return verbs.Errorf("WaitCQ", verbs.ErrDestroyed, "the CQ was destroyed")
+			return q.destroyedErr("WaitCQ")
 		}
 		if q.peek() {
 			return nil
@@ -293,7 +268,7 @@ func (q *CQ) Wait(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-q.done:
-			return verbs.Errorf("WaitCQ", verbs.ErrDestroyed, "the CQ was destroyed")
+			return q.destroyedErr("WaitCQ")
 		}
 		if q.peek() {
 			return nil
@@ -305,7 +280,7 @@ func (q *CQ) Wait(ctx context.Context) error {
 // next solicited one) delivers an event to the CQ's CompChannel.
 func (q *CQ) ReqNotify(solicitedOnly bool) error {
 	if q.life.Dead() {
-		return verbs.Errorf("ReqNotify", verbs.ErrDestroyed, "the CQ was destroyed")
+		return q.destroyedErr("ReqNotify")
 	}
 	if q.ch == nil {
 		return verbs.Errorf("ReqNotify", verbs.ErrInvalidState, "the CQ has no completion channel to deliver the event to; pass one to CreateCQ")
@@ -313,7 +288,7 @@ func (q *CQ) ReqNotify(solicitedOnly bool) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.life.Dead() {
-		return verbs.Errorf("ReqNotify", verbs.ErrDestroyed, "the CQ was destroyed")
+		return q.destroyedErr("ReqNotify")
 	}
 	s, arm := C.int(0), uint32(armAny)
 	if solicitedOnly {
@@ -335,9 +310,9 @@ func (q *CQ) ReqNotify(solicitedOnly bool) error {
 // Destroy destroys the CQ (ibv_destroy_cq); ErrInUse while QPs use it.
 func (q *CQ) Destroy() error {
 	q.mu.Lock()
-	if q.ctx.closed.Load() && !q.life.Dead() {
+	if q.ctx.closed.Load() {
 		q.mu.Unlock()
-		return verbs.Errorf("DestroyCQ", verbs.ErrDestroyed, "the context was closed, which destroyed the CQ")
+		return verbs.Errorf("DestroyCQ", verbs.ErrDestroyed, "the device %s was closed, which destroyed the CQ", q.ctx.dev.name)
 	}
 	if err := q.life.End("DestroyCQ", "CQ", "QPs"); err != nil {
 		q.mu.Unlock()
@@ -347,22 +322,30 @@ func (q *CQ) Destroy() error {
 	return q.release()
 }
 
+// destroyedErr is op's error on a destroyed CQ: it says whether the
+// device's Close destroyed it.
+func (q *CQ) destroyedErr(op string) error {
+	if err := q.ctx.check(op); err != nil {
+		return err
+	}
+	return verbs.Errorf(op, verbs.ErrDestroyed, "the CQ was destroyed")
+}
+
 // release tears the CQ down once its life ended.
 func (q *CQ) release() error {
 	close(q.done)
 	q.ctx.forget(unsafe.Pointer(q.cq))
-	q.file.Close()
-	<-q.loop
+	q.chn.poller.detach(uintptr(q.handle()))
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	r := C.ibv_destroy_cq(q.cq)
-	C.ibv_destroy_comp_channel(q.channel)
 	C.free(unsafe.Pointer(q.wcs))
 	C.free(unsafe.Pointer(&q.flat[0]))
 	q.flat = nil
+	q.mu.Unlock()
 	if r != 0 {
 		return errnoCode("DestroyCQ", int(r), "ibv_destroy_cq")
 	}
+	q.ctx.releaseChannel(q.chn)
 	return nil
 }
 

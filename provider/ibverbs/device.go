@@ -121,6 +121,9 @@ type Context struct {
 	qps     map[uint32]*QP            // the live QPs by number
 	closed  atomic.Bool
 	closeMu sync.Mutex // serialises Close
+
+	chMu  sync.Mutex                          // guards chans
+	chans map[*verbs.CompChannel]*compChannel // the completion channels in use (channel.go)
 }
 
 // object is what Close must destroy if the application did not.
@@ -272,7 +275,7 @@ func (c *Context) Device() verbs.Device { return c.dev }
 
 func (c *Context) check(op string) error {
 	if c.closed.Load() {
-		return verbs.Errorf(op, verbs.ErrDestroyed, "the context was closed")
+		return verbs.Errorf(op, verbs.ErrDestroyed, "the device %s was closed, which destroyed what was created on it; open it again (ibverbs.Open) for new objects", c.dev.name)
 	}
 	return nil
 }

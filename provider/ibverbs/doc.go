@@ -29,6 +29,8 @@
 // Completion channels and the context's asynchronous event file are made
 // non-blocking and handed to Go's netpoller, so CQ.Wait and a goroutine
 // waiting for events block no OS thread, and Wait honours its context.
+// The CQs created with one verbs.CompChannel share one completion channel
+// and one goroutine, and the CQs created without one share the context's.
 //
 // # Memory
 //

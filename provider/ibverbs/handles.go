@@ -21,6 +21,10 @@ import (
 // The pointer is valid until the object is destroyed; the caller must
 // not destroy it behind the object's back.
 
+// cHandle passes p, which points to C memory, to the data path's C calls
+// as an integer, which cgo does not check for Go pointers (cgo.go).
+func cHandle(p unsafe.Pointer) C.uintptr_t { return C.uintptr_t(uintptr(p)) }
+
 // CHandle returns the struct ibv_context *.
 func (c *Context) CHandle() unsafe.Pointer { return unsafe.Pointer(c.ctx) }
 

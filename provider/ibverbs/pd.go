@@ -53,8 +53,8 @@ func (pd *PD) check(op string) error {
 func (pd *PD) Dealloc() error {
 	pd.mu.Lock()
 	defer pd.mu.Unlock()
-	if pd.ctx.closed.Load() && !pd.life.Dead() {
-		return verbs.Errorf("DeallocPD", verbs.ErrDestroyed, "the context was closed, which released the PD")
+	if pd.ctx.closed.Load() {
+		return verbs.Errorf("DeallocPD", verbs.ErrDestroyed, "the device %s was closed, which released the PD", pd.ctx.dev.name)
 	}
 	if err := pd.life.End("DeallocPD", "PD", "MRs, QPs, SRQs or AHs"); err != nil {
 		return err
@@ -181,8 +181,8 @@ func (mr *MR) SGE(off, length int) verbs.SGE {
 func (mr *MR) Dereg() error {
 	mr.mu.Lock()
 	defer mr.mu.Unlock()
-	if mr.pd.ctx.closed.Load() && !mr.life.Dead() {
-		return verbs.Errorf("DeregMR", verbs.ErrDestroyed, "the context was closed, which deregistered the MR")
+	if mr.pd.ctx.closed.Load() {
+		return verbs.Errorf("DeregMR", verbs.ErrDestroyed, "the device %s was closed, which deregistered the MR", mr.pd.ctx.dev.name)
 	}
 	if err := mr.life.End("DeregMR", "MR", "objects"); err != nil {
 		return err
@@ -260,8 +260,8 @@ func (ah *AH) Attr() verbs.AHAttr { return ah.attr }
 func (ah *AH) Destroy() error {
 	ah.mu.Lock()
 	defer ah.mu.Unlock()
-	if ah.pd.ctx.closed.Load() && !ah.life.Dead() {
-		return verbs.Errorf("DestroyAH", verbs.ErrDestroyed, "the context was closed, which destroyed the AH")
+	if ah.pd.ctx.closed.Load() {
+		return verbs.Errorf("DestroyAH", verbs.ErrDestroyed, "the device %s was closed, which destroyed the AH", ah.pd.ctx.dev.name)
 	}
 	if err := ah.life.End("DestroyAH", "AH", ""); err != nil {
 		return err

@@ -276,7 +276,7 @@ func (qp *QP) PostSend(wr *verbs.SendWR) error {
 		}
 		if n > 0 {
 			var badIdx C.int
-			if r := C.sr_post_send(qp.qp, &qp.sin[0], C.int(n), qp.swr, &qp.ssge[0], C.int(qp.sMaxSG), &badIdx); r != 0 {
+			if r := C.sr_post_send(cHandle(unsafe.Pointer(qp.qp)), cHandle(unsafe.Pointer(&qp.sin[0])), C.int(n), cHandle(unsafe.Pointer(qp.swr)), &qp.ssge[0], C.int(qp.sMaxSG), &badIdx); r != 0 {
 				i := base + int(badIdx)
 				return &verbs.PostError{Index: i, WRID: uint64(qp.sin[badIdx].wr_id), Err: errnoCode("PostSend", int(r), "ibv_post_send")}
 			}
@@ -370,7 +370,7 @@ func (qp *QP) PostRecv(wr *verbs.RecvWR) error {
 		return &verbs.PostError{WRID: wr.WRID, Err: verbs.Errorf("PostRecv", verbs.ErrDestroyed, "the QP was destroyed")}
 	}
 	return postRecvChain(wr, qp.rwr, qp.rsge, qp.rMaxSG, func(n int, bad *C.int) C.int {
-		return C.sr_post_recv(qp.qp, &qp.rwr[0], C.int(n), bad)
+		return C.sr_post_recv(cHandle(unsafe.Pointer(qp.qp)), cHandle(unsafe.Pointer(&qp.rwr[0])), C.int(n), bad)
 	})
 }
 
@@ -419,8 +419,8 @@ func postRecvChain(wr *verbs.RecvWR, wrs []C.struct_ibv_recv_wr, sges []C.struct
 func (qp *QP) Destroy() error {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
-	if qp.ctx.closed.Load() && !qp.life.Dead() {
-		return verbs.Errorf("DestroyQP", verbs.ErrDestroyed, "the context was closed, which destroyed the QP")
+	if qp.ctx.closed.Load() {
+		return verbs.Errorf("DestroyQP", verbs.ErrDestroyed, "the device %s was closed, which destroyed the QP", qp.ctx.dev.name)
 	}
 	if err := qp.life.End("DestroyQP", "QP", ""); err != nil {
 		return err

@@ -40,16 +40,17 @@ struct sr_async {
 	int port;
 };
 
-int sr_post_send(struct ibv_qp *qp, struct sr_wr *in, int n, struct ibv_send_wr *wr, struct ibv_sge *sge, int maxsge, int *bad);
-int sr_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, int n, int *bad);
-int sr_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, int n, int *bad);
-int sr_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc, struct sr_wc *out);
+int sr_post_send(uintptr_t qp, uintptr_t in, int n, uintptr_t wr, struct ibv_sge *sge, int maxsge, int *bad);
+int sr_post_recv(uintptr_t qp, uintptr_t wr, int n, int *bad);
+int sr_post_srq_recv(uintptr_t srq, uintptr_t wr, int n, int *bad);
+int sr_poll_cq(uintptr_t cq, int n, struct ibv_wc *wc, struct sr_wc *out);
 int sr_req_notify_cq(struct ibv_cq *cq, int solicited);
 int sr_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr);
 int sr_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index, struct ibv_gid_entry *e);
 struct ibv_mr *sr_reg_mr(struct ibv_pd *pd, void *addr, size_t len, unsigned int access);
 int sr_nonblock_dup(int fd);
-int sr_get_cq_event(struct ibv_comp_channel *ch);
+int sr_get_cq_events(struct ibv_comp_channel *ch, uintptr_t *cqs, int max);
+void sr_ack_cq_events(uintptr_t cq, unsigned int n);
 int sr_get_async_event(struct ibv_context *ctx, struct sr_async *out);
 
 #endif

@@ -73,7 +73,7 @@ func (srq *SRQ) PostRecv(wr *verbs.RecvWR) error {
 		return &verbs.PostError{WRID: wr.WRID, Err: err}
 	}
 	return postRecvChain(wr, srq.rwr, srq.rsge, srq.maxSG, func(n int, bad *C.int) C.int {
-		return C.sr_post_srq_recv(srq.srq, &srq.rwr[0], C.int(n), bad)
+		return C.sr_post_srq_recv(cHandle(unsafe.Pointer(srq.srq)), cHandle(unsafe.Pointer(&srq.rwr[0])), C.int(n), bad)
 	})
 }
 
@@ -127,8 +127,8 @@ func (srq *SRQ) Modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) error {
 func (srq *SRQ) Destroy() error {
 	srq.mu.Lock()
 	defer srq.mu.Unlock()
-	if srq.pd.ctx.closed.Load() && !srq.life.Dead() {
-		return verbs.Errorf("DestroySRQ", verbs.ErrDestroyed, "the context was closed, which destroyed the SRQ")
+	if srq.pd.ctx.closed.Load() {
+		return verbs.Errorf("DestroySRQ", verbs.ErrDestroyed, "the device %s was closed, which destroyed the SRQ", srq.pd.ctx.dev.name)
 	}
 	if err := srq.life.End("DestroySRQ", "SRQ", "QPs"); err != nil {
 		return err

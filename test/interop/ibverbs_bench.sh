@@ -7,6 +7,8 @@
 #
 #   SOFTRDMA_VM_LOCK=/tmp/vm.lock bash test/interop/ibverbs_bench.sh
 #   REPEATS=3 bash test/interop/ibverbs_bench.sh
+#   BENCH_ONLY=UD bash test/interop/ibverbs_bench.sh   # only measurements whose name matches (grep -E)
+#   BENCH_GO_ENV=GODEBUG=asyncpreemptoff=1 bash ...  # environment of the Go tool's runs (both ends)
 #
 # The VMs run under TCG emulation, so absolute numbers are far below any
 # real NIC's and noisy; the ratio is what the script is for.
@@ -31,7 +33,7 @@ export SOFTRDMA_VM_TIMEOUT=300
 # COLUMN of perftest's result line (4: BW average MB/s, 5: t_typical us).
 one() {
 	local bin=$2 job out
-	[ "$1" = go ] && bin="/common/softrdma-ibverbs $2"
+	[ "$1" = go ] && bin="env ${BENCH_GO_ENV:-} /common/softrdma-ibverbs $2"
 	job=$($VM exec -b vm1 "$bin -d rxe0 $3")
 	sleep 2
 	out=$($VM exec vm2 "for i in 1 2 3 4 5; do $bin -d rxe0 $3 10.77.0.2 && exit 0; sleep 2; done; exit 1" 2>&1)
@@ -45,6 +47,7 @@ median() { sort -g | awk '{a[NR] = $1} END {if (NR == 0) print "-"; else if (NR 
 # bench NAME TOOL "ARGS" COLUMN UNIT
 bench() {
 	local c=() g=() i v cm gm
+	[ -z "${BENCH_ONLY:-}" ] || grep -qE "$BENCH_ONLY" <<<"$1" || return 0
 	for i in $(seq "$REPEATS"); do
 		v=$(one c "$2" "$3" "$4") && [ -n "$v" ] && c+=("$v")
 		v=$(one go "$2" "$3" "$4") && [ -n "$v" ] && g+=("$v")

@@ -30,6 +30,36 @@ ibvcm_result() { # ibvcm_result NAME OK LOG
 	fi
 }
 
+# ibvcm_retry LOG CMD...: runs the host command CMD up to 6 times, 2 s
+# apart, until it succeeds (a client started before the server in the TCG
+# guest listens fails). Only the attempt that counts is written to LOG;
+# the failed ones before it go to LOG.retries, each under a label, so a
+# passing retry's log is its own output alone and the failures it
+# replaced are not judged with it.
+ibvcm_retry() {
+	local log=$1 tries=0 rc=1
+	shift
+	: >"$log.retries"
+	while :; do
+		if "$@" >"$log.try" 2>&1; then
+			rc=0
+			break
+		fi
+		tries=$((tries + 1))
+		{ echo "=== attempt $tries:"; cat "$log.try"; } >>"$log.retries"
+		[ $tries -ge 6 ] && break
+		sleep 2
+	done
+	if [ $rc = 0 ] && [ $tries -gt 0 ]; then
+		echo "(attempt $((tries + 1)); the $tries before it: $log.retries)" >>"$log"
+	elif [ $rc != 0 ]; then
+		echo "(all $tries attempts failed, each in $log.retries; the last:)" >>"$log"
+	fi
+	cat "$log.try" >>"$log"
+	rm -f "$log.try"
+	return $rc
+}
+
 # ibvcm_vm NAME "SERVER CMD" "CLIENT CMD": both in the VM; the client is
 # retried while the server in the TCG guest is not listening yet.
 ibvcm_vm() {
@@ -40,7 +70,7 @@ ibvcm_vm() {
 	local job
 	job=$($VM exec -b vm1 "$scmd")
 	sleep 2
-	$VM exec vm1 "for i in 1 2 3 4 5 6; do $ccmd && exit 0; sleep 2; done; exit 1" >>"$log" 2>&1 || ok=0
+	ibvcm_retry "$log" $VM exec vm1 "$ccmd" || ok=0
 	echo "--- server:" >>"$log"
 	$VM wait vm1 "$job" >>"$log" 2>&1 || ok=0
 	ibvcm_result "$name" $ok "$log"
@@ -61,26 +91,15 @@ ibvcm_host() {
 		job=$($VM exec -b vm1 "/common/softrdma-ibverbs-cm $tool $sargs")
 		sleep 2
 		# Attempts that find the server in the TCG guest not listening
-		# yet (a REJ or SIDR_REP "no such service") are retried; their
-		# output goes to $log.retries, so that the result is judged on
-		# the attempt that counts.
-		local tries=0
-		: >"$log.retries"
-		until $VM nsexec env SOFTRDMA_ADDR=$HOST timeout 120 "$BIN" "$tool" $cargs $aflag $GUEST >"$log.try" 2>&1; do
-			tries=$((tries + 1))
-			cat "$log.try" >>"$log.retries"
-			[ $tries -ge 6 ] && { ok=0; break; }
-			sleep 2
-		done
-		[ $tries -gt 0 ] && echo "($tries earlier attempt(s) before the server listened: $log.retries)" >>"$log"
-		cat "$log.try" >>"$log"
+		# yet (a REJ or SIDR_REP "no such service") are retried.
+		ibvcm_retry "$log" $VM nsexec env SOFTRDMA_ADDR=$HOST timeout 120 "$BIN" "$tool" $cargs $aflag $GUEST || ok=0
 		echo "--- rxe0 server (tag build):" >>"$log"
 		$VM wait vm1 "$job" >>"$log" 2>&1 || ok=0
 	else
 		$VM nsexec env SOFTRDMA_ADDR=$HOST timeout 180 "$BIN" "$tool" $sargs >"$log.server" 2>&1 &
 		local spid=$!
 		sleep 1
-		$VM exec vm1 "for i in 1 2 3 4 5 6; do /common/softrdma-ibverbs-cm $tool $cargs $aflag $HOST && exit 0; sleep 2; done; exit 1" >>"$log" 2>&1 || ok=0
+		ibvcm_retry "$log" $VM exec vm1 "/common/softrdma-ibverbs-cm $tool $cargs $aflag $HOST" || ok=0
 		wait "$spid" || ok=0
 		echo "--- softrdma server (host):" >>"$log"
 		cat "$log.server" >>"$log"
