@@ -208,19 +208,8 @@ if [ -f "$dir/librdmacm.so.1" ] && command -v rping >/dev/null; then
 	pair "udaddy: Go server, C client" go c -- "$gotool" udaddy -- udaddy -s 127.0.0.1
 	for t in "ib_write_bw -R" "ib_send_lat -R" "ib_send_bw -c UD -R" "ib_read_lat -R" "ib_send_bw -R"; do
 		pt "" $t -n 1000
-		# Against the Go tool, the last exchange of a -R test (over
-		# perftest's rdma_cm exchange connection) now and then finds
-		# its send flushed under heavy load (ib_send_lat -R). With
-		# SOFTRDMA_LOG=1 the exchange QP went to ERR with QP_REQ_ERR
-		# in the middle of the measurement and the peer's with "remote
-		# invalid request error": the exchange QP is idle for longer
-		# than the keepalive (5 s) in a slow run, and the probe, a
-		# zero-length RDMA WRITE, reaches a QP without remote write
-		# access, which the responder refuses.
-		xfail="intermittent under load: the rdma_cm exchange QP fails in a long idle spell (keepalive probe refused by a QP without remote write), its last message is flushed"
 		pair "$t: C server, Go client" c go -- $t -d $dev -x $gid -p $port -n 1000 -- "$gotool" $t -d $dev -x $gid -p $port -n 1000 127.0.0.1
 		pair "$t: Go server, C client" go c -- "$gotool" $t -d $dev -x $gid -p $port -n 1000 -- $t -d $dev -x $gid -p $port -n 1000 127.0.0.1
-		xfail=
 	done
 	# rsockets (clib/testdata/rscheck.c: misuse errnos, non-blocking
 	# calls, rpoll over rsockets and a pipe), then rstream and riostream
