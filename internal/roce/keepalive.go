@@ -18,8 +18,14 @@ package roce
 //
 // A zero-length RDMA WRITE needs no rkey and touches no memory (IBTA
 // C9-88: a zero-length RDMA operation need not carry a valid address or
-// R_Key; rxe's check_rkey skips it): every RoCEv2 responder, Linux rxe
-// and NICs included, acknowledges it.
+// R_Key; rxe's check_rkey skips it). softrdma's responder acknowledges it
+// on any QP (emptyWrite). Linux rxe and NICs acknowledge it only on a QP
+// that grants remote write: rxe's check_op_valid refuses a WRITE to a QP
+// without IB_ACCESS_REMOTE_WRITE as an invalid request, and both QPs go
+// to ERR. Against such a peer that stays idle for Keepalive, turn probing
+// off (Config.Keepalive < 0). A probe every responder takes would be a
+// duplicate of the last acknowledged request (responders answer
+// duplicates before checking access); not built.
 // Any packet from the peer (a request, an ACK, a response) counts as
 // hearing from it, so a busy connection never probes. The worst-case
 // detection time of a dead peer is Keepalive plus the retries: about
