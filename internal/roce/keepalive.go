@@ -18,14 +18,13 @@ package roce
 //
 // A zero-length RDMA WRITE needs no rkey and touches no memory (IBTA
 // C9-88: a zero-length RDMA operation need not carry a valid address or
-// R_Key; rxe's check_rkey skips it). softrdma's responder acknowledges it
-// on any QP (emptyWrite). Linux rxe and NICs acknowledge it only on a QP
-// that grants remote write: rxe's check_op_valid refuses a WRITE to a QP
-// without IB_ACCESS_REMOTE_WRITE as an invalid request, and both QPs go
-// to ERR. Against such a peer that stays idle for Keepalive, turn probing
-// off (Config.Keepalive < 0). A probe every responder takes would be a
-// duplicate of the last acknowledged request (responders answer
-// duplicates before checking access); not built.
+// R_Key; rxe's check_rkey skips it). Sent with a new PSN it would still
+// be refused by a QP that grants no remote write (rxe's check_op_valid:
+// an invalid request, and both QPs go to ERR), so the probe carries the
+// last acknowledged PSN instead: a duplicate, which every responder
+// acknowledges again before it looks at access (keepaliveLocked). A
+// softrdma responder that has had no request yet answers that one
+// duplicate too (responder.onDuplicateLocked).
 // Any packet from the peer (a request, an ACK, a response) counts as
 // hearing from it, so a busy connection never probes. The worst-case
 // detection time of a dead peer is Keepalive plus the retries: about
@@ -67,6 +66,18 @@ func (qp *QP) keepaliveLocked(now time.Time) {
 	at := qp.keepaliveAtLocked()
 	if at.IsZero() || now.Before(at) {
 		return
+	}
+	// The probe repeats the last acknowledged PSN (with everything
+	// acknowledged, the one before the next): a responder answers a
+	// duplicate WRITE with an ACK (IBTA C9-105) before it checks the
+	// QP's access (rxe's check_psn comes before check_op_valid), so the
+	// probe reaches a QP that grants no remote write too, and nothing
+	// is executed. The requester and the completer step back over that
+	// PSN as if it had never been sent; sending the probe moves them on
+	// again.
+	if p := qp.req.psn; qp.comp.psn == p && qp.req.maxPSN == p {
+		p0 := p.Add(^uint32(0))
+		qp.req.psn, qp.req.maxPSN, qp.comp.psn = p0, p0, p0
 	}
 	q := &qp.sq
 	q.reserve() // a probe may take one slot beyond Cap.MaxSendWR

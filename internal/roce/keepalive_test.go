@@ -84,6 +84,50 @@ func TestKeepaliveIdleNoRemoteAccess(t *testing.T) {
 	})
 }
 
+// TestKeepaliveProbeRepeatsPSN: the probe repeats the last acknowledged
+// PSN, so the peer's responder takes it as a duplicate (no access check,
+// nothing executed) and its expected PSN does not move; traffic after
+// the idle spell goes on with the PSNs it had, before and after the
+// first request (a responder with no request yet answers the probe too).
+func TestKeepaliveProbeRepeatsPSN(t *testing.T) {
+	for _, sendFirst := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			o := defaultOpts()
+			o.access = verbs.AccessLocalWrite
+			_, a, b := keepalivePair(t, time.Second, o)
+			send := func(id uint64) {
+				b.postRecv(id, 0, 64)
+				a.post(&verbs.SendWR{WRID: id, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, 8)}})
+				expectWC(t, a.waitWC(a.scq), id, verbs.WCSuccess, 0)
+				expectWC(t, b.waitWC(b.rcq), id, verbs.WCSuccess, verbs.WCRecv)
+			}
+			if sendFirst {
+				send(1)
+			}
+			dup := b.dev.Counters.DuplicateRequest.Load()
+			time.Sleep(10 * time.Second)
+			synctest.Wait()
+			probes := a.dev.Counters.KeepaliveProbes.Load()
+			if probes == 0 {
+				t.Fatal("a sent no probe in 10 s at a 1 s keepalive")
+			}
+			if d := b.dev.Counters.DuplicateRequest.Load() - dup; d < probes {
+				t.Fatalf("b counted %d duplicates for a's %d probes; every probe must be one", d, probes)
+			}
+			if r := a.dev.Counters.Retransmits.Load(); r != 0 {
+				t.Fatalf("%d retransmits counted; a probe is not one", r)
+			}
+			send(2)
+			send(3)
+			for _, n := range []*node{a, b} {
+				if st := n.qp.State(); st != verbs.QPStateRTS {
+					t.Fatalf("state %v after the idle spell", st)
+				}
+			}
+		})
+	}
+}
+
 // TestKeepaliveDeadPeer: an idle QP whose peer stops answering goes to ERR
 // within the keepalive interval plus its retries, with EventQPFatal and
 // without a completion for the probe; work the application posted while

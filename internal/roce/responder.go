@@ -403,11 +403,11 @@ func invalidate(pd *PD, rkey uint32) {
 
 // emptyWrite reports whether p is an RC RDMA WRITE ONLY of zero bytes: it
 // touches no memory (IBTA C9-88 lets it go without a valid R_Key), and
-// it is what a keepalive probe sends (keepalive.go). It is acknowledged
-// even by a QP without remote write access, so that an idle connection
-// between QPs that grant none (perftest's exchange QP, ibv_rc_pingpong)
-// is not broken by its own probes. Linux rxe refuses it there: see
-// keepalive.go.
+// it is what keepalive probes were before they repeated an acknowledged
+// PSN (keepalive.go). It is acknowledged even by a QP without remote
+// write access, so that such a probe from an older softrdma does not
+// break an idle connection between QPs that grant none (perftest's
+// exchange QP, ibv_rc_pingpong). Linux rxe refuses it there.
 func emptyWrite(p *wire.Packet) bool {
 	return p.BTH.Opcode() == wire.RCWriteOnly && p.RETH.DMALen() == 0
 }
@@ -604,7 +604,11 @@ func (r *responder) sendAtomicAckLocked(tx answerTx, psn wire.PSN, orig uint64) 
 // — it is not the requester's retry but a forgery or a confused peer, and
 // answering it would read memory nobody asked for.
 func (r *responder) onDuplicateLocked(qp *respQP, p *wire.Packet, psn wire.PSN) {
-	if !r.started {
+	if !r.started && !(emptyWrite(p) && psn == r.psn.Add(^uint32(0))) {
+		// (The one exception: a keepalive probe from a peer that has
+		// sent nothing yet repeats the PSN before its first. Its ACK
+		// goes to the QP's peer, tells it nothing it did not know, and
+		// executes nothing.)
 		qp.c.DropEarlyDuplicate.Add(1)
 		return
 	}
