@@ -81,6 +81,9 @@ pair() {
 		xfails=$((xfails + 1))
 	else
 		echo "FAIL  $name (server rc=$src client rc=$crc, logs $logs/$n.server $logs/$n.client)"
+		# The logs' ends here too: go test removes its temporary directory.
+		tail -n 6 "$logs/$n.server" | sed 's/^/	server: /'
+		tail -n 6 "$logs/$n.client" | sed 's/^/	client: /'
 		kill $spid 2>/dev/null
 		fails=$((fails + 1))
 	fi
