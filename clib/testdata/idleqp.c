@@ -30,18 +30,25 @@ static void die(const char *what)
 static int exchange(const char *server, int port, const char *mine, char *theirs, size_t n)
 {
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-	int s = socket(AF_INET, SOCK_STREAM, 0), c;
-	if (s < 0)
-		die("socket");
+	int s, c;
 	if (server) {
 		inet_pton(AF_INET, server, &a.sin_addr);
-		for (int i = 0; connect(s, (void *)&a, sizeof a) < 0; i++) {
-			if (i == 50)
+		/* A new socket per attempt: the server may not listen yet, and
+		 * a socket whose connect failed is not to be reused. */
+		for (int i = 0;; i++) {
+			if ((s = socket(AF_INET, SOCK_STREAM, 0)) < 0)
+				die("socket");
+			if (connect(s, (void *)&a, sizeof a) == 0)
+				break;
+			close(s);
+			if (i == 100)
 				die("connect");
 			usleep(100000);
 		}
 		c = s;
 	} else {
+		if ((s = socket(AF_INET, SOCK_STREAM, 0)) < 0)
+			die("socket");
 		int on = 1;
 		setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
 		if (bind(s, (void *)&a, sizeof a) < 0 || listen(s, 1) < 0)
@@ -54,8 +61,12 @@ static int exchange(const char *server, int port, const char *mine, char *theirs
 	size_t got = 0;
 	while (got < n - 1 && (got == 0 || theirs[got - 1] != '\n')) {
 		ssize_t k = read(c, theirs + got, n - 1 - got);
-		if (k <= 0)
+		if (k < 0)
 			die("read");
+		if (k == 0) {
+			fprintf(stderr, "idleqp: the peer closed the exchange\n");
+			exit(2);
+		}
 		got += k;
 	}
 	theirs[got] = 0;
