@@ -182,8 +182,13 @@ func (w *kernelWatch) shutdown() {
 		listeners = append(listeners, l)
 	}
 	w.mu.Unlock()
+	// Every connection ends with ErrDeviceClosed before any is closed:
+	// closing one sends its DREQ, which may reach a connection of the
+	// same device (both ends on one host) and end it as disconnected.
 	for _, c := range conns {
 		c.closeWith(ErrDeviceClosed)
+	}
+	for _, c := range conns {
 		c.Close()
 	}
 	for _, l := range listeners {
