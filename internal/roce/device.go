@@ -143,8 +143,8 @@ type Config struct {
 	QPNSlotBits int
 	QPNSlot     uint32
 	// Keepalive is how long an idle RC QP in RTS waits to hear from its
-	// peer before it probes it with a zero-length RDMA WRITE (see
-	// keepalive.go); retry_cnt failed retries of the probe move the QP
+	// peer before it probes it with a zero-length RDMA WRITE that
+	// repeats the last acknowledged PSN (see keepalive.go); retry_cnt failed retries of the probe move the QP
 	// to ERR. 0 means DefaultKeepalive; negative turns probing off.
 	Keepalive time.Duration
 	// CC configures congestion control (cc.go): DCQCN with the paper's

@@ -128,8 +128,9 @@ type Config struct {
 	// internal/netsim).
 	Transport transport.Transport
 	// Keepalive is how long an idle RC QP in RTS waits to hear from its
-	// peer before it probes it (a zero-length RDMA WRITE, which every
-	// RoCEv2 peer acknowledges); when the probe's retries run out the QP
+	// peer before it probes it (a zero-length RDMA WRITE repeating the
+	// last acknowledged PSN: a duplicate, which every RoCEv2 responder
+	// acknowledges whatever the QP's access); when its retries run out the QP
 	// goes to ERR with EventQPFatal, and cm's Conn.Done fires. A dead
 	// peer is found within about Keepalive + (retry_cnt + 1) × 1.25 ×
 	// the QP's local ACK timeout: with cm's settings (timeout 19, about
