@@ -179,14 +179,31 @@ func testCQOverrun(t *testing.T, p *Pair) {
 	if got != a.scq.CQE() {
 		t.Errorf("Poll after an overrun returned %d completions; want the %d the CQ held", got, a.scq.CQE())
 	}
+	// The overrun is reported once. The event can come before the
+	// requester has retired the last SENDs (their ACK may come later):
+	// those complete into the recovered CQ, before what is posted next.
+	late := func(w verbs.WC) bool { return w.WRID < uint64(n) && w.Status == verbs.WCSuccess }
 	got, err = a.scq.Poll(wc)
-	if err != nil || got != 0 {
-		t.Fatalf("the second Poll after an overrun: %d, %v; want 0, nil (reported once)", got, err)
+	if err != nil {
+		t.Fatalf("the second Poll after an overrun: %v; want nil (reported once)", err)
+	}
+	for _, w := range wc[:got] {
+		if !late(w) {
+			t.Fatalf("the second Poll after an overrun returned %+v; want nothing but late completions of the SENDs", w)
+		}
 	}
 	// The CQ works on.
 	b.recv(99, 0, 64)
 	a.post(verbs.SendWR{WRID: 99, Opcode: verbs.WRSend, SGList: []verbs.SGE{a.sge(0, 8)}})
-	a.expect(a.scq, 99, verbs.WCSuccess)
+	for {
+		w := a.wc(a.scq)
+		if w.WRID == 99 && w.Status == verbs.WCSuccess {
+			break
+		}
+		if !late(w) {
+			t.Fatalf("completion: wr_id %d status %v; want wr_id 99 (after late SENDs) status success", w.WRID, w.Status)
+		}
+	}
 }
 
 func testSRQLimit(t *testing.T, p *Pair) {
