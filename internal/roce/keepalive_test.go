@@ -59,8 +59,9 @@ func TestKeepaliveIdle(t *testing.T) {
 
 // TestKeepaliveIdleNoRemoteAccess: QPs that grant no remote access
 // (perftest's exchange QP, ibv_rc_pingpong's) stay up while idle: their
-// peers' probes, zero-length RDMA WRITEs, are acknowledged, not refused
-// as invalid requests (which failed both QPs after 5 s of silence).
+// peers' probes, zero-length RDMA WRITEs repeating an acknowledged PSN,
+// are answered as duplicates, not refused as invalid requests (which
+// failed both QPs after 5 s of silence).
 func TestKeepaliveIdleNoRemoteAccess(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		o := defaultOpts()

@@ -252,7 +252,7 @@ func (r *responder) executeLocked(qp *respQP, p *wire.Packet, psn wire.PSN) (v v
 	case info.Has(wire.FlagSend):
 		v, recvStatus = r.recvSendLocked(&qp.recvRes, p, first, last)
 	case info.Has(wire.FlagWrite):
-		if access&verbs.AccessRemoteWrite == 0 && !emptyWrite(p) {
+		if access&verbs.AccessRemoteWrite == 0 {
 			return vInvalid, verbs.WCRemInvReqErr
 		}
 		v, recvStatus = r.recvWriteLocked(&qp.recvRes, p, first, last)
@@ -401,13 +401,8 @@ func invalidate(pd *PD, rkey uint32) {
 	mr.mu.Unlock()
 }
 
-// emptyWrite reports whether p is an RC RDMA WRITE ONLY of zero bytes: it
-// touches no memory (IBTA C9-88 lets it go without a valid R_Key), and
-// it is what keepalive probes were before they repeated an acknowledged
-// PSN (keepalive.go). It is acknowledged even by a QP without remote
-// write access, so that such a probe from an older softrdma does not
-// break an idle connection between QPs that grant none (perftest's
-// exchange QP, ibv_rc_pingpong). Linux rxe refuses it there.
+// emptyWrite reports whether p is an RC RDMA WRITE ONLY of zero bytes,
+// the shape of a keepalive probe (keepalive.go).
 func emptyWrite(p *wire.Packet) bool {
 	return p.BTH.Opcode() == wire.RCWriteOnly && p.RETH.DMALen() == 0
 }
