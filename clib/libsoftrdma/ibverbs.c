@@ -133,9 +133,9 @@ int ibv_get_device_index(struct ibv_device *device)
 
 /*
  * The idle policy of a C busy poller, the one softrdma's Go pollers follow
- * (internal/spin): every SRD_YIELD_EVERY consecutive empty polls of a
- * thread, sched_yield gives the CPU to other runnable threads, and returns
- * at once when there are none. C programs such as perftest spin on
+ * (internal/spin): every SRD_YIELD_EVERY consecutive empty receive
+ * attempts of a thread, sched_yield gives the CPU to other runnable
+ * threads, and returns at once when there are none. C programs such as perftest spin on
  * ibv_poll_cq without ever yielding; on a machine with fewer CPUs than
  * busy threads (the peer process, the device's receive loop, other load)
  * such a spinner keeps the CPU for its whole time slice while the thread
@@ -146,17 +146,21 @@ static __thread unsigned srd_empty_polls;
 
 static int srd_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
-	int got;
+	int got, tries = 1;
 
 	if (n < 0 || (n > 0 && !wc))
 		return -EINVAL;
-	got = srdgo_poll_cq(SRD_CONTAINER(cq, struct srd_cq, cq)->h, n, wc);
+	got = srdgo_poll_cq(SRD_CONTAINER(cq, struct srd_cq, cq)->h, n, wc, &tries);
 	if (got != 0 || n == 0) {
 		srd_empty_polls = 0;
 		return got;
 	}
-	if (++srd_empty_polls % SRD_YIELD_EVERY == 0)
+	/* One call may have received several times (emptyPollTries). */
+	srd_empty_polls += tries;
+	if (srd_empty_polls >= SRD_YIELD_EVERY) {
+		srd_empty_polls = 0;
 		sched_yield();
+	}
 	return 0;
 }
 

@@ -245,6 +245,12 @@ func (d *Device) Counter(name string) (uint64, bool) {
 	return 0, false
 }
 
+// PacketsReceived returns how many packets the device has taken from its
+// transport so far (the rcvd_pkts counter), by whichever goroutine
+// received them. It is one atomic load: a poller that retries an empty CQ
+// reads it to stop as soon as anything arrived, for this CQ or another.
+func (d *Device) PacketsReceived() uint64 { return d.eng.Counters.RcvdPkts.Load() }
+
 // Progress receives and processes what is waiting for the device on the
 // calling goroutine, for programs that busy-poll memory rather than a CQ
 // (as ib_write_lat polls the last byte of its buffer). It never blocks;
