@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -70,6 +71,18 @@ func runPeer() {
 		fmt.Println("ERR", err)
 		os.Exit(1)
 	}
+	// SHM_TEST_PEER_CPUPROFILE=FILE profiles the peer until the first
+	// "stop": the other half of a benchmark (-test.cpuprofile covers only
+	// the parent). Run one benchmark at a time: each peer writes FILE.
+	if f := os.Getenv("SHM_TEST_PEER_CPUPROFILE"); f != "" {
+		out, err := os.Create(f)
+		if err == nil {
+			err = pprof.StartCPUProfile(out)
+		}
+		if err != nil {
+			fail(err)
+		}
+	}
 	t := &testing.T{}
 	o := sideOpts{regMR: os.Getenv("SHM_TEST_PEER_REGMR") == "1"}
 	if os.Getenv("SHM_TEST_PEER_UD") == "1" {
@@ -96,11 +109,13 @@ func runPeer() {
 		for in.Scan() {
 			f := strings.Fields(in.Text())
 			if len(f) == 1 && f[0] == "stop" {
+				pprof.StopCPUProfile() // the benchmark's work is done
 				stop.Store(true)
 				continue
 			}
 			cmds <- f
 		}
+		pprof.StopCPUProfile()
 		os.Exit(0) // the parent went away
 	}()
 	wc := make([]verbs.WC, 16)
