@@ -73,6 +73,8 @@ type QP struct {
 
 	sq                   []sendWQE
 	sqHead, sqNext, sqTl uint64
+	awaited              uint64 // sqNext after the last executed WQE that completes to the CQ
+	retireLooks          uint64 // retireLocked calls (retireDue)
 	rq                   []recvWQE
 	rqHead, rqTail       uint64
 	cur                  recvWQE
@@ -296,6 +298,9 @@ func (qp *QP) modify(attr *verbs.QPAttr, mask verbs.QPAttrMask, reset **conn) er
 		*reset = qp.conn
 		qp.resetLocked()
 	case verbs.QPStateErr:
+		if qp.state != verbs.QPStateErr && qp.typ == verbs.QPTypeRC {
+			qp.retireNowLocked() // what the peer took is not flushed
+		}
 		qp.errorLocked()
 	default:
 		qp.state = next
@@ -466,7 +471,7 @@ func (qp *QP) peerGone() {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	if qp.state != verbs.QPStateErr {
-		qp.retireLocked()
+		qp.retireNowLocked()
 	}
 	if out := qp.out; out != nil && qp.state != verbs.QPStateErr && qp.sqHead == qp.sqTl {
 		time.AfterFunc(time.Duration(peerGoneGrace.Load()), func() { qp.peerGoneIdle(out) })
@@ -493,7 +498,7 @@ func (qp *QP) peerGoneIdle(out *ring) {
 		return
 	}
 	if qp.state != verbs.QPStateErr {
-		qp.retireLocked()
+		qp.retireNowLocked()
 	}
 	qp.errorLocked()
 	qp.unmapLocked()
@@ -539,7 +544,9 @@ func (qp *QP) PostSend(wr *verbs.SendWR) error {
 	}
 	if qp.typ == verbs.QPTypeRC {
 		qp.executeLocked()
-		qp.retireLocked()
+		if qp.sqTl-qp.sqHead >= uint64(len(qp.sq))/2 {
+			qp.retireLocked() // room for the next posts; else a poll retires
+		}
 	}
 	if err != nil {
 		return &verbs.PostError{Index: i, WRID: wr.WRID, Err: err}
@@ -744,6 +751,9 @@ func (qp *QP) executeLocked() bool {
 		w.executed = true
 		w.endSeq = qp.out.prod
 		qp.sqNext++
+		if w.signaled || w.status != verbs.WCSuccess {
+			qp.awaited = qp.sqNext
+		}
 		if w.status != verbs.WCSuccess {
 			qp.failed = true
 			if !w.localError {
@@ -988,12 +998,23 @@ func (qp *QP) atomicLocked(w *sendWQE) {
 	}
 }
 
-// retireLocked completes executed WQEs in order.
+// retireLocked completes executed WQEs in order, when it is due
+// (retireDue).
 func (qp *QP) retireLocked() bool {
+	if qp.out == nil || qp.sqHead == qp.sqNext || !qp.retireDue() {
+		return false
+	}
+	return qp.retireNowLocked()
+}
+
+// retireNowLocked completes the executed WQEs the peer acknowledged, in
+// order. Paths that end the QP's sending call it directly: what the peer
+// took completes with success before the rest is flushed.
+func (qp *QP) retireNowLocked() bool {
 	if qp.out == nil || qp.sqHead == qp.sqNext {
 		return false
 	}
-	if _, ok := qp.out.free(); !ok {
+	if _, ok := qp.out.acked(); !ok {
 		w := &qp.sq[qp.sqHead%uint64(len(qp.sq))]
 		w.status = verbs.WCRetryExcErr
 		qp.completeSendLocked(w, w.status)
@@ -1030,6 +1051,26 @@ func (qp *QP) retireLocked() bool {
 	}
 	return moved
 }
+
+// retireDue reports whether retireLocked reads the peer's acknowledgement
+// (the consumer index and the NAK, one cache line the peer writes for
+// every slot it takes) on this call: when an executed WQE is awaited (it
+// completes to the CQ: signaled, or failed), when the send queue is half
+// full, and on every retireLookEvery-th call otherwise, so that the
+// unsignaled WQEs a busy poller leaves are retired and a NAK of one is
+// seen within microseconds. Reading the line at every poll of a ping-pong
+// moved it between the CPUs once per message for nothing.
+func (qp *QP) retireDue() bool {
+	qp.retireLooks++
+	return qp.awaited > qp.sqHead || qp.failed ||
+		qp.sqTl-qp.sqHead >= uint64(len(qp.sq))/2 ||
+		qp.retireLooks%retireLookEvery == 0 ||
+		qp.state != verbs.QPStateRTS // draining for SQD/ERR: retire at once
+}
+
+// retireLookEvery is how often (in retireLocked calls) a QP whose
+// executed WQEs are all unsignaled reads the peer's acknowledgement.
+const retireLookEvery = 64
 
 // consumeLocked handles the peer's requests in the inbox.
 func (qp *QP) consumeLocked() bool {

@@ -111,9 +111,23 @@ func (r *ring) slot(seq uint64) []byte {
 
 // --- producer (requester) ---
 
-// free returns how many slots the producer may fill. ok is false if the
-// consumer's index is impossible (the peer broke the ring).
+// free returns how many slots the producer may fill. It reads the
+// consumer's index only when the index it last saw leaves no room: the
+// consumer writes that index for every slot it takes, and a producer that
+// read it for every slot it filled pulled its cache line across to its own
+// CPU and back once per message, on the critical path of both sides. ok
+// is false if the consumer's index is impossible (the peer broke the
+// ring).
 func (r *ring) free() (n int, ok bool) {
+	if used := r.prod - r.seenCons; used < ringSlots {
+		return ringSlots - int(used), true
+	}
+	return r.acked()
+}
+
+// acked reads the consumer's index into seenCons, the cumulative
+// acknowledgement, and returns the room it leaves, as free does.
+func (r *ring) acked() (n int, ok bool) {
 	c := atomic.LoadUint64(r.word64(offCons))
 	if c < r.seenCons || c > r.prod || r.prod-c > ringSlots {
 		return 0, false
@@ -135,7 +149,7 @@ func (r *ring) publish(h *slotHdr) {
 	binary.LittleEndian.PutUint32(s[8:], h.imm)
 	binary.LittleEndian.PutUint32(s[12:], h.msgLen)
 	r.prod++
-	atomic.StoreUint64(slotSeq(s), r.prod)
+	storeRelease64(slotSeq(s), r.prod)
 }
 
 // slotSeq is the sequence word of slot s.
@@ -212,7 +226,7 @@ func (r *ring) peek() (h slotHdr, payload []byte, ok bool, err error) {
 // pop releases the slot peek returned: the cumulative ACK.
 func (r *ring) pop() {
 	r.cons++
-	atomic.StoreUint64(r.word64(offCons), r.cons)
+	storeRelease64(r.word64(offCons), r.cons)
 }
 
 // setNak fails the message at the current slot with st.

@@ -85,7 +85,8 @@ func FuzzRingConsumer(f *testing.F) {
 }
 
 // FuzzRingProducer feeds arbitrary consumer-written words to the
-// producer: impossible indices must read as a broken ring, and a NAK
+// producer: impossible indices must read as a broken ring when it reads
+// them (acked; free reads them only when out of room), and a NAK
 // status must be one a responder can send.
 func FuzzRingProducer(f *testing.F) {
 	f.Add(uint64(0), uint64(0), uint32(0), uint64(0), uint64(3))
@@ -97,9 +98,13 @@ func FuzzRingProducer(f *testing.F) {
 		binary.LittleEndian.PutUint64(mem[offCons:], cons)
 		binary.LittleEndian.PutUint32(mem[offNak:], nak)
 		binary.LittleEndian.PutUint64(mem[offNakSeq:], nakSeq)
-		n, ok := r.free()
+		n, ok := r.acked()
 		if ok && (n < 0 || n > ringSlots || cons > prod) {
-			t.Fatalf("free %d accepted cons %d prod %d", n, cons, prod)
+			t.Fatalf("acked %d accepted cons %d prod %d", n, cons, prod)
+		}
+		// free answers from the index acked accepted, or reads it again.
+		if n, ok := r.free(); ok && (n < 0 || n > ringSlots || r.seenCons > prod) {
+			t.Fatalf("free %d with seen %d prod %d", n, r.seenCons, prod)
 		}
 		if st, _, ok := r.nak(); ok {
 			switch st {

@@ -105,7 +105,9 @@ func (qp *QP) sendUDLocked(w *sendWQE) {
 		d.ud.drops.Add(1)
 		return
 	}
-	n, ok := u.out.free()
+	// acked, not free: a UD ring has no retire pass to read the peer's
+	// index, so every send does, and a broken one is caught at once.
+	n, ok := u.out.acked()
 	if !ok {
 		// The peer wrote an impossible consumer index.
 		u.outBroken = true
