@@ -245,6 +245,11 @@ if [ -f "$dir/librdmacm.so.1" ] && command -v rping >/dev/null; then
 	rs ": Go server, C client" go c riostream -T v -C 50 -S 65536
 fi
 
+# QPs that grant no remote access, idle past the keepalive (5 s), then
+# used again (testdata/idleqp.c; against rxe by hand, see its header).
+${CC:-gcc} -Wall -o "$logs/idleqp" "$here/testdata/idleqp.c" -L"$dir" -libverbs || exit 1
+pair "idleqp -t 7 (C to C)" c c -- "$logs/idleqp" -d $dev -g $gid -p $port -t 7 -- "$logs/idleqp" -d $dev -g $gid -p $port -t 7 127.0.0.1
+
 # The shared-memory device: its one GID, index 0, names the process.
 pair "ibv_rc_pingpong on shm0 (C to C)" c c -- ibv_rc_pingpong -d shm0 -g 0 -p $port -- ibv_rc_pingpong -d shm0 -g 0 -p $port 127.0.0.1
 pair "ib_write_bw on shm0 (C to C)" c c -- ib_write_bw -d shm0 -x 0 -p $port -n 2000 -- ib_write_bw -d shm0 -x 0 -p $port -n 2000 127.0.0.1
