@@ -90,6 +90,28 @@ pair() {
 	port=$((port + 1))
 }
 
+# profiled NAME PATTERN: at least two files (a pair's server and client)
+# match PATTERN, each a CPU profile that go tool pprof reads, and they
+# hold samples (SOFTRDMA_CPUPROFILE; a client the pair ran again writes
+# one more).
+profiled() {
+	local name=$1 f files=0 bad=0 out
+	n=$((n + 1))
+	for f in $2; do
+		[ -e "$f" ] || continue
+		files=$((files + 1))
+		out=$(cd "$root" && go tool pprof -top "$f" 2>&1)
+		printf '%s:\n%s\n' "$f" "$out" >>"$logs/$n.out"
+		grep -q "^Type: cpu" <<<"$out" || bad=$((bad + 1))
+	done
+	if [ $files -ge 2 ] && [ $bad = 0 ] && grep -q "Total samples = [1-9]" "$logs/$n.out"; then
+		echo "PASS  $name"
+	else
+		echo "FAIL  $name ($files profiles, $bad unreadable; log $logs/$n.out)"
+		fails=$((fails + 1))
+	fi
+}
+
 # Misuse and blocking checks through the ABI, from C (testdata/abicheck.c).
 ${CC:-gcc} -Wall -o "$logs/abicheck" "$here/testdata/abicheck.c" -L"$dir" -libverbs || exit 1
 run "abicheck on $dev (bad arguments, errnos, bad_wr, channel fd with poll())" "$logs/abicheck" $dev $gid
@@ -148,6 +170,13 @@ xfail="under loss or heavy load the client's QP may exceed its transport retries
 pt "" ib_send_bw --use-srq -n 2000
 xfail=
 pt "" ib_write_bw -I 64 -s 64 -n 2000
+# SOFTRDMA_CPUPROFILE: each process writes its profile when it closes
+# its last device ("%p" is its PID).
+mkdir -p "$logs/cpu"
+prof=(env "SOFTRDMA_CPUPROFILE=$logs/cpu/ib_write_bw.%p.pprof")
+pair "ib_write_bw -n 2000 with SOFTRDMA_CPUPROFILE (C to C)" c c -- "${prof[@]}" ib_write_bw -d $dev -x $gid -p $port -n 2000 \
+	-- "${prof[@]}" ib_write_bw -d $dev -x $gid -p $port -n 2000 127.0.0.1
+profiled "SOFTRDMA_CPUPROFILE: ib_write_bw's profiles (closed devices), read by go tool pprof" "$logs/cpu/ib_write_bw.*.pprof"
 for p in ib_write_bw ib_read_bw ib_send_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat; do
 	pair "$p: C server, Go client" c go -- $p -d $dev -x $gid -p $port -n 1000 -- "$gotool" $p -d $dev -x $gid -p $port -n 1000 127.0.0.1
 	pair "$p: Go server, C client" go c -- "$gotool" $p -d $dev -x $gid -p $port -n 1000 -- $p -d $dev -x $gid -p $port -n 1000 127.0.0.1
@@ -188,6 +217,11 @@ if [ -f "$dir/librdmacm.so.1" ] && command -v rping >/dev/null; then
 	run "cmcheck on 127.0.0.1 (rdma_cm misuse, events, private data, reject, migrate, own QPs with rdma_init_qp_attr, TOS, rdma_create_ep)" "$logs/cmcheck" 127.0.0.1
 	pair "rping (C to C)" c c -- rping -s -a 127.0.0.1 -p $port -C 10 -V -- rping -c -a 127.0.0.1 -p $port -C 10 -V
 	pair "rping -S 4096 (C to C)" c c -- rping -s -a 127.0.0.1 -p $port -C 100 -S 4096 -V -- rping -c -a 127.0.0.1 -p $port -C 100 -S 4096 -V
+	# librdmacm keeps its devices open: rping's profiles are written at
+	# exit (a value without "%p" gets ".PID" appended).
+	prof=(env "SOFTRDMA_CPUPROFILE=$logs/cpu/rping")
+	pair "rping with SOFTRDMA_CPUPROFILE (C to C)" c c -- "${prof[@]}" rping -s -a 127.0.0.1 -p $port -C 10 -V -- "${prof[@]}" rping -c -a 127.0.0.1 -p $port -C 10 -V
+	profiled "SOFTRDMA_CPUPROFILE: rping's profiles (written at exit), read by go tool pprof" "$logs/cpu/rping.*"
 	pair "rping: C server, Go client" c go -- rping -s -a 127.0.0.1 -p $port -C 10 -- "$gotool" rping -c -a 127.0.0.1 -p $port -C 10
 	pair "rping: Go server, C client" go c -- "$gotool" rping -s -a 127.0.0.1 -p $port -C 10 -- rping -c -a 127.0.0.1 -p $port -C 10
 	# rping -q: each side creates its QP with ibv_create_qp and moves it
@@ -244,6 +278,11 @@ if [ -f "$dir/librdmacm.so.1" ] && command -v rping >/dev/null; then
 	rs ": C server, Go client" c go riostream -T v -C 50 -S 65536
 	rs ": Go server, C client" go c riostream -T v -C 50 -S 65536
 fi
+
+# QPs that grant no remote access, idle past the keepalive (5 s), then
+# used again (testdata/idleqp.c; against rxe by hand, see its header).
+${CC:-gcc} -Wall -o "$logs/idleqp" "$here/testdata/idleqp.c" -L"$dir" -libverbs || exit 1
+pair "idleqp -t 7 (C to C)" c c -- "$logs/idleqp" -d $dev -g $gid -p $port -t 7 -- "$logs/idleqp" -d $dev -g $gid -p $port -t 7 127.0.0.1
 
 # The shared-memory device: its one GID, index 0, names the process.
 pair "ibv_rc_pingpong on shm0 (C to C)" c c -- ibv_rc_pingpong -d shm0 -g 0 -p $port -- ibv_rc_pingpong -d shm0 -g 0 -p $port 127.0.0.1

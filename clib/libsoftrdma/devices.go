@@ -148,10 +148,12 @@ func srdgo_open(i C.int, asyncW C.int, h *C.uintptr_t) (ret C.int) {
 	if int(i) < 0 || int(i) >= len(ds) {
 		return C.ENODEV
 	}
+	cpuProfileStart(opener.Env.CPUProfile)
 	ctx, err := openShared(ds[i].name)
 	if err != nil {
 		return errnoOf("ibv_open_device", err)
 	}
+	cpuProfileOpened()
 	c := &ctxObj{
 		name:    ds[i].name,
 		ctx:     ctx,
@@ -261,6 +263,7 @@ func srdgo_close(h C.uintptr_t) {
 	hs := c.handles
 	c.handles = map[cgo.Handle]func(){}
 	c.mu.Unlock()
+	defer cpuProfileClosed()
 	close(c.done)
 	for ch, release := range hs {
 		if release != nil {

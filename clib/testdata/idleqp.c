@@ -7,19 +7,23 @@
  *   server: idleqp -d DEV -g GIDX [-p PORT] [-t SECONDS]
  *   client: idleqp -d DEV -g GIDX [-p PORT] [-t SECONDS] SERVER-IPv4
  *
- * The two ends swap QPN, PSN and GID over TCP as "QPN PSN GID-hex\n";
- * then each round is one SEND each way (the client first), with a round
- * before and a round after the idle spell. Exit status 0: both rounds
- * completed successfully on this end.
+ * The two ends swap QPN, PSN and GID over TCP as "QPN PSN GID-hex\n",
+ * and a sync byte each way once both QPs are ready to receive ("r") and
+ * before exiting ("d"). Each round is one SEND each way (the client
+ * first), with a round before and a round after the idle spell. Exit
+ * status 0: both rounds completed successfully on this end.
  *
- * Not in CI yet: now and then the client reads EOF on the TCP exchange
- * while the server waits in it (in CI's C-to-C pair, and with the server
- * in the interop VM), not understood. Run by hand against rxe with the
+ * The exchange reads its line a byte at a time: a larger read can take
+ * the peer's first sync byte along with its line, and both ends then wait
+ * for each other until a timeout kills one of them.
+ *
+ * clib/test.sh runs it C to C over the library. Against rxe, with the
  * server over the library:
  *   vm.sh nsexec env LD_LIBRARY_PATH=DIR SOFTRDMA_ADDR=10.77.0.1 idleqp -d softrdma_br0 -g 1 -p 18612 -t 12
  *   vm.sh exec vm1 "/share/idleqp -d rxe0 -g 1 -p 18612 -t 12 10.77.0.1"
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -34,6 +38,63 @@ static void die(const char *what)
 	exit(2);
 }
 
+/* The TCP stream carries the address line, then one-byte syncs. Every
+ * read takes exactly what it was asked for: a read that took the peer's
+ * next sync along with its line would leave that sync unseen, and both
+ * ends would wait for each other. */
+static void send_all(int s, const char *p, size_t n, const char *what)
+{
+	while (n > 0) {
+		ssize_t k = write(s, p, n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			die(what);
+		p += k;
+		n -= k;
+	}
+}
+
+static char recv_byte(int s, const char *what)
+{
+	char ch;
+	for (;;) {
+		ssize_t k = read(s, &ch, 1);
+		if (k == 1)
+			return ch;
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k == 0) {
+			fprintf(stderr, "idleqp: the peer closed the connection during the %s\n", what);
+			exit(2);
+		}
+		die(what);
+	}
+}
+
+/* sync: both ends say what they are ready for and wait for the other. */
+static void sync_with(int s, char what)
+{
+	char name[] = {'s', 'y', 'n', 'c', ' ', what, 0};
+	send_all(s, &what, 1, name);
+	char got = recv_byte(s, name);
+	if (got != what) {
+		fprintf(stderr, "idleqp: the peer sent %#x at the %s\n", (unsigned char)got, name);
+		exit(2);
+	}
+}
+
+/* A connect to a port that nobody listens on yet can pick that same port
+ * as its ephemeral source (loopback, port in ip_local_port_range) and
+ * connect the socket to itself; such a socket reads its own line back. */
+static int self_connected(int s)
+{
+	struct sockaddr_in me, peer;
+	socklen_t lm = sizeof me, lp = sizeof peer;
+	return getsockname(s, (void *)&me, &lm) == 0 && getpeername(s, (void *)&peer, &lp) == 0 &&
+	       me.sin_port == peer.sin_port && me.sin_addr.s_addr == peer.sin_addr.s_addr;
+}
+
 static int exchange(const char *server, int port, const char *mine, char *theirs, size_t n)
 {
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
@@ -45,7 +106,7 @@ static int exchange(const char *server, int port, const char *mine, char *theirs
 		for (int i = 0;; i++) {
 			if ((s = socket(AF_INET, SOCK_STREAM, 0)) < 0)
 				die("socket");
-			if (connect(s, (void *)&a, sizeof a) == 0)
+			if (connect(s, (void *)&a, sizeof a) == 0 && !self_connected(s))
 				break;
 			close(s);
 			if (i == 100)
@@ -62,20 +123,15 @@ static int exchange(const char *server, int port, const char *mine, char *theirs
 			die("bind/listen");
 		if ((c = accept(s, NULL, NULL)) < 0)
 			die("accept");
+		close(s);
 	}
-	if (write(c, mine, strlen(mine)) != (ssize_t)strlen(mine))
-		die("write");
+	send_all(c, mine, strlen(mine), "write");
 	size_t got = 0;
-	while (got < n - 1 && (got == 0 || theirs[got - 1] != '\n')) {
-		ssize_t k = read(c, theirs + got, n - 1 - got);
-		if (k < 0)
-			die("read");
-		if (k == 0) {
-			fprintf(stderr, "idleqp: the peer closed the exchange\n");
+	while ((theirs[got++] = recv_byte(c, "exchange")) != '\n')
+		if (got == n - 1) {
+			fprintf(stderr, "idleqp: the peer's address line is longer than %zu bytes\n", n - 1);
 			exit(2);
 		}
-		got += k;
-	}
 	theirs[got] = 0;
 	return c;
 }
@@ -171,9 +227,7 @@ int main(int argc, char **argv)
 	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
 				  IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
 		die("RTS");
-	char sync;
-	if (write(sock, "r", 1) != 1 || read(sock, &sync, 1) != 1) /* both ready to receive */
-		die("sync");
+	sync_with(sock, 'r'); /* both ready to receive */
 
 	struct ibv_sge ss = {.addr = (uintptr_t)buf[0], .length = 8, .lkey = mr->lkey};
 	struct ibv_send_wr sw = {.wr_id = 2, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
@@ -197,7 +251,6 @@ int main(int argc, char **argv)
 		}
 	}
 	printf("idleqp: both rounds completed\n");
-	if (write(sock, "d", 1) != 1 || read(sock, &sync, 1) != 1) /* neither exits before the other's done */
-		die("sync");
+	sync_with(sock, 'd'); /* neither exits before the other's done */
 	return 0;
 }
