@@ -118,7 +118,8 @@ run "abicheck on $dev (bad arguments, errnos, bad_wr, channel fd with poll())" "
 run "abicheck on shm0" "$logs/abicheck" shm0 0
 # A C busy poller yields the CPU as the Go pollers do (testdata/pollidle.c).
 ${CC:-gcc} -Wall -rdynamic -o "$logs/pollidle" "$here/testdata/pollidle.c" -L"$dir" -libverbs || exit 1
-run "pollidle on $dev (an empty-polling thread yields every 64 polls)" "$logs/pollidle" $dev
+run "pollidle on $dev (an empty-polling thread yields every 64 receive attempts, 4 per poll)" "$logs/pollidle" $dev 4
+run "pollidle on shm0 (an empty-polling thread yields every 64 polls)" "$logs/pollidle" shm0 1
 run "ibv_devices" ibv_devices
 run "ibv_devinfo" ibv_devinfo
 run "ibv_devinfo -v -d $dev" ibv_devinfo -v -d $dev
