@@ -15,6 +15,7 @@ import (
 	"runtime/cgo"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -136,6 +137,11 @@ type ctxObj struct {
 	handles map[cgo.Handle]func()  // every object's handle → its release
 	done    chan struct{}
 	closed  bool
+	// asyncDone is closed when forwardAsync has returned: srdgo_close
+	// waits for it, so that the C side closes the pipe's write end only
+	// after the last write to it (else a record could land in whatever
+	// file reuses the number). Nil without forwardAsync.
+	asyncDone chan struct{}
 }
 
 //export srdgo_open
@@ -163,6 +169,11 @@ func srdgo_open(i C.int, asyncW C.int, h *C.uintptr_t) (ret C.int) {
 		done:    make(chan struct{}),
 	}
 	if ae, ok := ctx.(verbs.AsyncEventer); ok {
+		// A program that never reads its events must not block the
+		// writer for ever (and srdgo_close with it): past the pipe's
+		// 4096 records, events are dropped.
+		syscall.SetNonblock(int(asyncW), true)
+		c.asyncDone = make(chan struct{})
 		go c.forwardAsync(ae.AsyncEvents())
 	}
 	*h = C.uintptr_t(cgo.NewHandle(c))
@@ -172,6 +183,7 @@ func srdgo_open(i C.int, asyncW C.int, h *C.uintptr_t) (ret C.int) {
 // forwardAsync writes each asynchronous event into the async_fd pipe as
 // the record ibv_get_async_event reads: event type, port, element.
 func (c *ctxObj) forwardAsync(ch <-chan verbs.AsyncEvent) {
+	defer close(c.asyncDone)
 	for {
 		var ev verbs.AsyncEvent
 		var ok bool
@@ -265,6 +277,9 @@ func srdgo_close(h C.uintptr_t) {
 	c.mu.Unlock()
 	defer cpuProfileClosed()
 	close(c.done)
+	if c.asyncDone != nil {
+		<-c.asyncDone
+	}
 	for ch, release := range hs {
 		if release != nil {
 			release()
