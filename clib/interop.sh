@@ -70,6 +70,14 @@ for t in ib_write_bw ib_read_lat ib_send_bw ib_atomic_lat; do
 	host_server "$t: C server over softrdma, rxe client" "$t -F -d rxe0 -x 1 -n 500 $host" -- $t -F -d $dev -x 1 -n 500
 	xfail=
 done
+# An RC connection between QPs that grant no remote access, idle for
+# longer than softrdma's keepalive (5 s), then used again
+# (testdata/idleqp.c): rxe refuses a WRITE to such a QP, so softrdma's
+# probe must be one rxe answers (a duplicate of the last acknowledged PSN).
+# The softrdma end probes in either role.
+${CC:-gcc} -Wall -o "$($vm path vm1)/idleqp" "$here/testdata/idleqp.c" -libverbs || exit 1
+guest_server "idleqp -t 12: rxe server, C client over softrdma" "/share/idleqp -d rxe0 -g 1 -p 18601 -t 12" -- "$($vm path vm1)/idleqp" -d $dev -g 1 -p 18601 -t 12 $guest
+host_server "idleqp -t 12: C server over softrdma, rxe client" "/share/idleqp -d rxe0 -g 1 -p 18602 -t 12 $host" -- "$($vm path vm1)/idleqp" -d $dev -g 1 -p 18602 -t 12
 # rdma_cm over librdmacm.so.1 against the kernel's rdma_cm on rxe.
 guest_server "rping: rxe server, C client over softrdma" "rping -s -a $guest -p 7471 -C 10 -V" -- rping -c -a $guest -p 7471 -C 10 -V
 host_server "rping: C server over softrdma, rxe client" "rping -c -a $host -p 7472 -C 10 -V" -- rping -s -a $host -p 7472 -C 10 -V
