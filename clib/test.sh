@@ -90,6 +90,33 @@ pair() {
 	port=$((port + 1))
 }
 
+# observed NAME KIND PATTERN: at least two files (a pair's server and
+# client) match PATTERN, and each is a runtime trace go tool trace reads
+# (KIND trace: SOFTRDMA_TRACE) or the counters of a device that sent and
+# received packets (KIND counters: SOFTRDMA_COUNTERS).
+observed() {
+	local name=$1 kind=$2 f files=0 bad=0 out
+	n=$((n + 1))
+	for f in $3; do
+		[ -e "$f" ] || continue
+		files=$((files + 1))
+		case $kind in
+		trace) out=$(cd "$root" && go tool trace -pprof=sched "$f" 2>&1 >/dev/null) || bad=$((bad + 1)) ;;
+		counters)
+			out=$(cat "$f")
+			grep -q "^device " <<<"$out" && grep -q "^sent_pkts [1-9]" <<<"$out" && grep -q "^rcvd_pkts [1-9]" <<<"$out" || bad=$((bad + 1))
+			;;
+		esac
+		printf '%s:\n%s\n' "$f" "$out" >>"$logs/$n.out"
+	done
+	if [ $files -ge 2 ] && [ $bad = 0 ]; then
+		echo "PASS  $name"
+	else
+		echo "FAIL  $name ($files files, $bad bad; log $logs/$n.out)"
+		fails=$((fails + 1))
+	fi
+}
+
 # profiled NAME PATTERN: at least two files (a pair's server and client)
 # match PATTERN, each a CPU profile that go tool pprof reads, and they
 # hold samples (SOFTRDMA_CPUPROFILE; a client the pair ran again writes
@@ -174,10 +201,12 @@ pt "" ib_write_bw -I 64 -s 64 -n 2000
 # SOFTRDMA_CPUPROFILE: each process writes its profile when it closes
 # its last device ("%p" is its PID).
 mkdir -p "$logs/cpu"
-prof=(env "SOFTRDMA_CPUPROFILE=$logs/cpu/ib_write_bw.%p.pprof")
-pair "ib_write_bw -n 2000 with SOFTRDMA_CPUPROFILE (C to C)" c c -- "${prof[@]}" ib_write_bw -d $dev -x $gid -p $port -n 2000 \
+prof=(env "SOFTRDMA_CPUPROFILE=$logs/cpu/ib_write_bw.%p.pprof" "SOFTRDMA_TRACE=$logs/cpu/ib_write_bw.%p.trace" "SOFTRDMA_COUNTERS=$logs/cpu/ib_write_bw.%p.counters")
+pair "ib_write_bw -n 2000 with SOFTRDMA_CPUPROFILE, _TRACE, _COUNTERS (C to C)" c c -- "${prof[@]}" ib_write_bw -d $dev -x $gid -p $port -n 2000 \
 	-- "${prof[@]}" ib_write_bw -d $dev -x $gid -p $port -n 2000 127.0.0.1
 profiled "SOFTRDMA_CPUPROFILE: ib_write_bw's profiles (closed devices), read by go tool pprof" "$logs/cpu/ib_write_bw.*.pprof"
+observed "SOFTRDMA_TRACE: ib_write_bw's traces (closed devices), read by go tool trace" trace "$logs/cpu/ib_write_bw.*.trace"
+observed "SOFTRDMA_COUNTERS: ib_write_bw's device counters (closed devices)" counters "$logs/cpu/ib_write_bw.*.counters"
 for p in ib_write_bw ib_read_bw ib_send_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat; do
 	pair "$p: C server, Go client" c go -- $p -d $dev -x $gid -p $port -n 1000 -- "$gotool" $p -d $dev -x $gid -p $port -n 1000 127.0.0.1
 	pair "$p: Go server, C client" go c -- "$gotool" $p -d $dev -x $gid -p $port -n 1000 -- $p -d $dev -x $gid -p $port -n 1000 127.0.0.1
@@ -220,9 +249,10 @@ if [ -f "$dir/librdmacm.so.1" ] && command -v rping >/dev/null; then
 	pair "rping -S 4096 (C to C)" c c -- rping -s -a 127.0.0.1 -p $port -C 100 -S 4096 -V -- rping -c -a 127.0.0.1 -p $port -C 100 -S 4096 -V
 	# librdmacm keeps its devices open: rping's profiles are written at
 	# exit (a value without "%p" gets ".PID" appended).
-	prof=(env "SOFTRDMA_CPUPROFILE=$logs/cpu/rping")
-	pair "rping with SOFTRDMA_CPUPROFILE (C to C)" c c -- "${prof[@]}" rping -s -a 127.0.0.1 -p $port -C 10 -V -- "${prof[@]}" rping -c -a 127.0.0.1 -p $port -C 10 -V
-	profiled "SOFTRDMA_CPUPROFILE: rping's profiles (written at exit), read by go tool pprof" "$logs/cpu/rping.*"
+	prof=(env "SOFTRDMA_CPUPROFILE=$logs/cpu/rping" "SOFTRDMA_COUNTERS=$logs/cpu/rping-counters")
+	pair "rping with SOFTRDMA_CPUPROFILE, _COUNTERS (C to C)" c c -- "${prof[@]}" rping -s -a 127.0.0.1 -p $port -C 10 -V -- "${prof[@]}" rping -c -a 127.0.0.1 -p $port -C 10 -V
+	profiled "SOFTRDMA_CPUPROFILE: rping's profiles (written at exit), read by go tool pprof" "$logs/cpu/rping.[0-9]*"
+	observed "SOFTRDMA_COUNTERS: rping's device counters (written at exit)" counters "$logs/cpu/rping-counters.*"
 	pair "rping: C server, Go client" c go -- rping -s -a 127.0.0.1 -p $port -C 10 -- "$gotool" rping -c -a 127.0.0.1 -p $port -C 10
 	pair "rping: Go server, C client" go c -- "$gotool" rping -s -a 127.0.0.1 -p $port -C 10 -- rping -c -a 127.0.0.1 -p $port -C 10
 	# rping -q: each side creates its QP with ibv_create_qp and moves it

@@ -154,12 +154,12 @@ func srdgo_open(i C.int, asyncW C.int, h *C.uintptr_t) (ret C.int) {
 	if int(i) < 0 || int(i) >= len(ds) {
 		return C.ENODEV
 	}
-	cpuProfileStart(opener.Env.CPUProfile)
+	observeStart(&opener.Env)
 	ctx, err := openShared(ds[i].name)
 	if err != nil {
 		return errnoOf("ibv_open_device", err)
 	}
-	cpuProfileOpened()
+	observeOpened()
 	c := &ctxObj{
 		name:    ds[i].name,
 		ctx:     ctx,
@@ -275,7 +275,7 @@ func srdgo_close(h C.uintptr_t) {
 	hs := c.handles
 	c.handles = map[cgo.Handle]func(){}
 	c.mu.Unlock()
-	defer cpuProfileClosed()
+	defer observeClosed()
 	close(c.done)
 	if c.asyncDone != nil {
 		<-c.asyncDone
