@@ -300,18 +300,24 @@ func srdgo_poll_cq(h C.uintptr_t, n C.int, out *C.struct_ibv_wc, tries *C.int) (
 	if int(n) > len(o.wc) {
 		o.wc = make([]verbs.WC, int(n))
 	}
+	rx, counts := o.c.ctx.(packetCounter)
+	var seen uint64
+	if counts {
+		seen = rx.PacketsReceived()
+	}
 	got, err := o.cq.Poll(o.wc[:n])
-	if rx, ok := o.c.ctx.(packetCounter); ok && got == 0 && err == nil && n > 0 {
-		// An empty poll on a UDP device is a receive system call, and
-		// coming back into C after one costs this VM ~550 ns more than a
-		// Go poller's next poll does (cold translations and predictors
-		// after the kernel; a crossing without a system call is 60 ns).
+	if counts && got == 0 && err == nil && n > 0 {
+		// An empty poll on a UDP device is a receive system call made
+		// inside the crossing, and on this VM a system call inside a
+		// crossing costs 150-400 ns more than the same call from C or
+		// Go, and the crossing back after it another ~150 (an empty
+		// crossing is 50-65 ns; docs/results/2026-11-27-clib-perf.md).
 		// A few receive attempts per crossing spread that over them: the
 		// C program finds a packet that arrives while it polls almost as
 		// soon as a Go poller would. It stops at the first packet the
-		// device receives, whichever CQ it completes to, so a program
-		// that polls several CQs in turn goes on to the others at once.
-		seen := rx.PacketsReceived()
+		// device receives, whichever CQ it completes to (counted from
+		// before the first attempt), so a program that polls several
+		// CQs in turn goes on to the others at once.
 		k := 1
 		for ; got == 0 && err == nil && k < emptyPollTries && rx.PacketsReceived() == seen; k++ {
 			got, err = o.cq.Poll(o.wc[:n])

@@ -392,7 +392,7 @@ func (qp *QP) resetLocked() {
 	qp.revokeGrantsLater()
 	qp.unmapLocked()
 	qp.state = verbs.QPStateReset
-	qp.sqHead, qp.sqNext, qp.sqTl = 0, 0, 0
+	qp.sqHead, qp.sqNext, qp.sqTl, qp.awaited = 0, 0, 0, 0
 	qp.rqHead, qp.rqTail = 0, 0
 	qp.haveCur, qp.inDone, qp.failed, qp.rnrFrom = false, false, false, 0
 	qp.attr = verbs.QPAttr{}
