@@ -12,6 +12,3 @@ func atomicStoreByte(p *byte, b byte) {
 	atomic.AddUint32(&fence, 1)
 	*p = b
 }
-
-// storeRelease64 stores v at *p after every earlier store.
-func storeRelease64(p *uint64, v uint64) { atomic.StoreUint64(p, v) }
