@@ -697,15 +697,19 @@ SRD_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma
 		n = read(channel->fd, &h, sizeof(h));
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n < 0)
-			return -1; /* EAGAIN on a non-blocking channel */
-		if (n == 0) {
+		if (n == 0 || (n < 0 && errno == EBADF)) {
 			/* Another thread destroyed the channel while this one
-			   waited (rping's event thread at exit): with rdma-core
-			   the read stays blocked, so it does here. */
+			   waited (n == 0: the write end closed under a blocked
+			   read) or just before it came back to wait (EBADF:
+			   rping's event thread at exit, after handling the
+			   DISCONNECT, while its main thread destroys the id and
+			   the channel). With rdma-core the read stays blocked,
+			   so it does here. */
 			for (;;)
 				pause();
 		}
+		if (n < 0)
+			return -1; /* EAGAIN on a non-blocking channel */
 		if (n != sizeof(h))
 			return srd_fail(EIO);
 		err = srdgo_cm_event((uintptr_t)h, &info);
