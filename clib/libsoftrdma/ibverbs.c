@@ -135,8 +135,8 @@ int ibv_get_device_index(struct ibv_device *device)
  * The idle policy of a C busy poller, the one softrdma's Go pollers follow
  * (internal/spin): every SRD_YIELD_EVERY consecutive empty receive
  * attempts of a thread, sched_yield gives the CPU to other runnable
- * threads, and returns at once when there are none. C programs such as perftest spin on
- * ibv_poll_cq without ever yielding; on a machine with fewer CPUs than
+ * threads, and returns at once when there are none. C programs such as
+ * perftest spin on ibv_poll_cq without ever yielding; on a machine with fewer CPUs than
  * busy threads (the peer process, the device's receive loop, other load)
  * such a spinner keeps the CPU for its whole time slice while the thread
  * that would complete its work waits for it: milliseconds per message.
