@@ -56,7 +56,9 @@ type Config struct {
 	BatchSize int
 	// SocketBuffer sets the sockets' receive and send buffer sizes
 	// (SO_RCVBUF and SO_SNDBUF, on Linux beyond the system limit where
-	// the process may); default 4 MiB.
+	// the process may); default 16 MiB. The receive buffer is where
+	// packets wait while the device's process is not running, so it
+	// bounds the burst a UD or UC receiver survives (defaultSocketBuffer).
 	SocketBuffer int
 	// SourcePorts is how many sockets send, each from its own ephemeral
 	// UDP port; a packet's Flow (its QP number) picks one, so one QP always
@@ -172,6 +174,20 @@ func (cfg Config) localAddrs() ([]netip.Addr, error) {
 	return out, nil
 }
 
+// defaultSocketBuffer is Config.SocketBuffer's default. The receiving
+// socket is where packets wait while the device's process is not running:
+// a NIC or Linux rxe places them in the posted receive WQEs meanwhile, a
+// user-space device only when its process next reads. A burst the
+// program has posted receives for must therefore fit in the socket, or
+// the kernel drops the rest, and on UD and UC nothing sends them again
+// (perftest's UD and UC servers post a receive for every message of the
+// run and wait for each). Linux charges a 4 KiB-MTU packet about 8.4 KiB
+// against the buffer (twice the value set): 16 MiB holds about 3970 of
+// them, 4 MiB only 992, fewer than one 1000-message run of ib_send_bw -c
+// UD. Without CAP_NET_ADMIN the kernel caps the value at
+// net.core.rmem_max (wmem_max for sending).
+const defaultSocketBuffer = 16 << 20
+
 // withDefaults returns cfg with its zero fields set to their defaults.
 func (cfg Config) withDefaults() Config {
 	if cfg.Port == 0 {
@@ -181,7 +197,7 @@ func (cfg Config) withDefaults() Config {
 		cfg.BatchSize = 64
 	}
 	if cfg.SocketBuffer <= 0 {
-		cfg.SocketBuffer = 4 << 20
+		cfg.SocketBuffer = defaultSocketBuffer
 	}
 	if cfg.SourcePorts == 0 {
 		cfg.SourcePorts = 8
