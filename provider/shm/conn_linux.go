@@ -134,6 +134,13 @@ type conn struct {
 	users atomic.Int64
 
 	ud udConn // UD rings to and from the peer (ud_linux.go)
+
+	// fence is ring's store-load barrier: a locked operation on a word
+	// of this conn's own, on a cache line of its own, so that it costs
+	// no transfer of a line the peer or another conn writes.
+	_     [64]byte
+	fence uint32
+	_     [60]byte
 }
 
 const connFreed = 1 << 62
@@ -330,10 +337,38 @@ func (d *Device) addConn(uc *net.UnixConn, peerID uint64, peerUID uint32, bell d
 // ring wakes the peer's progress goroutine if it sleeps: a futex wake
 // and a WAKE message, sent without waiting: a full socket means the peer's reader has this
 // connection's messages to read, and it wakes its device after each.
-// No system call if the peer is awake.
+// No system call if the peer is awake. A QP's hot paths do not call it
+// under the QP's lock (QP.ringLocked).
 func (c *conn) ring() {
-	if c.dead.Load() || c.wakeFd < 0 || atomic.LoadUint32(c.bell.word(bellSleeping)) == 0 {
-		return
+	if c.sleeps() {
+		c.wake()
+	}
+}
+
+// wakeHook, when set (by a test), is called at each wake.
+var wakeHook func(*conn)
+
+// sleeps reports whether the peer's progress goroutine sleeps (or is
+// about to), so that what the caller has just published needs a wake.
+func (c *conn) sleeps() bool {
+	if c.dead.Load() || c.wakeFd < 0 {
+		return false
+	}
+	// The caller has just published slots (or a consumer index) with
+	// release stores, which on x86 are plain stores. The peer publishes
+	// its sleeping flag, then looks at the rings; we publish the rings,
+	// then look at the flag. Without a barrier between our store and
+	// our load, x86 lets the load pass the store (it waits in the store
+	// buffer): we read "awake", the peer reads the rings before our
+	// slot, and it sleeps with our message unseen (until safetyWake).
+	storeLoadFence(&c.fence)
+	return atomic.LoadUint32(c.bell.word(bellSleeping)) != 0
+}
+
+// wake wakes the peer's progress goroutine.
+func (c *conn) wake() {
+	if wakeHook != nil {
+		wakeHook(c)
 	}
 	// FUTEX_WAKE needs only read access to the word: it wakes the device
 	// at once. It may come just before the device's futex wait and be

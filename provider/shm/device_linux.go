@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/softrdma/softrdma/internal/spin"
 	"github.com/softrdma/softrdma/internal/verbsobj"
 	"github.com/softrdma/softrdma/verbs"
 )
@@ -368,7 +369,7 @@ func (d *Device) progressPass() (moved, contended bool) {
 		if qp.progressLocked() {
 			moved = true
 		}
-		qp.mu.Unlock()
+		qp.unlock()
 	}
 	if d.pollUD() {
 		moved = true
@@ -386,7 +387,8 @@ func (d *Device) progressLoop() {
 	// between OS threads, tens of microseconds each. The futex wait keeps
 	// its thread for its duration anyway, having released the P.
 	seqw, sleeping := d.bell.word(bellSeq), d.bell.word(bellSleeping)
-	idle := 0
+	idle, held := 0, 0
+	var heldSince int64 // when passes began to find only a held QP
 	nap := time.NewTimer(time.Hour)
 	nap.Stop()
 	defer nap.Stop()
@@ -404,10 +406,33 @@ func (d *Device) progressLoop() {
 		// and taking the CPU its peer needs. Only an application that
 		// stopped polling waits, once, for the nap.
 		polls := d.active.Load() && !d.awaited()
-		if moved, contended := d.progressPass(); (moved || contended) && !polls {
-			idle = 0
+		moved, contended := d.progressPass()
+		if moved && !polls {
+			idle, held = 0, 0
 			continue
 		}
+		if contended && !polls {
+			// A QP was held and nothing moved: look again, never
+			// sleeping (a peer that saw this goroutine awake did not
+			// ring for what that QP's rings hold), but not hot. The
+			// holder may be a thread the OS took the CPU from in the
+			// middle of a post (ringing a peer is two system calls):
+			// this loop spinning on kept a CPU from it, for whole
+			// scheduler slices on a busy machine (a gRPC call's p99
+			// over rdmanet: 6-8 ms against 3 over TCP). Past
+			// heldSpin, longer than a post holds a QP on a CPU of its
+			// own, it gives its CPU away at every look.
+			if held++; held == 1 {
+				heldSince = nanotime()
+			}
+			if held%heldLook == 0 && nanotime()-heldSince > int64(heldSpin) {
+				spin.OSYield()
+			} else {
+				spin.Idle(held)
+			}
+			continue
+		}
+		held = 0
 		idle++
 		if idle < 64 {
 			runtime.Gosched()
@@ -460,6 +485,14 @@ func (d *Device) progressLoop() {
 		idle = 0
 	}
 }
+
+// While passes find a QP held and move nothing, the progress goroutine
+// looks at the clock every heldLook passes; once that has lasted
+// heldSpin it gives its CPU to other threads (sched_yield) at every look.
+const (
+	heldLook = 4
+	heldSpin = 20 * time.Microsecond
+)
 
 // safetyWake bounds a sleep on the doorbell: a safety net against a peer
 // that clears our flag. A variable so that a test can take it away (for

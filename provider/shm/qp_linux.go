@@ -51,6 +51,9 @@ type QP struct {
 	init   verbs.QPInitAttr
 	qpn    uint32
 
+	// wake is a peer to wake once mu is released (ringLocked, unlock).
+	wake *conn
+
 	// Read by conn readers without mu.
 	peer    atomic.Uint64
 	destQPN atomic.Uint32
@@ -193,14 +196,14 @@ func (qp *QP) Context() verbs.Context { return qp.dev }
 // State returns the current state.
 func (qp *QP) State() verbs.QPState {
 	qp.mu.Lock()
-	defer qp.mu.Unlock()
+	defer qp.unlock()
 	return qp.state
 }
 
 // Query returns the attributes.
 func (qp *QP) Query() (verbs.QPAttr, verbs.QPInitAttr, error) {
 	qp.mu.Lock()
-	defer qp.mu.Unlock()
+	defer qp.unlock()
 	a := qp.attr
 	a.QPState, a.CurQPState, a.Cap = qp.state, qp.state, qp.init.Cap
 	return a, qp.init, nil
@@ -222,7 +225,7 @@ func (qp *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 // state leaves the old connection in *reset.
 func (qp *QP) modify(attr *verbs.QPAttr, mask verbs.QPAttrMask, reset **conn) error {
 	qp.mu.Lock()
-	defer qp.mu.Unlock()
+	defer qp.unlock()
 	if qp.dead {
 		return verbs.Errorf("ModifyQP", verbs.ErrDestroyed, "QP destroyed")
 	}
@@ -469,7 +472,7 @@ func (qp *QP) flushAfterFailureLocked() {
 // of the receives it had posted beyond the last message.
 func (qp *QP) peerGone() {
 	qp.mu.Lock()
-	defer qp.mu.Unlock()
+	defer qp.unlock()
 	if qp.state != verbs.QPStateErr {
 		qp.retireNowLocked()
 	}
@@ -493,7 +496,7 @@ func init() { peerGoneGrace.Store(int64(time.Second)) }
 // What it posted in the meantime nobody took: it is flushed.
 func (qp *QP) peerGoneIdle(out *ring) {
 	qp.mu.Lock()
-	defer qp.mu.Unlock()
+	defer qp.unlock()
 	if qp.dead || qp.out != out {
 		return
 	}
@@ -534,7 +537,7 @@ func (qp *QP) opcodeAllowed(op verbs.WROpcode) bool {
 func (qp *QP) PostSend(wr *verbs.SendWR) error {
 	qp.dev.markActive()
 	qp.mu.Lock()
-	defer qp.mu.Unlock()
+	defer qp.unlock()
 	i := 0
 	var err error
 	for ; wr != nil; i, wr = i+1, wr.Next {
@@ -657,7 +660,7 @@ func (qp *QP) postOneLocked(wr *verbs.SendWR) error {
 // PostRecv posts receive requests.
 func (qp *QP) PostRecv(wr *verbs.RecvWR) error {
 	qp.mu.Lock()
-	defer qp.mu.Unlock()
+	defer qp.unlock()
 	for i := 0; wr != nil; i, wr = i+1, wr.Next {
 		var err error
 		switch {
@@ -734,6 +737,33 @@ func (qp *QP) progressLocked() bool {
 	return moved
 }
 
+// ringLocked wakes the peer's progress goroutine, if it sleeps, once
+// the QP's lock is released (unlock): a futex wake and a message, system
+// calls that may hand this thread's CPU to the thread they wake. Made
+// under the lock, they left the QP held while the poster waited for a
+// CPU again; every other goroutine that wanted the QP (the progress
+// goroutine, a poller, the next post) waited with it, for whole
+// scheduler slices on a busy machine. Precondition: mu held.
+func (qp *QP) ringLocked() {
+	c := qp.conn
+	if qp.wake != nil || c == nil || !c.sleeps() {
+		return
+	}
+	c.users.Add(1) // the QP holds c: it stays mapped until the wake is done
+	qp.wake = c
+}
+
+// unlock releases the QP's lock, then makes the wake ringLocked left.
+func (qp *QP) unlock() {
+	c := qp.wake
+	qp.wake = nil
+	qp.mu.Unlock()
+	if c != nil {
+		c.wake()
+		c.release()
+	}
+}
+
 // executeLocked starts the WQEs not yet executed, in order.
 func (qp *QP) executeLocked() bool {
 	if qp.out == nil || qp.failed || qp.state != verbs.QPStateRTS {
@@ -764,7 +794,7 @@ func (qp *QP) executeLocked() bool {
 		}
 	}
 	if rang {
-		qp.conn.ring()
+		qp.ringLocked()
 	}
 	return moved
 }
@@ -1168,7 +1198,7 @@ func (qp *QP) consumeLocked() bool {
 		moved = true
 	}
 	if moved && qp.conn != nil && !qp.conn.dead.Load() {
-		qp.conn.ring()
+		qp.ringLocked()
 	}
 	return moved
 }
@@ -1233,7 +1263,7 @@ func (qp *QP) rnrLocked() {
 func (qp *QP) Destroy() error {
 	qp.mu.Lock()
 	if qp.dead {
-		qp.mu.Unlock()
+		qp.unlock()
 		return verbs.Errorf("DestroyQP", verbs.ErrDestroyed, "QP already destroyed")
 	}
 	qp.dead = true
@@ -1246,7 +1276,7 @@ func (qp *QP) Destroy() error {
 	}
 	granted, _ := qp.closeGrantsLocked()
 	qp.unmapLocked()
-	qp.mu.Unlock()
+	qp.unlock()
 	granted.revoke() // what the peer mapped through this QP
 	if c != nil && !c.dead.Load() {
 		// Our grants from the peer go with the QP.

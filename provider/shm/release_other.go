@@ -16,3 +16,8 @@ func atomicStoreByte(p *byte, b byte) {
 
 // storeRelease64 stores v at *p after every earlier store.
 func storeRelease64(p *uint64, v uint64) { atomic.StoreUint64(p, v) }
+
+// storeLoadFence orders every earlier store before every later load. The
+// release stores here are sync/atomic's, sequentially consistent with
+// its loads: nothing to add.
+func storeLoadFence(*uint32) {}

@@ -17,6 +17,6 @@ func (d *Device) SettleQP(v verbs.QP) {
 		return
 	}
 	qp.mu.Lock()
-	defer qp.mu.Unlock()
+	defer qp.unlock()
 	qp.progressLocked()
 }

@@ -386,7 +386,7 @@ func (d *Device) deliverUD(c *conn, m *ctrl, payload []byte) {
 func (qp *QP) placeUD(src verbs.GID, dg *udDatagram) (placed, dead bool) {
 	payload, flags := dg.data, dg.flags
 	qp.mu.Lock()
-	defer qp.mu.Unlock()
+	defer qp.unlock()
 	if qp.dead {
 		return false, true
 	}
