@@ -744,13 +744,20 @@ func (qp *QP) progressLocked() bool {
 // CPU again; every other goroutine that wanted the QP (the progress
 // goroutine, a poller, the next post) waited with it, for whole
 // scheduler slices on a busy machine. Precondition: mu held.
-func (qp *QP) ringLocked() {
-	c := qp.conn
-	if qp.wake != nil || c == nil || !c.sleeps() {
-		return
+func (qp *QP) ringLocked() { qp.ringConnLocked(qp.conn) }
+
+// ringConnLocked is ringLocked for a conn the QP holds (its RC conn, or
+// the UD conn it cached). A UD post list to several peers makes the wakes
+// after the first at once.
+func (qp *QP) ringConnLocked(c *conn) {
+	switch {
+	case c == nil || qp.wake == c:
+	case qp.wake != nil:
+		c.ring()
+	case c.sleeps():
+		c.users.Add(1) // the QP holds c: it stays mapped until the wake is done
+		qp.wake = c
 	}
-	c.users.Add(1) // the QP holds c: it stays mapped until the wake is done
-	qp.wake = c
 }
 
 // unlock releases the QP's lock, then makes the wake ringLocked left.

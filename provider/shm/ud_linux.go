@@ -136,7 +136,7 @@ func (qp *QP) sendUDLocked(w *sendWQE) {
 		h.flags, h.imm = h.flags|flagImm, w.imm
 	}
 	u.out.publish(&h)
-	c.ring()
+	qp.ringConnLocked(c)
 }
 
 // udConnLocked returns the live connection to device peer, cached for
