@@ -128,11 +128,11 @@ func client(o opts) error {
 	}
 	samples := make([]time.Duration, o.n)
 	for i := range samples {
-		t0 := time.Now()
-		if err := call(); err != nil {
+		d, err := harness.Call(call)
+		if err != nil {
 			return err
 		}
-		samples[i] = time.Since(t0)
+		samples[i] = d
 	}
 	harness.PrintResult(harness.LatMetrics(samples))
 	return nil

@@ -6,6 +6,7 @@ package harness
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,6 +21,18 @@ import (
 func PrintResult(m map[string]float64) {
 	b, _ := json.Marshal(m)
 	fmt.Printf("RESULT %s\n", b)
+}
+
+// Call times one call of a latency loop. In a runtime trace (-trace) the
+// call is a region named "call", so that the slowest calls can be found
+// in the trace and set against what both processes did meanwhile (the
+// trace's clock snapshot gives the monotonic clock, which two processes
+// on one machine share).
+func Call(f func() error) (time.Duration, error) {
+	var err error
+	t0 := time.Now()
+	trace.WithRegion(context.Background(), "call", func() { err = f() })
+	return time.Since(t0), err
 }
 
 // LatMetrics summarises latency samples the way perftest does (typical
