@@ -14,9 +14,19 @@ cc=${CC:-gcc}
 # One Go runtime per process: all Go code is one c-archive, linked into
 # libibverbs.so.1; the version script exports rdma-core's symbols with
 # their versions and hides the rest.
-(cd "$here/libsoftrdma" && CGO_ENABLED=1 go build -tags clib -buildmode=c-archive -trimpath -o "$tmp/libsoftrdma.a" .)
+# libsoftrdma/signals.c defines sigaction and signal (a handler the
+# program installs gains SA_ONSTACK) under the symbol version the C
+# library gives them on this machine, so that a program's references,
+# which name that version, bind to them; the version node is added to
+# the map.
+printf '#include <signal.h>\nint main(void) { return sigaction(0, 0, 0) + (signal(0, 0) == 0); }\n' >"$tmp/probe.c"
+"$cc" -o "$tmp/probe" "$tmp/probe.c"
+libcver=$(objdump -T "$tmp/probe" | awk '$NF == "sigaction" {gsub(/[()]/, "", $(NF-1)); print $(NF-1); exit}')
+[ -n "$libcver" ] || { echo "clib/build.sh: cannot find the C library's symbol version of sigaction (objdump -T)" >&2; exit 1; }
+{ cat "$here/libibverbs.map"; printf '\n%s {\n\tglobal:\n\t\tsigaction;\n\t\tsignal;\n};\n' "$libcver"; } >"$tmp/libibverbs.map"
+(cd "$here/libsoftrdma" && CGO_ENABLED=1 CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -DSRD_LIBC_SIGVER=\"$libcver\"" go build -tags clib -buildmode=c-archive -trimpath -o "$tmp/libsoftrdma.a" .)
 "$cc" -shared -o "$out/libibverbs.so.1" -Wl,-soname,libibverbs.so.1 \
-	-Wl,--version-script="$here/libibverbs.map" -Wl,-z,nodelete \
+	-Wl,--version-script="$tmp/libibverbs.map" -Wl,-z,nodelete \
 	-Wl,--whole-archive "$tmp/libsoftrdma.a" -Wl,--no-whole-archive -lpthread
 ln -sf libibverbs.so.1 "$out/libibverbs.so"
 echo "built $out/libibverbs.so.1"

@@ -143,6 +143,11 @@ profiled() {
 ${CC:-gcc} -Wall -o "$logs/abicheck" "$here/testdata/abicheck.c" -L"$dir" -libverbs || exit 1
 run "abicheck on $dev (bad arguments, errnos, bad_wr, channel fd with poll())" "$logs/abicheck" $dev $gid
 run "abicheck on shm0" "$logs/abicheck" shm0 0
+# The program's signal handlers run on the alternate stack, whatever
+# flags it installs them with (testdata/sigstack.c); built against
+# rdma-core's libibverbs, as a Debian binary is.
+${CC:-gcc} -Wall -o "$logs/sigstack" "$here/testdata/sigstack.c" -libverbs || exit 1
+run "sigstack on $dev (handlers installed without SA_ONSTACK gain it; 20 kHz SIGALRM into verbs calls)" "$logs/sigstack" $dev
 # A C busy poller yields the CPU as the Go pollers do (testdata/pollidle.c).
 ${CC:-gcc} -Wall -rdynamic -o "$logs/pollidle" "$here/testdata/pollidle.c" -L"$dir" -libverbs || exit 1
 run "pollidle on $dev (an empty-polling thread yields every 64 receive attempts, 4 per poll)" "$logs/pollidle" $dev 4
