@@ -367,8 +367,9 @@ var (
 // profileEnv adds to env the variables that make one side of p write its
 // CPU profile and trace into profileDir (the softrdma CLI and the Go
 // loops read them; other programs ignore them). Files are named by the
-// pair's number, program, test and size, so a run's files sort in the
-// order it ran them: 0042-softrdma-ib_write_bw-8-cli.pprof.
+// pair's number, program, test, device (-d: shm0 for the shm stack) and
+// size, so a run's files sort in the order it ran them:
+// 0042-softrdma-ib_write_bw-8-cli.pprof, 0057-softrdma-ib_write_lat-shm0-8-cli.pprof.
 func profileEnv(p pairSpec, env []string, side string) []string {
 	if profileDir == "" {
 		return env
@@ -382,7 +383,7 @@ func profileEnv(p pairSpec, env []string, side string) []string {
 		case i == 0 && a == "_go-server": // the program says it: compare, grpc
 		case i == 0 && !strings.HasPrefix(a, "-"):
 			name = append(name, a)
-		case (a == "-s" || a == "-proto" || a == "-mode") && i+1 < len(p.srvArgs):
+		case (a == "-s" || a == "-proto" || a == "-mode" || a == "-d") && i+1 < len(p.srvArgs):
 			name = append(name, p.srvArgs[i+1])
 		}
 	}
