@@ -283,7 +283,8 @@ var ErrStall = errors.New("no completion for a long time; is the peer alive?")
 type watch struct {
 	t     *Test
 	spins int
-	last  uint64 // ticks of the last progress; 0: not yet known
+	last  uint64       // ticks of the last progress; 0: not yet known
+	rs    spin.Resched // the loop's own passes through the scheduler
 }
 
 func newWatch(t *Test) watch { return watch{t: t, last: Ticks()} }
@@ -292,6 +293,7 @@ func newWatch(t *Test) watch { return watch{t: t, last: Ticks()} }
 func (w *watch) progress() {
 	w.spins = 0
 	w.last = 0
+	w.rs.Step()
 	if w.t.Completed != nil {
 		w.t.Completed.Add(1)
 	}
@@ -302,6 +304,7 @@ func (w *watch) progress() {
 func (w *watch) idle() error {
 	w.spins++
 	spin.Idle(w.spins)
+	w.rs.Step()
 	if w.spins&1023 != 0 {
 		return nil
 	}
