@@ -61,6 +61,14 @@ type Test struct {
 	// perftest always busy-polls). Memory polling (WRITE latency) spins
 	// either way.
 	Block bool
+	// NoYield busy-polls without spin.Idle's yields, as perftest does,
+	// for a kernel device (provider/ibverbs): the kernel does its work
+	// in interrupt and softirq context, which preempts the poller, and
+	// in threads the scheduler gives their share either way, so a yield
+	// only hands the CPU to unrelated threads, the Go runtime's own
+	// among them. Without it, a softrdma device's loop or a peer process
+	// sharing the CPU gets it back every few dozen empty polls.
+	NoYield bool
 
 	// Duration and Margin (seconds) select duration mode (-D, --margin)
 	// when Duration > 0.
@@ -303,7 +311,9 @@ func (w *watch) progress() {
 // has stalled for the stall timeout or the context is done.
 func (w *watch) idle() error {
 	w.spins++
-	spin.Idle(w.spins)
+	if !w.t.NoYield {
+		spin.Idle(w.spins)
+	}
 	w.rs.Step()
 	if w.spins&1023 != 0 {
 		return nil
