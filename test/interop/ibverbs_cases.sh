@@ -33,6 +33,7 @@ IBV_GO="/common/softrdma-ibverbs"
 if [ $ibv_ready = 1 ] && $VM exec vm1 "cp /common/softrdma-ibverbs /tmp/softrdma-ibverbs" >/dev/null 2>&1; then
 	IBV_GO="/tmp/softrdma-ibverbs"
 fi
+[ $ibv_ready = 1 ] && say "ibv: the tag-built tool runs from $IBV_GO in the guest"
 
 # ibv_case NAME MODE TOOL "SERVER ARGS" "CLIENT ARGS"
 #   MODE host-server, host-client, c-server or c-client (see above).
