@@ -61,6 +61,14 @@ type Test struct {
 	// perftest always busy-polls). Memory polling (WRITE latency) spins
 	// either way.
 	Block bool
+	// NoYield busy-polls without spin.Idle's yields, as perftest does,
+	// for a kernel device (provider/ibverbs): the kernel does its work
+	// in interrupt and softirq context, which preempts the poller, and
+	// in threads the scheduler gives their share either way, so a yield
+	// only hands the CPU to unrelated threads, the Go runtime's own
+	// among them. Without it, a softrdma device's loop or a peer process
+	// sharing the CPU gets it back every few dozen empty polls.
+	NoYield bool
 
 	// Duration and Margin (seconds) select duration mode (-D, --margin)
 	// when Duration > 0.
@@ -283,7 +291,8 @@ var ErrStall = errors.New("no completion for a long time; is the peer alive?")
 type watch struct {
 	t     *Test
 	spins int
-	last  uint64 // ticks of the last progress; 0: not yet known
+	last  uint64       // ticks of the last progress; 0: not yet known
+	rs    spin.Resched // the loop's own passes through the scheduler
 }
 
 func newWatch(t *Test) watch { return watch{t: t, last: Ticks()} }
@@ -292,6 +301,7 @@ func newWatch(t *Test) watch { return watch{t: t, last: Ticks()} }
 func (w *watch) progress() {
 	w.spins = 0
 	w.last = 0
+	w.rs.Step()
 	if w.t.Completed != nil {
 		w.t.Completed.Add(1)
 	}
@@ -301,7 +311,10 @@ func (w *watch) progress() {
 // has stalled for the stall timeout or the context is done.
 func (w *watch) idle() error {
 	w.spins++
-	spin.Idle(w.spins)
+	if !w.t.NoYield {
+		spin.Idle(w.spins)
+	}
+	w.rs.Step()
 	if w.spins&1023 != 0 {
 		return nil
 	}

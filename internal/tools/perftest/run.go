@@ -676,7 +676,8 @@ func (r *ptRun) benchTest(size uint64) *bench.Test {
 	t := &bench.Test{Verb: o.test.verb, AtomicOp: o.atomicOp, Role: o.role(), Duplex: o.duplex,
 		Size: size, Iters: uint64(o.iters), TxDepth: o.txDepth, RxDepth: o.rxDepth, CQMod: o.cqMod,
 		NoPeak: o.noPeak, Gbits: o.gbits, Inline: r.inline, PostList: o.postList, Duration: o.duration, Margin: o.margin,
-		Ctx: r.runCtx, StallTimeout: ptStallTimeout, Completed: &r.outs.completed}
+		Ctx: r.runCtx, StallTimeout: ptStallTimeout, Completed: &r.outs.completed,
+		NoYield: device.IsKernel(r.res.ctx)}
 	if o.cpuUtilOn() {
 		t.StartCPU = startPTCPUSampler
 	}
