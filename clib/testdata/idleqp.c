@@ -22,55 +22,8 @@
  *   vm.sh nsexec env LD_LIBRARY_PATH=DIR SOFTRDMA_ADDR=10.77.0.1 idleqp -d softrdma_br0 -g 1 -p 18612 -t 12
  *   vm.sh exec vm1 "/share/idleqp -d rxe0 -g 1 -p 18612 -t 12 10.77.0.1"
  */
-#include <arpa/inet.h>
-#include <errno.h>
-#include <infiniband/verbs.h>
-#include <netinet/in.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-static void die(const char *what)
-{
-	perror(what);
-	exit(2);
-}
-
-/* The TCP stream carries the address line, then one-byte syncs. Every
- * read takes exactly what it was asked for: a read that took the peer's
- * next sync along with its line would leave that sync unseen, and both
- * ends would wait for each other. */
-static void send_all(int s, const char *p, size_t n, const char *what)
-{
-	while (n > 0) {
-		ssize_t k = write(s, p, n);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			die(what);
-		p += k;
-		n -= k;
-	}
-}
-
-static char recv_byte(int s, const char *what)
-{
-	char ch;
-	for (;;) {
-		ssize_t k = read(s, &ch, 1);
-		if (k == 1)
-			return ch;
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k == 0) {
-			fprintf(stderr, "idleqp: the peer closed the connection during the %s\n", what);
-			exit(2);
-		}
-		die(what);
-	}
-}
+#define TCPX_PROG "idleqp"
+#include "tcpx.h"
 
 /* sync: both ends say what they are ready for and wait for the other. */
 static void sync_with(int s, char what)
@@ -84,55 +37,11 @@ static void sync_with(int s, char what)
 	}
 }
 
-/* A connect to a port that nobody listens on yet can pick that same port
- * as its ephemeral source (loopback, port in ip_local_port_range) and
- * connect the socket to itself; such a socket reads its own line back. */
-static int self_connected(int s)
-{
-	struct sockaddr_in me, peer;
-	socklen_t lm = sizeof me, lp = sizeof peer;
-	return getsockname(s, (void *)&me, &lm) == 0 && getpeername(s, (void *)&peer, &lp) == 0 &&
-	       me.sin_port == peer.sin_port && me.sin_addr.s_addr == peer.sin_addr.s_addr;
-}
-
 static int exchange(const char *server, int port, const char *mine, char *theirs, size_t n)
 {
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-	int s, c;
-	if (server) {
-		inet_pton(AF_INET, server, &a.sin_addr);
-		/* A new socket per attempt: the server may not listen yet, and
-		 * a socket whose connect failed is not to be reused. */
-		for (int i = 0;; i++) {
-			if ((s = socket(AF_INET, SOCK_STREAM, 0)) < 0)
-				die("socket");
-			if (connect(s, (void *)&a, sizeof a) == 0 && !self_connected(s))
-				break;
-			close(s);
-			if (i == 100)
-				die("connect");
-			usleep(100000);
-		}
-		c = s;
-	} else {
-		if ((s = socket(AF_INET, SOCK_STREAM, 0)) < 0)
-			die("socket");
-		int on = 1;
-		setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-		if (bind(s, (void *)&a, sizeof a) < 0 || listen(s, 1) < 0)
-			die("bind/listen");
-		if ((c = accept(s, NULL, NULL)) < 0)
-			die("accept");
-		close(s);
-	}
+	int c = tcp_connect(server, port);
 	send_all(c, mine, strlen(mine), "write");
-	size_t got = 0;
-	while ((theirs[got++] = recv_byte(c, "exchange")) != '\n')
-		if (got == n - 1) {
-			fprintf(stderr, "idleqp: the peer's address line is longer than %zu bytes\n", n - 1);
-			exit(2);
-		}
-	theirs[got] = 0;
+	recv_line(c, theirs, n, "exchange");
 	return c;
 }
 
@@ -198,8 +107,7 @@ int main(int argc, char **argv)
 		die("ibv_query_gid");
 	unsigned psn = (unsigned)getpid() & 0xffffff;
 	char mine[128], theirs[128], hex[33];
-	for (int i = 0; i < 16; i++)
-		sprintf(hex + 2 * i, "%02x", gid.raw[i]);
+	gid_hex(&gid, hex);
 	snprintf(mine, sizeof mine, "%u %u %s\n", qp->qp_num, psn, hex);
 	int sock = exchange(server, port, mine, theirs, sizeof theirs);
 	unsigned rqpn, rpsn;
@@ -207,8 +115,7 @@ int main(int argc, char **argv)
 	if (sscanf(theirs, "%u %u %32s", &rqpn, &rpsn, rhex) != 3)
 		die("peer's address");
 	union ibv_gid rgid;
-	for (int i = 0; i < 16; i++)
-		sscanf(rhex + 2 * i, "%2hhx", &rgid.raw[i]);
+	hex_gid(rhex, &rgid);
 
 	struct ibv_recv_wr rw = {.wr_id = 1, .num_sge = 1}, *badr;
 	struct ibv_sge rs = {.addr = (uintptr_t)buf[1], .length = 64, .lkey = mr->lkey};

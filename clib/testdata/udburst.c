@@ -16,108 +16,13 @@
  * of SIZE bytes (default 1000 of the port's MTU, at most 4096), in
  * order; the client's sends all completed.
  */
-#include <arpa/inet.h>
-#include <errno.h>
-#include <infiniband/verbs.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
+
+#define TCPX_PROG "udburst"
+#include "tcpx.h"
 
 #define QKEY 0x11111111
-
-static void die(const char *what)
-{
-	perror(what);
-	exit(2);
-}
-
-static void send_all(int s, const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t k = write(s, p, n);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			die("write");
-		p += k;
-		n -= k;
-	}
-}
-
-/* recv_line reads a line a byte at a time, so that it never takes the
- * peer's next byte along. */
-static void recv_line(int s, char *line, size_t n)
-{
-	size_t got = 0;
-	for (;;) {
-		char ch;
-		ssize_t k = read(s, &ch, 1);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0) {
-			fprintf(stderr, "udburst: the peer closed the connection (%s)\n", k < 0 ? strerror(errno) : "EOF");
-			exit(2);
-		}
-		if (ch == '\n' || got == n - 1)
-			break;
-		line[got++] = ch;
-	}
-	line[got] = 0;
-}
-
-static int self_connected(int s)
-{
-	struct sockaddr_in me, peer;
-	socklen_t lm = sizeof me, lp = sizeof peer;
-	return getsockname(s, (void *)&me, &lm) == 0 && getpeername(s, (void *)&peer, &lp) == 0 &&
-	       me.sin_port == peer.sin_port && me.sin_addr.s_addr == peer.sin_addr.s_addr;
-}
-
-static int tcp(const char *server, int port)
-{
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-	int s, c;
-	if (server) {
-		inet_pton(AF_INET, server, &a.sin_addr);
-		for (int i = 0;; i++) {
-			if ((s = socket(AF_INET, SOCK_STREAM, 0)) < 0)
-				die("socket");
-			if (connect(s, (void *)&a, sizeof a) == 0 && !self_connected(s))
-				return s;
-			close(s);
-			if (i == 100)
-				die("connect");
-			usleep(100000);
-		}
-	}
-	if ((s = socket(AF_INET, SOCK_STREAM, 0)) < 0)
-		die("socket");
-	int on = 1;
-	setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-	if (bind(s, (void *)&a, sizeof a) < 0 || listen(s, 1) < 0)
-		die("bind/listen");
-	if ((c = accept(s, NULL, NULL)) < 0)
-		die("accept");
-	close(s);
-	return c;
-}
-
-static void gid_hex(const union ibv_gid *g, char *hex)
-{
-	for (int i = 0; i < 16; i++)
-		sprintf(hex + 2 * i, "%02x", g->raw[i]);
-}
-
-static void hex_gid(const char *hex, union ibv_gid *g)
-{
-	for (int i = 0; i < 16; i++)
-		sscanf(hex + 2 * i, "%2hhx", &g->raw[i]);
-}
 
 /* stopped waits until process pid is in the stopped state ('T' in
  * /proc/PID/stat): kill returns before the process has stopped. */
@@ -225,11 +130,11 @@ int main(int argc, char **argv)
 			if (ibv_post_recv(qp, &rw, &bad))
 				die("ibv_post_recv");
 		}
-		int s = tcp(NULL, port);
+		int s = tcp_connect(NULL, port);
 		snprintf(line, sizeof line, "%u %s %d\n", qp->qp_num, hex, (int)getpid());
-		send_all(s, line, strlen(line));
-		recv_line(s, line, sizeof line); /* the client's address: unused */
-		recv_line(s, line, sizeof line); /* the client resumed this process */
+		send_all(s, line, strlen(line), "write");
+		recv_line(s, line, sizeof line, "exchange"); /* the client's address: unused */
+		recv_line(s, line, sizeof line, "exchange"); /* the client resumed this process */
 		struct ibv_wc wc[64];
 		int got = 0;
 		double last = now();
@@ -256,16 +161,16 @@ int main(int argc, char **argv)
 		return got == count ? 0 : 1;
 	}
 
-	int s = tcp(server, port);
+	int s = tcp_connect(server, port);
 	unsigned rqpn;
 	int rpid;
-	recv_line(s, line, sizeof line);
+	recv_line(s, line, sizeof line, "exchange");
 	if (sscanf(line, "%u %32s %d", &rqpn, rhex, &rpid) != 3) {
 		fprintf(stderr, "udburst: the server's line \"%s\" is not \"QPN GID PID\"\n", line);
 		return 2;
 	}
 	snprintf(line, sizeof line, "%u %s\n", qp->qp_num, hex);
-	send_all(s, line, strlen(line));
+	send_all(s, line, strlen(line), "write");
 	struct ibv_ah_attr aa = {.is_global = 1, .port_num = 1, .grh = {.sgid_index = gidx, .hop_limit = 64}};
 	hex_gid(rhex, &aa.grh.dgid);
 	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
@@ -300,7 +205,7 @@ int main(int argc, char **argv)
 	}
 	usleep(100000); /* let the last packets reach the server's socket */
 	kill(rpid, SIGCONT);
-	send_all(s, "d\n", 2);
+	send_all(s, "d\n", 2, "write");
 	if (!err)
 		printf("udburst: sent %d messages of %d bytes to the stopped server\n", count, size);
 	return err;

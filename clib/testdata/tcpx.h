@@ -1,0 +1,128 @@
+/* tcpx.h: the TCP side channel of clib/test.sh's C test programs
+ * (idleqp.c, udburst.c), over which the two ends swap QP numbers and
+ * GIDs as text lines and then one-byte syncs. Define TCPX_PROG (the
+ * program's name, for messages) before including it.
+ *
+ * Every read takes exactly what it was asked for, a byte at a time: a
+ * read that took the peer's next sync along with its line would leave
+ * that sync unseen, and both ends would wait for each other.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static void die(const char *what)
+{
+	perror(what);
+	exit(2);
+}
+
+static void send_all(int s, const char *p, size_t n, const char *what)
+{
+	while (n > 0) {
+		ssize_t k = write(s, p, n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			die(what);
+		p += k;
+		n -= k;
+	}
+}
+
+static char recv_byte(int s, const char *what)
+{
+	char ch;
+	for (;;) {
+		ssize_t k = read(s, &ch, 1);
+		if (k == 1)
+			return ch;
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k == 0) {
+			fprintf(stderr, TCPX_PROG ": the peer closed the connection during the %s\n", what);
+			exit(2);
+		}
+		die(what);
+	}
+}
+
+/* recv_line reads a line (without its newline) into line, of n bytes. */
+static void recv_line(int s, char *line, size_t n, const char *what)
+{
+	size_t got = 0;
+	char ch;
+	while ((ch = recv_byte(s, what)) != '\n') {
+		if (got == n - 1) {
+			fprintf(stderr, TCPX_PROG ": the peer's %s line is longer than %zu bytes\n", what, n - 1);
+			exit(2);
+		}
+		line[got++] = ch;
+	}
+	line[got] = 0;
+}
+
+/* A connect to a port that nobody listens on yet can pick that same port
+ * as its ephemeral source (loopback, port in ip_local_port_range) and
+ * connect the socket to itself; such a socket reads its own line back. */
+static int self_connected(int s)
+{
+	struct sockaddr_in me, peer;
+	socklen_t lm = sizeof me, lp = sizeof peer;
+	return getsockname(s, (void *)&me, &lm) == 0 && getpeername(s, (void *)&peer, &lp) == 0 &&
+	       me.sin_port == peer.sin_port && me.sin_addr.s_addr == peer.sin_addr.s_addr;
+}
+
+/* tcp_connect connects to server:port (IPv4), retrying for about ten
+ * seconds while the server does not listen yet; with server NULL it
+ * accepts one connection on port instead. */
+static int tcp_connect(const char *server, int port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+	int s, c;
+	if (server) {
+		inet_pton(AF_INET, server, &a.sin_addr);
+		/* A new socket per attempt: a socket whose connect failed is
+		 * not to be reused. */
+		for (int i = 0;; i++) {
+			if ((s = socket(AF_INET, SOCK_STREAM, 0)) < 0)
+				die("socket");
+			if (connect(s, (void *)&a, sizeof a) == 0 && !self_connected(s))
+				return s;
+			close(s);
+			if (i == 100)
+				die("connect");
+			usleep(100000);
+		}
+	}
+	if ((s = socket(AF_INET, SOCK_STREAM, 0)) < 0)
+		die("socket");
+	int on = 1;
+	setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+	if (bind(s, (void *)&a, sizeof a) < 0 || listen(s, 1) < 0)
+		die("bind/listen");
+	if ((c = accept(s, NULL, NULL)) < 0)
+		die("accept");
+	close(s);
+	return c;
+}
+
+/* gid_hex writes g as 32 hex digits and a NUL into hex; hex_gid reads
+ * them back. */
+static void gid_hex(const union ibv_gid *g, char *hex)
+{
+	for (int i = 0; i < 16; i++)
+		sprintf(hex + 2 * i, "%02x", g->raw[i]);
+}
+
+static void hex_gid(const char *hex, union ibv_gid *g)
+{
+	for (int i = 0; i < 16; i++)
+		sscanf(hex + 2 * i, "%2hhx", &g->raw[i]);
+}
