@@ -79,15 +79,7 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		server = argv[optind];
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	struct ibv_context *ctx = NULL;
-	for (int i = 0; list && i < n; i++)
-		if (!devname || !strcmp(ibv_get_device_name(list[i]), devname))
-			if ((ctx = ibv_open_device(list[i])))
-				break;
-	if (!ctx)
-		die("ibv_open_device");
+	struct ibv_context *ctx = open_device(devname);
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	static char buf[2][64];
 	struct ibv_mr *mr = pd ? ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE) : NULL;

@@ -1,7 +1,8 @@
-/* tcpx.h: the TCP side channel of clib/test.sh's C test programs
- * (idleqp.c, udburst.c), over which the two ends swap QP numbers and
- * GIDs as text lines and then one-byte syncs. Define TCPX_PROG (the
- * program's name, for messages) before including it.
+/* tcpx.h: what clib/test.sh's two-ended C test programs (idleqp.c,
+ * udburst.c) share: opening the device, and the TCP side channel over
+ * which the two ends swap QP numbers and GIDs as text lines and then
+ * one-byte syncs. Define TCPX_PROG (the program's name, for messages)
+ * before including it.
  *
  * Every read takes exactly what it was asked for, a byte at a time: a
  * read that took the peer's next sync along with its line would leave
@@ -125,4 +126,21 @@ static void hex_gid(const char *hex, union ibv_gid *g)
 {
 	for (int i = 0; i < 16; i++)
 		sscanf(hex + 2 * i, "%2hhx", &g->raw[i]);
+}
+
+/* open_device opens the device named name (any device if NULL), or dies. */
+static struct ibv_context *open_device(const char *name)
+{
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	struct ibv_context *ctx = NULL;
+	for (int i = 0; list && i < n; i++)
+		if (!name || !strcmp(ibv_get_device_name(list[i]), name))
+			if ((ctx = ibv_open_device(list[i])))
+				break;
+	if (!ctx)
+		die("ibv_open_device");
+	if (list)
+		ibv_free_device_list(list);
+	return ctx;
 }

@@ -74,15 +74,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "udburst: -n %d: want a count of at least 1\n", count);
 		return 2;
 	}
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	struct ibv_context *ctx = NULL;
-	for (int i = 0; list && i < n; i++)
-		if (!devname || !strcmp(ibv_get_device_name(list[i]), devname))
-			if ((ctx = ibv_open_device(list[i])))
-				break;
-	if (!ctx)
-		die("ibv_open_device");
+	struct ibv_context *ctx = open_device(devname);
 	struct ibv_port_attr pa;
 	if (ibv_query_port(ctx, 1, &pa))
 		die("ibv_query_port");
