@@ -438,7 +438,7 @@ func (qp *QP) errorLocked() {
 		qp.completeRecvLocked(w, verbs.WCWRFlushErr, 0, 0, 0, 0, false)
 	}
 	if qp.conn != nil && qp.conn.bell != nil && !qp.conn.dead.Load() {
-		qp.conn.ring()
+		qp.ringLocked()
 	}
 	if qp.srq != nil {
 		// IBTA 11.6.3.1: a QP on an SRQ that went to ERR takes no more
@@ -1254,7 +1254,7 @@ func (qp *QP) rnrLocked() {
 		qp.in.setNak(verbs.WCRNRRetryExcErr)
 		qp.inDone = true
 		qp.rnrFrom = 0
-		qp.conn.ring()
+		qp.ringLocked()
 		return
 	}
 	for {
