@@ -38,7 +38,11 @@ set -ex
 nvme discover -t rdma -a $HOST -s 4420 | tee /tmp/disc
 grep -q "subnqn: *$NVME_NQN" /tmp/disc
 nvme connect -t rdma -a $HOST -s 4420 -n $NVME_NQN
-for i in \$(seq 50); do [ -b /dev/nvme0n1 ] && break; sleep 0.2; done
+# The kernel scans the namespace after connect returns. With 2 % of the
+# frames dropped a lost command waits for a retransmission timeout (the
+# host's rxe or softrdma's), and on the TCG guest the scan once took more
+# than 10 s: wait up to 30.
+for i in \$(seq 150); do [ -b /dev/nvme0n1 ] && break; sleep 0.2; done
 [ -b /dev/nvme0n1 ]
 cat /sys/block/nvme0n1/size /sys/block/nvme0n1/queue/logical_block_size
 dd if=/dev/urandom of=/share/nvme-pattern bs=4096 count=256 2>/dev/null
