@@ -524,9 +524,22 @@ func (c *conn) forget(id uint32) {
 func (c *conn) readLoop(buf, oob []byte) {
 	defer c.dev.connWG.Done()
 	defer c.closeNow()
+	rc, err := c.uc.SyscallConn()
+	if err != nil {
+		return
+	}
+	var n, oobn int
+	read := func(fd uintptr) bool {
+		for n, oobn, err = recvmsg(int(fd), buf, oob); err == unix.EINTR; {
+			n, oobn, err = recvmsg(int(fd), buf, oob)
+		}
+		return err != unix.EAGAIN
+	}
 	reset := false
 	for {
-		n, oobn, _, _, err := c.uc.ReadMsgUnix(buf, oob)
+		if rerr := rc.Read(read); rerr != nil {
+			err = rerr
+		}
 		if errors.Is(err, unix.ECONNRESET) && !reset {
 			// The peer closed its end while messages from us waited
 			// unread in it (WAKEs, say): the kernel reports that once,

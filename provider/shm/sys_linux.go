@@ -118,3 +118,27 @@ const (
 type doorbell []byte
 
 func (b doorbell) word(off int) *uint32 { return (*uint32)(unsafe.Pointer(&b[off])) }
+
+// recvmsg reads one message and its control data from the connection's
+// socket without the sender's address: net.UnixConn.ReadMsgUnix builds a
+// Sockaddr for every message, two allocations per WAKE, and a device
+// whose peer sleeps between messages gets a WAKE per message. Close-on-
+// exec is set on received fds, as the net package does.
+func recvmsg(fd int, p, oob []byte) (n, oobn int, err error) {
+	var iov unix.Iovec
+	if len(p) > 0 {
+		iov.Base = &p[0]
+		iov.SetLen(len(p))
+	}
+	var msg unix.Msghdr
+	msg.Iov, msg.Iovlen = &iov, 1
+	if len(oob) > 0 {
+		msg.Control = &oob[0]
+		msg.SetControllen(len(oob))
+	}
+	r, _, e := unix.Syscall(unix.SYS_RECVMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), unix.MSG_CMSG_CLOEXEC)
+	if e != 0 {
+		return 0, 0, e
+	}
+	return int(r), int(msg.Controllen), nil
+}
