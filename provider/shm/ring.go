@@ -150,7 +150,15 @@ func (r *ring) publish(h *slotHdr) {
 	binary.LittleEndian.PutUint32(s[12:], h.msgLen)
 	r.prod++
 	storeRelease64(slotSeq(s), r.prod)
+	// The consumer read the header line of the slot prefetchAhead on a
+	// ring ago and holds it; a store to it would wait for the line
+	// (and every later locked instruction, the QP's unlock first, for
+	// that store). Asked for now, it is here by the time it is written.
+	prefetchw(unsafe.Pointer(&r.mem[ringHdrLen+int((r.prod+prefetchAhead)%ringSlots)*slotSize]))
 }
+
+// prefetchAhead is how many slots ahead of the next one publish asks for.
+const prefetchAhead = 3
 
 // slotSeq is the sequence word of slot s.
 func slotSeq(s []byte) *uint64 { return (*uint64)(unsafe.Pointer(&s[slotSeqOff])) }
