@@ -594,9 +594,3 @@ func (defaultDevice) GUID() uint64 { return 0 }
 func (defaultDevice) Open() (verbs.Context, error) {
 	return Open(Config{})
 }
-
-// SpinHint is how long a consumer that blocks when idle (rdmanet's Read
-// and Write) should poll this device's CQs before it sleeps: a few of its
-// microsecond round trips, and little enough that a poller that yields
-// as it polls does not keep a server's other goroutines waiting.
-func (d *Device) SpinHint() time.Duration { return 25 * time.Microsecond }

@@ -33,7 +33,11 @@
 // and the provider lists nothing.
 package shm
 
-import "github.com/softrdma/softrdma/verbs"
+import (
+	"time"
+
+	"github.com/softrdma/softrdma/verbs"
+)
 
 // DefaultName is the name of the device the provider lists.
 const DefaultName = "shm0"
@@ -63,3 +67,9 @@ type provider struct{}
 func (provider) Name() string { return "shm" }
 
 func init() { verbs.Register(provider{}) }
+
+// SpinHint is how long a consumer that blocks when idle (rdmanet's Read
+// and Write) should poll this device's CQs before it sleeps: a few of its
+// microsecond round trips, and little enough that a poller that yields
+// as it polls does not keep a server's other goroutines waiting.
+func (d *Device) SpinHint() time.Duration { return 25 * time.Microsecond }
