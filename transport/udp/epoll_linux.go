@@ -74,7 +74,7 @@ func (w *waiter) poll(fd uintptr) bool {
 	return w.n > 0 || w.err != nil
 }
 
-// waitPoller blocks in the network poller until one of the set's descriptors
+// wait blocks in the network poller until one of the set's descriptors
 // is ready. It returns whether a receiving socket is readable, after
 // draining the error queues that have something. Precondition: t.fdMu
 // read-locked.
