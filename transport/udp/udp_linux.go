@@ -97,7 +97,6 @@ type Transport struct {
 	share    Share
 	shareErr error
 
-	wait    *waiter // the blocking receive wait's epoll set (nil: ppoll)
 	closed  atomic.Bool
 	stats   counters
 	unreach atomic.Pointer[func(netip.AddrPort, error)] // OnUnreachable
@@ -190,9 +189,6 @@ func Listen(cfg Config) (*Transport, error) {
 	}
 	t.fd = t.homes[0].fd
 	t.addrs = addrs
-	if t.wait, err = t.newWaiter(); err != nil {
-		t.wait = nil // ppoll, as before
-	}
 	t.peerShared, t.epoch = cfg.PeerShared, time.Now()
 	t.sbuf = newBatchBuf(cfg.BatchSize)
 	t.rbuf = newBatchBuf(cfg.BatchSize)
@@ -441,9 +437,6 @@ func (t *Transport) closeFDs() error {
 	if t.evfd >= 0 {
 		unix.Close(t.evfd)
 	}
-	if t.wait != nil {
-		t.wait.file.Close()
-	}
 	if t.share != nil {
 		t.share.Close()
 	}
@@ -497,23 +490,6 @@ func (t *Transport) isHomeFD(fd int) bool {
 // event bit): an ICMP error for a datagram they sent waits on their
 // error queue, which drainErrors reads, and the wait goes on.
 func (t *Transport) waitRecv() error {
-	if t.wait != nil {
-		for {
-			if t.closed.Load() {
-				return transport.ErrClosed
-			}
-			ready, err := t.waitPoller()
-			if t.closed.Load() {
-				return transport.ErrClosed
-			}
-			if err != nil {
-				return err
-			}
-			if ready {
-				return nil
-			}
-		}
-	}
 	var arr [2*maxHomes + 8]unix.PollFd
 	for {
 		if t.closed.Load() {
@@ -924,12 +900,11 @@ func (t *Transport) TryRecv(pkts []transport.Datagram) (int, error) {
 	return t.recvLocked(pkts, false)
 }
 
-// Wait blocks until a datagram is waiting, without receiving it and
-// without holding the receive lock. The goroutine waits in Go's network
-// poller (epoll_linux.go), so its P serves other goroutines meanwhile;
-// where the epoll set could not be made it waits in ppoll, a system call
-// that holds the P until the runtime takes it away (a scheduler tick,
-// with GOMAXPROCS=1 the other goroutines' wait).
+// Wait blocks (in ppoll) until a datagram is waiting, without
+// receiving it and without holding the receive lock. Like any blocking
+// system call it holds its thread; the Go runtime hands the thread's P to
+// other goroutines once the call has lasted a scheduler tick (with
+// GOMAXPROCS=1 that tick is their wait).
 func (t *Transport) Wait() error {
 	t.fdMu.RLock()
 	defer t.fdMu.RUnlock()
