@@ -172,17 +172,20 @@ func testCQOverrun(t *testing.T, p *Pair) {
 		// rxe raises CQ_ERR for every completion it loses, not once per
 		// overrun: take the rest of this overrun's events before the Poll
 		// that reports it, or a late one would report it again.
-		for quiet := time.NewTimer(200 * time.Millisecond); ; {
+		quiet := time.NewTimer(200 * time.Millisecond)
+		for drained := false; !drained; {
 			select {
-			case e := <-evs:
+			case e, ok := <-evs:
+				if !ok {
+					t.Fatal("the event channel closed while the overrun's events were taken")
+				}
 				if e.Type == verbs.EventCQErr {
 					t.Logf("another CQ_ERR for the same overrun (one per lost completion)")
 				}
 				quiet.Reset(200 * time.Millisecond)
-				continue
 			case <-quiet.C:
+				drained = true
 			}
-			break
 		}
 	} else {
 		time.Sleep(50 * time.Millisecond) // ...and the requester saw every ACK
