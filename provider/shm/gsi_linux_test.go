@@ -34,10 +34,22 @@ func connsTo(d *Device, peer uint64) []*conn {
 	return cs
 }
 
-// waitConnsGone waits until d's readers saw every connection to peer end.
+// waitConnsGone waits until d's readers saw every connection to peer end
+// and d forgot them. closeNow closes c.done first, so that calls in
+// flight fail at once, and only then drops c from d.all, with the rings
+// c brought, under one hold of d.mu: a test that counts what is left
+// waits for that too.
 func waitConnsGone(d *Device, peer uint64) {
 	for _, c := range connsTo(d, peer) {
 		<-c.done
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			d.mu.Lock()
+			in := d.all[c]
+			d.mu.Unlock()
+			if !in {
+				break
+			}
+		}
 	}
 }
 
