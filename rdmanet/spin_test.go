@@ -18,8 +18,8 @@ func TestSpinTimeFor(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		ctx  verbs.Context
+		cfg  time.Duration // Config.SpinTime
 		want time.Duration
-		got  time.Duration
 	}{
 		{"no hint", nil, 0, defaultSpinTime},
 		{"device hint", hinted{hint: 25 * time.Microsecond}, 0, 25 * time.Microsecond},
@@ -27,8 +27,8 @@ func TestSpinTimeFor(t *testing.T) {
 		{"config wins", hinted{hint: 25 * time.Microsecond}, 7 * time.Microsecond, 7 * time.Microsecond},
 		{"negative: one look", hinted{hint: 25 * time.Microsecond}, -1, 0},
 	} {
-		if got := spinTimeFor(c.ctx, c.want); got != c.got {
-			t.Errorf("%s: spinTimeFor = %v, want %v", c.name, got, c.got)
+		if got := spinTimeFor(c.ctx, c.cfg); got != c.want {
+			t.Errorf("%s: spinTimeFor(Config.SpinTime %v) = %v, want %v", c.name, c.cfg, got, c.want)
 		}
 	}
 }
