@@ -76,6 +76,8 @@ type Device struct {
 	inlinePolls atomic.Uint64 // receive attempts by busy pollers
 	asideTimer  Timer         // the stepped-aside loop's check (every asideCheck)
 	asideCheck  time.Duration // Config.StepAsideCheck
+	asideEvery  atomic.Int64  // the check's interval now, a time.Duration (asideLook)
+	asideClean  int           // checks before asideEvery may grow again (serve's own)
 	asideTick   chan struct{} // asideTimer has fired
 	aside       atomic.Bool   // the loop has stepped aside for a busy poller
 	serveKick   chan struct{} // wakes the loop from stepping aside

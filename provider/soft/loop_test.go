@@ -443,13 +443,19 @@ func TestServeStepsAside(t *testing.T) {
 		a, b, _ := pair(t, Config{}, Config{})
 		busyPollUntilAside(t, b)
 		// The poller stops without waiting; a's WRITE needs b's ACK, which
-		// only b's loop can now send, once a check finds the poller gone
-		// (the first may still see polls made after the loop stepped
-		// aside).
+		// only b's loop can now send: at a check that finds the poller
+		// gone, or at the first, which may still see polls made after the
+		// loop stepped aside, and then receives what waits (asideLook).
 		a.write(3, 0, 4096)
 		expectWC(t, a.pollAdvancing(a.scq, stepAsideCheck, "b's loop never came back by itself"), 3, verbs.WCSuccess, verbs.WCRDMAWrite)
-		if b.dev.aside.Load() {
-			t.Fatal("the loop is still aside after it received")
+		// The next check at the latest finds no polls and ends the step.
+		deadline := time.Now().Add(10 * time.Second)
+		for b.dev.aside.Load() {
+			a.clk.Advance(stepAsideCheck)
+			time.Sleep(100 * time.Microsecond)
+			if time.Now().After(deadline) {
+				t.Fatal("the loop stayed aside after the poller stopped")
+			}
 		}
 	})
 
@@ -467,6 +473,68 @@ func TestServeStepsAside(t *testing.T) {
 		expectWC(t, a.pollAdvancing(a.scq, check/4, "b's loop never came back by itself"), 4, verbs.WCSuccess, verbs.WCRDMAWrite)
 		if waited := a.clk.Now().Sub(start); waited > 3*check {
 			t.Fatalf("the WRITE completed after %v of virtual time; the loop should be back within two checks of %v", waited, check)
+		}
+	})
+
+	t.Run("receives what waits while the pollers poll on", func(t *testing.T) {
+		// A C program that polls its CQ now and then and spins on memory
+		// in between keeps the pollers' count moving, so the loop stays
+		// aside; a packet that arrived during a spin is received by the
+		// check that finds nothing received since the check before. The
+		// polls here are counted but made before the packet came (they
+		// receive nothing), as such a program's are.
+		const check = 200 * time.Microsecond
+		a, b, _ := pair(t, Config{}, Config{StepAsideCheck: check})
+		busyPollUntilAside(t, b)
+		start := a.clk.Now()
+		a.write(5, 0, 4096)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if k, err := a.scq.Poll(a.wcs[:]); err != nil {
+				t.Fatal(err)
+			} else if k == 1 {
+				expectWC(t, a.wcs[0], 5, verbs.WCSuccess, verbs.WCRDMAWrite)
+				break
+			}
+			b.dev.inlinePolls.Add(1)
+			a.clk.Advance(check / 4)
+			time.Sleep(100 * time.Microsecond)
+			if time.Now().After(deadline) {
+				t.Fatal("a packet that waited while the pollers polled was never received")
+			}
+		}
+		if !b.dev.aside.Load() {
+			t.Fatal("the loop came back although the pollers kept polling")
+		}
+		if waited := a.clk.Now().Sub(start); waited > 3*check {
+			t.Fatalf("the WRITE completed after %v of virtual time; the check should receive it within two of %v", waited, check)
+		}
+		if got := time.Duration(b.dev.asideEvery.Load()); got != check {
+			t.Fatalf("after a check found a packet waiting the interval is %v, want Config.StepAsideCheck %v", got, check)
+		}
+	})
+
+	t.Run("looks less often while the pollers receive everything", func(t *testing.T) {
+		const check = 200 * time.Microsecond
+		a, b, _ := pair(t, Config{}, Config{StepAsideCheck: check})
+		busyPollUntilAside(t, b)
+		b.postRecv(10)
+		deadline := time.Now().Add(10 * time.Second)
+		for i := 0; time.Duration(b.dev.asideEvery.Load()) < stepAsideCheck; i++ {
+			if i == 10 {
+				a.send(3) // received by b's poll below, not by a check
+			}
+			if _, err := b.rcq.Poll(b.wcs[:]); err != nil {
+				t.Fatal(err)
+			}
+			a.clk.Advance(time.Millisecond)
+			time.Sleep(100 * time.Microsecond)
+			if time.Now().After(deadline) {
+				t.Fatalf("the interval stayed at %v while the pollers received everything", time.Duration(b.dev.asideEvery.Load()))
+			}
+		}
+		if !b.dev.aside.Load() {
+			t.Fatal("the loop came back although the pollers kept polling")
 		}
 	})
 

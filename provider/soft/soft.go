@@ -95,7 +95,9 @@ type Config struct {
 	// without polling between its polls (a C program spinning on memory
 	// for an RDMA WRITE, as perftest's WRITE latency test does; Go
 	// programs call Progress instead) wants a short one. Each check wakes
-	// a thread that competes with the busy pollers for the CPUs.
+	// a thread that competes with the busy pollers for the CPUs, so the
+	// interval doubles, up to 10 ms, while the checks find no packet
+	// waiting, and comes back to this one when one does.
 	StepAsideCheck time.Duration
 	// NoGather copies every payload into its packet instead of letting the
 	// UDP socket gather payloads of 1 KiB and more from the MR.
