@@ -38,13 +38,13 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime/cgo"
 	"sync"
 	"syscall"
 	"time"
 	"unsafe"
 
 	"github.com/softrdma/softrdma/cm"
+	"github.com/softrdma/softrdma/internal/handle"
 	"github.com/softrdma/softrdma/verbs"
 	"github.com/softrdma/softrdma/wire"
 )
@@ -143,7 +143,7 @@ type cmID struct {
 	discSent        bool // the DISCONNECTED event was posted
 }
 
-func idOf(h C.uintptr_t) *cmID { return cgo.Handle(h).Value().(*cmID) }
+func idOf(h C.uintptr_t) *cmID { return handle.Handle(h).Value().(*cmID) }
 
 // liveIDs are the ids not destroyed yet, so that a channel closed while
 // ids still use it (a program error rdma-core does not catch either)
@@ -198,7 +198,7 @@ type cmEvent struct {
 // post writes the event's handle into the id's channel.
 func (id *cmID) post(ev *cmEvent) {
 	ev.id = id
-	h := cgo.NewHandle(ev)
+	h := handle.New(ev)
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.destroyed || id.fd < 0 {
@@ -223,7 +223,7 @@ func srdgo_cm_create_id(cptr *C.struct_srd_cm_id, ps, qpType, fd C.int, h *C.uin
 	}
 	id := &cmID{cptr: cptr, fd: int(fd), ps: cm.PortSpace(ps), qpType: verbs.QPType(qpType)}
 	id.live(true)
-	*h = C.uintptr_t(cgo.NewHandle(id))
+	*h = C.uintptr_t(handle.New(id))
 	return 0
 }
 
@@ -272,7 +272,7 @@ func srdgo_cm_destroy_id(h C.uintptr_t) {
 	if conn != nil {
 		conn.Close() // destroying a connected id disconnects (DREQ)
 	}
-	cgo.Handle(h).Delete()
+	handle.Handle(h).Delete()
 }
 
 func addrFromC(a *C.struct_srd_cm_addr) (netip.AddrPort, bool) {
@@ -563,7 +563,7 @@ func (id *cmID) acceptLoop(l *cm.Listener) {
 
 // qpOf returns the Go QP behind a C QP of this library.
 func qpOf(qp *C.struct_ibv_qp) *qpObj {
-	return cgo.Handle(C.srd_cm_qp_handle(qp)).Value().(*qpObj)
+	return handle.Handle(C.srd_cm_qp_handle(qp)).Value().(*qpObj)
 }
 
 func pdataOf(p *C.struct_rdma_conn_param) []byte {
@@ -823,8 +823,8 @@ func srdgo_cm_disconnect(h C.uintptr_t) (ret C.int) {
 //export srdgo_cm_event
 func srdgo_cm_event(evh C.uintptr_t, info *C.struct_srd_cm_evinfo) (ret C.int) {
 	defer guard("rdma_get_cm_event", &ret)
-	ev := cgo.Handle(evh).Value().(*cmEvent)
-	cgo.Handle(evh).Delete()
+	ev := handle.Handle(evh).Value().(*cmEvent)
+	handle.Handle(evh).Delete()
 	id := ev.id
 	id.mu.Lock()
 	gone, cptr := id.destroyed, id.cptr
@@ -843,7 +843,7 @@ func srdgo_cm_event(evh C.uintptr_t, info *C.struct_srd_cm_evinfo) (ret C.int) {
 	info.event = ev.typ
 	info.status = C.int(ev.status)
 	if c := ev.child; c != nil {
-		info.child = C.uintptr_t(cgo.NewHandle(c))
+		info.child = C.uintptr_t(handle.New(c))
 		info.verbs = c.dev.cptr
 		addrToC(&info.src, c.local)
 		addrToC(&info.dst, c.remote)

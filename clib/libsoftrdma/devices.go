@@ -12,13 +12,13 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime/cgo"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 	"unsafe"
 
+	"github.com/softrdma/softrdma/internal/handle"
 	"github.com/softrdma/softrdma/internal/tools/device"
 	"github.com/softrdma/softrdma/provider/soft"
 	"github.com/softrdma/softrdma/verbs"
@@ -133,8 +133,8 @@ type ctxObj struct {
 	asyncW int // write end of the async_fd pipe
 
 	mu      sync.Mutex
-	cptr    map[any]unsafe.Pointer // verbs QP/CQ/SRQ → its C struct
-	handles map[cgo.Handle]func()  // every object's handle → its release
+	cptr    map[any]unsafe.Pointer   // verbs QP/CQ/SRQ → its C struct
+	handles map[handle.Handle]func() // every object's handle → its release
 	done    chan struct{}
 	closed  bool
 	// asyncDone is closed when forwardAsync has returned: srdgo_close
@@ -165,7 +165,7 @@ func srdgo_open(i C.int, asyncW C.int, h *C.uintptr_t) (ret C.int) {
 		ctx:     ctx,
 		asyncW:  int(asyncW),
 		cptr:    map[any]unsafe.Pointer{},
-		handles: map[cgo.Handle]func(){},
+		handles: map[handle.Handle]func(){},
 		done:    make(chan struct{}),
 	}
 	if ae, ok := ctx.(verbs.AsyncEventer); ok {
@@ -176,7 +176,7 @@ func srdgo_open(i C.int, asyncW C.int, h *C.uintptr_t) (ret C.int) {
 		c.asyncDone = make(chan struct{})
 		go c.forwardAsync(ae.AsyncEvents())
 	}
-	*h = C.uintptr_t(cgo.NewHandle(c))
+	*h = C.uintptr_t(handle.New(c))
 	return 0
 }
 
@@ -240,8 +240,8 @@ func (c *ctxObj) asyncRecord(ev verbs.AsyncEvent) (int, unsafe.Pointer) {
 }
 
 // add registers a child object's handle so ibv_close_device releases it.
-func (c *ctxObj) add(v any, cptr unsafe.Pointer, key any, release func()) cgo.Handle {
-	h := cgo.NewHandle(v)
+func (c *ctxObj) add(v any, cptr unsafe.Pointer, key any, release func()) handle.Handle {
+	h := handle.New(v)
 	c.mu.Lock()
 	c.handles[h] = release
 	if key != nil {
@@ -252,7 +252,7 @@ func (c *ctxObj) add(v any, cptr unsafe.Pointer, key any, release func()) cgo.Ha
 }
 
 // remove forgets a destroyed object's handle.
-func (c *ctxObj) remove(h cgo.Handle, key any) {
+func (c *ctxObj) remove(h handle.Handle, key any) {
 	c.mu.Lock()
 	delete(c.handles, h)
 	if key != nil {
@@ -265,7 +265,7 @@ func (c *ctxObj) remove(h cgo.Handle, key any) {
 //export srdgo_close
 func srdgo_close(h C.uintptr_t) {
 	defer func() { recover() }()
-	c := cgo.Handle(h).Value().(*ctxObj)
+	c := handle.Handle(h).Value().(*ctxObj)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -273,7 +273,7 @@ func srdgo_close(h C.uintptr_t) {
 	}
 	c.closed = true
 	hs := c.handles
-	c.handles = map[cgo.Handle]func(){}
+	c.handles = map[handle.Handle]func(){}
 	c.mu.Unlock()
 	defer observeClosed()
 	close(c.done)
@@ -287,7 +287,7 @@ func srdgo_close(h C.uintptr_t) {
 		ch.Delete()
 	}
 	closeShared(c.name)
-	cgo.Handle(h).Delete()
+	handle.Handle(h).Delete()
 }
 
 //export srdgo_ifindex
@@ -297,7 +297,7 @@ func srdgo_ifindex(h C.uintptr_t) (ret C.uint32_t) {
 			ret = 0
 		}
 	}()
-	c := cgo.Handle(h).Value().(*ctxObj)
+	c := handle.Handle(h).Value().(*ctxObj)
 	if d, ok := c.ctx.(*soft.Device); ok {
 		if ifi, err := net.InterfaceByName(d.NetDev()); err == nil {
 			return C.uint32_t(ifi.Index)

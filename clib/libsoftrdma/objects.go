@@ -11,11 +11,11 @@ import "C"
 import (
 	"context"
 	"errors"
-	"runtime/cgo"
 	"sync"
 	"syscall"
 	"unsafe"
 
+	"github.com/softrdma/softrdma/internal/handle"
 	"github.com/softrdma/softrdma/verbs"
 )
 
@@ -29,7 +29,7 @@ func sysWrite(fd int, b []byte) (int, error) {
 	}
 }
 
-func ctxOf(h C.uintptr_t) *ctxObj { return cgo.Handle(h).Value().(*ctxObj) }
+func ctxOf(h C.uintptr_t) *ctxObj { return handle.Handle(h).Value().(*ctxObj) }
 
 // ---- device and port queries ----
 
@@ -132,7 +132,7 @@ type pdObj struct {
 	pd verbs.PD
 }
 
-func pdOf(h C.uintptr_t) *pdObj { return cgo.Handle(h).Value().(*pdObj) }
+func pdOf(h C.uintptr_t) *pdObj { return handle.Handle(h).Value().(*pdObj) }
 
 //export srdgo_alloc_pd
 func srdgo_alloc_pd(ch C.uintptr_t, h *C.uintptr_t) (ret C.int) {
@@ -153,7 +153,7 @@ func srdgo_dealloc_pd(h C.uintptr_t) (ret C.int) {
 	if err := p.pd.Dealloc(); err != nil {
 		return errnoOf("ibv_dealloc_pd", err)
 	}
-	p.c.remove(cgo.Handle(h), nil)
+	p.c.remove(handle.Handle(h), nil)
 	return 0
 }
 
@@ -182,11 +182,11 @@ func srdgo_reg_mr(pdh C.uintptr_t, addr unsafe.Pointer, length C.size_t, access 
 //export srdgo_dereg_mr
 func srdgo_dereg_mr(h C.uintptr_t) (ret C.int) {
 	defer guard("ibv_dereg_mr", &ret)
-	m := cgo.Handle(h).Value().(*mrObj)
+	m := handle.Handle(h).Value().(*mrObj)
 	if err := m.mr.Dereg(); err != nil {
 		return errnoOf("ibv_dereg_mr", err)
 	}
-	m.c.remove(cgo.Handle(h), nil)
+	m.c.remove(handle.Handle(h), nil)
 	return 0
 }
 
@@ -237,9 +237,9 @@ func (o *chanObj) forward() {
 //export srdgo_destroy_channel
 func srdgo_destroy_channel(h C.uintptr_t) (ret C.int) {
 	defer guard("ibv_destroy_comp_channel", &ret)
-	o := cgo.Handle(h).Value().(*chanObj)
+	o := handle.Handle(h).Value().(*chanObj)
 	o.stop()
-	o.c.remove(cgo.Handle(h), nil)
+	o.c.remove(handle.Handle(h), nil)
 	return 0
 }
 
@@ -259,7 +259,7 @@ func srdgo_create_cq(ch C.uintptr_t, cqe C.int, chh C.uintptr_t, cptr *C.struct_
 	c := ctxOf(ch)
 	var comp *verbs.CompChannel
 	if chh != 0 {
-		comp = cgo.Handle(chh).Value().(*chanObj).ch
+		comp = handle.Handle(chh).Value().(*chanObj).ch
 	}
 	cq, err := c.ctx.CreateCQ(int(cqe), comp)
 	if err != nil {
@@ -275,11 +275,11 @@ func srdgo_create_cq(ch C.uintptr_t, cqe C.int, chh C.uintptr_t, cptr *C.struct_
 //export srdgo_destroy_cq
 func srdgo_destroy_cq(h C.uintptr_t) (ret C.int) {
 	defer guard("ibv_destroy_cq", &ret)
-	o := cgo.Handle(h).Value().(*cqObj)
+	o := handle.Handle(h).Value().(*cqObj)
 	if err := o.cq.Destroy(); err != nil {
 		return errnoOf("ibv_destroy_cq", err)
 	}
-	o.c.remove(cgo.Handle(h), o.cq)
+	o.c.remove(handle.Handle(h), o.cq)
 	return 0
 }
 
@@ -296,7 +296,7 @@ const emptyPollTries = 4
 //export srdgo_poll_cq
 func srdgo_poll_cq(h C.uintptr_t, n C.int, out *C.struct_ibv_wc, tries *C.int) (ret C.int) {
 	defer guardNeg("ibv_poll_cq", &ret)
-	o := cgo.Handle(h).Value().(*cqObj)
+	o := handle.Handle(h).Value().(*cqObj)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if int(n) > len(o.wc) {
@@ -364,7 +364,7 @@ func wcToC(d *C.struct_ibv_wc, w *verbs.WC) {
 //export srdgo_req_notify_cq
 func srdgo_req_notify_cq(h C.uintptr_t, solicited C.int) (ret C.int) {
 	defer guard("ibv_req_notify_cq", &ret)
-	o := cgo.Handle(h).Value().(*cqObj)
+	o := handle.Handle(h).Value().(*cqObj)
 	if err := o.cq.ReqNotify(solicited != 0); err != nil {
 		return errnoOf("ibv_req_notify_cq", err)
 	}
@@ -416,7 +416,7 @@ func srdgo_create_srq(pdh C.uintptr_t, a *C.struct_ibv_srq_init_attr, h *C.uintp
 //export srdgo_modify_srq
 func srdgo_modify_srq(h C.uintptr_t, a *C.struct_ibv_srq_attr, mask C.int) (ret C.int) {
 	defer guard("ibv_modify_srq", &ret)
-	s := cgo.Handle(h).Value().(*srqObj)
+	s := handle.Handle(h).Value().(*srqObj)
 	return errnoOf("ibv_modify_srq", s.srq.Modify(&verbs.SRQAttr{
 		MaxWR: uint32(a.max_wr), MaxSGE: uint32(a.max_sge), SRQLimit: uint32(a.srq_limit),
 	}, verbs.SRQAttrMask(mask)))
@@ -425,7 +425,7 @@ func srdgo_modify_srq(h C.uintptr_t, a *C.struct_ibv_srq_attr, mask C.int) (ret 
 //export srdgo_query_srq
 func srdgo_query_srq(h C.uintptr_t, a *C.struct_ibv_srq_attr) (ret C.int) {
 	defer guard("ibv_query_srq", &ret)
-	s := cgo.Handle(h).Value().(*srqObj)
+	s := handle.Handle(h).Value().(*srqObj)
 	q, err := s.srq.Query()
 	if err != nil {
 		return errnoOf("ibv_query_srq", err)
@@ -437,18 +437,18 @@ func srdgo_query_srq(h C.uintptr_t, a *C.struct_ibv_srq_attr) (ret C.int) {
 //export srdgo_destroy_srq
 func srdgo_destroy_srq(h C.uintptr_t) (ret C.int) {
 	defer guard("ibv_destroy_srq", &ret)
-	s := cgo.Handle(h).Value().(*srqObj)
+	s := handle.Handle(h).Value().(*srqObj)
 	if err := s.srq.Destroy(); err != nil {
 		return errnoOf("ibv_destroy_srq", err)
 	}
-	s.c.remove(cgo.Handle(h), s.srq)
+	s.c.remove(handle.Handle(h), s.srq)
 	return 0
 }
 
 //export srdgo_post_srq_recv
 func srdgo_post_srq_recv(h C.uintptr_t, wr *C.struct_ibv_recv_wr, bad **C.struct_ibv_recv_wr) (ret C.int) {
 	defer guard("ibv_post_srq_recv", &ret)
-	s := cgo.Handle(h).Value().(*srqObj)
+	s := handle.Handle(h).Value().(*srqObj)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var err error
@@ -482,11 +482,11 @@ func srdgo_create_ah(pdh C.uintptr_t, a *C.struct_ibv_ah_attr, h *C.uintptr_t) (
 //export srdgo_destroy_ah
 func srdgo_destroy_ah(h C.uintptr_t) (ret C.int) {
 	defer guard("ibv_destroy_ah", &ret)
-	a := cgo.Handle(h).Value().(*ahObj)
+	a := handle.Handle(h).Value().(*ahObj)
 	if err := a.ah.Destroy(); err != nil {
 		return errnoOf("ibv_destroy_ah", err)
 	}
-	a.c.remove(cgo.Handle(h), nil)
+	a.c.remove(handle.Handle(h), nil)
 	return 0
 }
 

@@ -23,10 +23,10 @@ _Static_assert(offsetof(struct srd_ah, h) == sizeof(struct ibv_ah), "srd_ah.h");
 import "C"
 
 import (
-	"runtime/cgo"
 	"sync"
 	"unsafe"
 
+	"github.com/softrdma/softrdma/internal/handle"
 	"github.com/softrdma/softrdma/verbs"
 )
 
@@ -63,7 +63,7 @@ func srdgo_create_qp(pdh C.uintptr_t, a *C.struct_ibv_qp_init_attr, scq, rcq, sr
 	defer guard("ibv_create_qp", &ret)
 	p := pdOf(pdh)
 	attr := verbs.QPInitAttr{
-		SendCQ: cgo.Handle(scq).Value().(*cqObj).cq,
+		SendCQ: handle.Handle(scq).Value().(*cqObj).cq,
 		Cap: verbs.QPCap{
 			MaxSendWR:     uint32(a.cap.max_send_wr),
 			MaxRecvWR:     uint32(a.cap.max_recv_wr),
@@ -75,12 +75,12 @@ func srdgo_create_qp(pdh C.uintptr_t, a *C.struct_ibv_qp_init_attr, scq, rcq, sr
 		SigAll: a.sq_sig_all != 0,
 	}
 	if rcq != 0 {
-		attr.RecvCQ = cgo.Handle(rcq).Value().(*cqObj).cq
+		attr.RecvCQ = handle.Handle(rcq).Value().(*cqObj).cq
 	} else {
 		attr.RecvCQ = attr.SendCQ
 	}
 	if srq != 0 {
-		attr.SRQ = cgo.Handle(srq).Value().(*srqObj).srq
+		attr.SRQ = handle.Handle(srq).Value().(*srqObj).srq
 	}
 	qp, err := p.pd.CreateQP(&attr)
 	if err != nil {
@@ -108,19 +108,19 @@ func (o *qpObj) release() {
 //export srdgo_destroy_qp
 func srdgo_destroy_qp(h C.uintptr_t) (ret C.int) {
 	defer guard("ibv_destroy_qp", &ret)
-	o := cgo.Handle(h).Value().(*qpObj)
+	o := handle.Handle(h).Value().(*qpObj)
 	if err := o.qp.Destroy(); err != nil {
 		return errnoOf("ibv_destroy_qp", err)
 	}
 	o.release()
-	o.c.remove(cgo.Handle(h), o.qp)
+	o.c.remove(handle.Handle(h), o.qp)
 	return 0
 }
 
 //export srdgo_modify_qp
 func srdgo_modify_qp(h C.uintptr_t, a *C.struct_ibv_qp_attr, mask C.int, state *C.int32_t) (ret C.int) {
 	defer guard("ibv_modify_qp", &ret)
-	o := cgo.Handle(h).Value().(*qpObj)
+	o := handle.Handle(h).Value().(*qpObj)
 	attr := verbs.QPAttr{
 		QPState:          verbs.QPState(a.qp_state),
 		CurQPState:       verbs.QPState(a.cur_qp_state),
@@ -164,7 +164,7 @@ func srdgo_modify_qp(h C.uintptr_t, a *C.struct_ibv_qp_attr, mask C.int, state *
 //export srdgo_query_qp
 func srdgo_query_qp(h C.uintptr_t, a *C.struct_ibv_qp_attr, init *C.struct_ibv_qp_init_attr) (ret C.int) {
 	defer guard("ibv_query_qp", &ret)
-	o := cgo.Handle(h).Value().(*qpObj)
+	o := handle.Handle(h).Value().(*qpObj)
 	q, ia, err := o.qp.Query()
 	if err != nil {
 		return errnoOf("ibv_query_qp", err)
@@ -248,12 +248,25 @@ func sgList(p *C.struct_ibv_sge, n C.int) ([]verbs.SGE, bool) {
 	return unsafe.Slice((*verbs.SGE)(unsafe.Pointer(p)), int(n)), true
 }
 
+// srdgo_post_send and qpObj.postSend each have one defer and one return,
+// so that the compiler open-codes the defers: with the many returns of
+// postSendLocked they were records made and run on every call, 50 ns of
+// each ibv_post_send from C.
+//
 //export srdgo_post_send
 func srdgo_post_send(h C.uintptr_t, wr *C.struct_ibv_send_wr, bad **C.struct_ibv_send_wr) (ret C.int) {
 	defer guard("ibv_post_send", &ret)
-	o := cgo.Handle(h).Value().(*qpObj)
+	return handle.Handle(h).Value().(*qpObj).postSend(wr, bad)
+}
+
+func (o *qpObj) postSend(wr *C.struct_ibv_send_wr, bad **C.struct_ibv_send_wr) C.int {
 	o.smu.Lock()
 	defer o.smu.Unlock()
+	return o.postSendLocked(wr, bad)
+}
+
+// postSendLocked converts and posts the chain wr. Precondition: o.smu held.
+func (o *qpObj) postSendLocked(wr *C.struct_ibv_send_wr, bad **C.struct_ibv_send_wr) C.int {
 	first := wr // the first request of the chain being converted
 	o.swr, o.sge, o.inl = o.swr[:0], o.sge[:0], o.inl[:0]
 	used := 0
@@ -299,7 +312,7 @@ func srdgo_post_send(h C.uintptr_t, wr *C.struct_ibv_send_wr, bad **C.struct_ibv
 					return C.EINVAL
 				}
 				ahh := (*C.struct_srd_ah)(ah).h
-				s.AH = cgo.Handle(ahh).Value().(*ahObj).ah
+				s.AH = handle.Handle(ahh).Value().(*ahObj).ah
 				s.RemoteQPN = *(*uint32)(unsafe.Add(base, 48))
 				s.RemoteQKey = *(*uint32)(unsafe.Add(base, 52))
 			} else {
@@ -423,7 +436,7 @@ func postFailed(op string, err error, first *C.struct_ibv_recv_wr, bad **C.struc
 //export srdgo_post_recv
 func srdgo_post_recv(h C.uintptr_t, wr *C.struct_ibv_recv_wr, bad **C.struct_ibv_recv_wr) (ret C.int) {
 	defer guard("ibv_post_recv", &ret)
-	o := cgo.Handle(h).Value().(*qpObj)
+	o := handle.Handle(h).Value().(*qpObj)
 	o.rmu.Lock()
 	defer o.rmu.Unlock()
 	var err error
