@@ -290,6 +290,13 @@ func (n *node) busyPoll(cq verbs.CQ, also func(), what string) verbs.WC {
 // until it returns a completion.
 func (n *node) pollAdvancing(cq verbs.CQ, step time.Duration, what string) verbs.WC {
 	n.t.Helper()
+	return n.pollAdvancingEach(cq, step, nil, what)
+}
+
+// pollAdvancingEach is pollAdvancing that calls each (if not nil) after
+// every empty poll.
+func (n *node) pollAdvancingEach(cq verbs.CQ, step time.Duration, each func(), what string) verbs.WC {
+	n.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		k, err := cq.Poll(n.wcs[:])
@@ -298,6 +305,9 @@ func (n *node) pollAdvancing(cq verbs.CQ, step time.Duration, what string) verbs
 		}
 		if k == 1 {
 			return n.wcs[0]
+		}
+		if each != nil {
+			each()
 		}
 		n.clk.Advance(step)
 		time.Sleep(100 * time.Microsecond)
@@ -459,60 +469,45 @@ func TestServeStepsAside(t *testing.T) {
 		}
 	})
 
-	t.Run("comes back within Config.StepAsideCheck", func(t *testing.T) {
-		// A program that polls only now and then (a C program spinning
-		// on memory between CQ polls) waits for a packet that arrives in
-		// between until the loop's check finds the poller gone: with a
-		// short StepAsideCheck, a short wait. The virtual clock moves in
-		// steps far below the default check, and at most a few of them.
-		const check = 200 * time.Microsecond
-		a, b, _ := pair(t, Config{}, Config{StepAsideCheck: check})
-		busyPollUntilAside(t, b)
-		start := a.clk.Now()
-		a.write(4, 0, 4096)
-		expectWC(t, a.pollAdvancing(a.scq, check/4, "b's loop never came back by itself"), 4, verbs.WCSuccess, verbs.WCRDMAWrite)
-		if waited := a.clk.Now().Sub(start); waited > 3*check {
-			t.Fatalf("the WRITE completed after %v of virtual time; the loop should be back within two checks of %v", waited, check)
+	// A program that polls only now and then (a C program spinning on
+	// memory between CQ polls) waits for a packet that arrives in between
+	// until a check receives it: with a short StepAsideCheck, a short
+	// wait. Either the check finds the poller gone and the loop comes
+	// back, or (pollersPollOn) the pollers' count still moves, the loop
+	// stays aside, and the check receives what waits because nothing was
+	// received since the check before (the counted polls were made before
+	// the packet came, as such a program's are). The virtual clock moves
+	// in steps far below the default check, and at most a few of them.
+	for _, pollersPollOn := range []bool{false, true} {
+		name := "comes back within Config.StepAsideCheck"
+		if pollersPollOn {
+			name = "receives what waits while the pollers poll on"
 		}
-	})
-
-	t.Run("receives what waits while the pollers poll on", func(t *testing.T) {
-		// A C program that polls its CQ now and then and spins on memory
-		// in between keeps the pollers' count moving, so the loop stays
-		// aside; a packet that arrived during a spin is received by the
-		// check that finds nothing received since the check before. The
-		// polls here are counted but made before the packet came (they
-		// receive nothing), as such a program's are.
-		const check = 200 * time.Microsecond
-		a, b, _ := pair(t, Config{}, Config{StepAsideCheck: check})
-		busyPollUntilAside(t, b)
-		start := a.clk.Now()
-		a.write(5, 0, 4096)
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			if k, err := a.scq.Poll(a.wcs[:]); err != nil {
-				t.Fatal(err)
-			} else if k == 1 {
-				expectWC(t, a.wcs[0], 5, verbs.WCSuccess, verbs.WCRDMAWrite)
-				break
+		t.Run(name, func(t *testing.T) {
+			const check = 200 * time.Microsecond
+			a, b, _ := pair(t, Config{}, Config{StepAsideCheck: check})
+			busyPollUntilAside(t, b)
+			var poll func()
+			if pollersPollOn {
+				poll = func() { b.dev.inlinePolls.Add(1) }
 			}
-			b.dev.inlinePolls.Add(1)
-			a.clk.Advance(check / 4)
-			time.Sleep(100 * time.Microsecond)
-			if time.Now().After(deadline) {
-				t.Fatal("a packet that waited while the pollers polled was never received")
+			start := a.clk.Now()
+			a.write(4, 0, 4096)
+			expectWC(t, a.pollAdvancingEach(a.scq, check/4, poll, "b never received the WRITE"), 4, verbs.WCSuccess, verbs.WCRDMAWrite)
+			if waited := a.clk.Now().Sub(start); waited > 3*check {
+				t.Fatalf("the WRITE completed after %v of virtual time; a check should receive it within two of %v", waited, check)
 			}
-		}
-		if !b.dev.aside.Load() {
-			t.Fatal("the loop came back although the pollers kept polling")
-		}
-		if waited := a.clk.Now().Sub(start); waited > 3*check {
-			t.Fatalf("the WRITE completed after %v of virtual time; the check should receive it within two of %v", waited, check)
-		}
-		if got := time.Duration(b.dev.asideEvery.Load()); got != check {
-			t.Fatalf("after a check found a packet waiting the interval is %v, want Config.StepAsideCheck %v", got, check)
-		}
-	})
+			if !pollersPollOn {
+				return
+			}
+			if !b.dev.aside.Load() {
+				t.Fatal("the loop came back although the pollers kept polling")
+			}
+			if got := time.Duration(b.dev.asideEvery.Load()); got != check {
+				t.Fatalf("after a check found a packet waiting the interval is %v, want Config.StepAsideCheck %v", got, check)
+			}
+		})
+	}
 
 	t.Run("looks less often while the pollers receive everything", func(t *testing.T) {
 		const check = 200 * time.Microsecond
