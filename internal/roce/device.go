@@ -106,8 +106,9 @@ type Config struct {
 	// transport has the address (transport.MultiHomed); the others are
 	// listed, and a QP that names one as its source is refused.
 	Addrs []netip.Addr
-	// NoGather copies every payload into its packet. By default a request
-	// payload of 1 KiB or more that lies in one SGE stays in its MR and the
+	// NoGather copies every payload into its packet. By default, in a
+	// request of 32 KiB or more (and in READ responses), a packet payload
+	// of 1 KiB or more that lies in one SGE stays in its MR and the
 	// transport gathers it from there (transport.Gatherer), which saves a
 	// copy per byte sent; DeregMR waits for the packets that point into
 	// the region to leave (they never wait for a doorbell).

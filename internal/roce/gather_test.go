@@ -11,8 +11,9 @@ import (
 )
 
 // TestGatherSend: over a transport that gathers, a WRITE and a SEND of
-// MTU-sized packets leave with their payload in the MR, not copied, and
-// arrive intact; inline data and sub-KiB payloads are still copied.
+// gatherMinMessage or more leave with their MTU-sized payloads in the MR,
+// not copied, and arrive intact; sub-KiB payloads, and every payload of a
+// shorter request, are still copied.
 func TestGatherSend(t *testing.T) {
 	ta, tb := udpPair(t)
 	al, bl := &sendLog{Transport: ta}, &sendLog{Transport: tb}
@@ -34,37 +35,56 @@ func TestGatherSend(t *testing.T) {
 		t.Fatalf("%d of the WRITE's 64 packets were gathered, %d packets against the rule", g, bad)
 	}
 
-	// An unaligned WRITE whose last packet is gathered with a pad: 3075
-	// bytes from offset 3 are packets of 1024, 1024 and 1027 (pad 1).
-	clear(b.buf[:8192])
+	// An unaligned WRITE whose last packet is gathered with a pad:
+	// gatherMinMessage+3 bytes from offset 3 are 31 packets of 1024 and
+	// one of 1027 (pad 1).
+	const unaligned = gatherMinMessage + 3
+	clear(b.buf[:unaligned+8])
 	b.settle()
-	a.write(9, 3, 3075)
+	a.write(9, 3, unaligned)
 	expectWC(t, a.waitWC(a.scq), 9, verbs.WCSuccess, verbs.WCRDMAWrite)
 	b.settle()
-	if !bytes.Equal(b.buf[3:3078], a.buf[3:3078]) || b.buf[2] != 0 || b.buf[3078] != 0 {
+	if !bytes.Equal(b.buf[3:3+unaligned], a.buf[3:3+unaligned]) || b.buf[2] != 0 || b.buf[3+unaligned] != 0 {
 		t.Fatal("the unaligned gathered WRITE did not land exactly")
 	}
 	g1, bad := al.counts()
 	g, g1 = g1, g1-g
-	if g1 < 3 || bad != 0 {
-		t.Fatalf("WRITE of 1024+1024+1027 bytes: %d packets gathered (want 3), %d against the rule", g1, bad)
+	if g1 < 32 || bad != 0 {
+		t.Fatalf("WRITE of 31*1024+1027 bytes: %d packets gathered (want 32), %d against the rule", g1, bad)
 	}
 
-	b.postRecv(7, 0, 8192)
-	a.post(&verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(100, 3000)}})
+	// A SEND of a request's gathering length: 32 packets of 1024 gathered,
+	// the last (952 bytes) copied.
+	const long = gatherMinMessage + 952
+	b.postRecv(7, 0, long)
+	a.post(&verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(100, long)}})
 	expectWC(t, a.waitWC(a.scq), 2, verbs.WCSuccess, verbs.WCSend)
 	wc := b.waitWC(b.rcq)
 	expectWC(t, wc, 7, verbs.WCSuccess, verbs.WCRecv)
 	b.settle()
-	if wc.ByteLen != 3000 || !bytes.Equal(b.buf[:3000], a.buf[100:3100]) {
-		t.Fatalf("SEND of 3000 bytes: got %d bytes, equal %v", wc.ByteLen, bytes.Equal(b.buf[:3000], a.buf[100:3100]))
+	if wc.ByteLen != long || !bytes.Equal(b.buf[:long], a.buf[100:100+long]) {
+		t.Fatalf("SEND of %d bytes: got %d bytes, equal %v", long, wc.ByteLen, bytes.Equal(b.buf[:long], a.buf[100:100+long]))
 	}
-	al.mu.Lock()
-	g2 := al.gathered - g
-	al.mu.Unlock()
-	// 3000 bytes at MTU 1024: 1024 + 1024 gathered, the last 952 copied.
-	if g2 < 2 || al.misgathers != 0 {
-		t.Fatalf("SEND of 3000 bytes: %d packets gathered (want 2), %d against the rule", g2, al.misgathers)
+	g2, bad := al.counts()
+	g, g2 = g2, g2-g
+	if g2 < 32 || bad != 0 {
+		t.Fatalf("SEND of %d bytes: %d packets gathered (want 32), %d against the rule", long, g2, bad)
+	}
+
+	// Shorter requests copy every payload: their packets may then wait
+	// for the doorbell batch of a QP with packets in flight.
+	for i, n := range []uint32{3000, gatherMinMessage - 1} {
+		b.postRecv(uint64(20+i), 0, int(n))
+		a.post(&verbs.SendWR{WRID: uint64(10 + i), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(100, int(n))}})
+		expectWC(t, a.waitWC(a.scq), uint64(10+i), verbs.WCSuccess, verbs.WCSend)
+		expectWC(t, b.waitWC(b.rcq), uint64(20+i), verbs.WCSuccess, verbs.WCRecv)
+		b.settle()
+		if !bytes.Equal(b.buf[:n], a.buf[100:100+n]) {
+			t.Fatalf("SEND of %d bytes did not land intact", n)
+		}
+		if g3, _ := al.counts(); g3 != g {
+			t.Fatalf("SEND of %d bytes (under gatherMinMessage): %d packets gathered, want 0", n, g3-g)
+		}
 	}
 	if n := a.mr.(*MR).pins.Load(); n != 0 {
 		t.Fatalf("%d pins left on the requester's MR after every completion", n)
@@ -112,7 +132,7 @@ func TestGatherZeroAllocs(t *testing.T) {
 	}
 	ta, tb := udpPair(t)
 	a, _ := pair(t, ta, tb, realOpts())
-	wr := &verbs.SendWR{Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, 8192)},
+	wr := &verbs.SendWR{Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, gatherMinMessage)},
 		RemoteAddr: a.peer.mr.Addr(), RKey: a.peer.mr.RKey()}
 	round := func() {
 		if err := a.qp.PostSend(wr); err != nil {
@@ -124,7 +144,7 @@ func TestGatherZeroAllocs(t *testing.T) {
 	}
 	round()
 	if n := testing.AllocsPerRun(100, round); n != 0 {
-		t.Errorf("gathered WRITE of 8 KiB + ACK + poll: %.1f allocations per operation, want 0", n)
+		t.Errorf("gathered WRITE of 32 KiB + ACK + poll: %.1f allocations per operation, want 0", n)
 	}
 }
 

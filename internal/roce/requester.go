@@ -322,7 +322,7 @@ func (qp *QP) sendPacketLocked(w *sendWQE) bool {
 	bth.SolicitedEvent = last && w.flags&verbs.SendSolicited != 0 && w.opcode != verbs.WRRDMAWrite
 	var b []byte
 	gathered := false
-	if qp.dev.gather && qp.sec == nil && !w.isInline && n >= gatherMin {
+	if qp.dev.gather && qp.sec == nil && !w.isInline && n >= gatherMin && w.length >= gatherMinMessage {
 		// The payload stays in the MR; the transport gathers it.
 		if m, mr := w.sgl.pin(off, n); mr != nil {
 			b = qp.newGatherPacketLocked(dst, op, &bth, m, mr)

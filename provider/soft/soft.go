@@ -100,7 +100,8 @@ type Config struct {
 	// waiting, and comes back to this one when one does.
 	StepAsideCheck time.Duration
 	// NoGather copies every payload into its packet instead of letting the
-	// UDP socket gather payloads of 1 KiB and more from the MR.
+	// UDP socket gather payloads of 1 KiB and more from the MR (in requests
+	// of 32 KiB and more, and in READ responses).
 	NoGather bool
 	// NoSplitWrites keeps multi-packet WRITEs to loopback peers as FIRST,
 	// MIDDLE and LAST packets. By default such a WRITE (without
