@@ -11,15 +11,24 @@ package handle
 
 import (
 	"fmt"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 )
 
-// A Handle is a value's slot (low 32 bits, plus one: 0 is never a handle)
-// and the slot's generation when the value was stored (high 32 bits).
+// A Handle is a value's slot (low slotBits bits, plus one: 0 is never a
+// handle) and the slot's generation when the value was stored (the bits
+// above, modulo their range).
 type Handle uintptr
 
-const chunkBits = 10
+const (
+	chunkBits = 10
+	// slotBits is 32 where a uintptr has 64 bits; where it has 32 (the C
+	// side keeps a uintptr_t), 20 bits of slot and 12 of generation.
+	slotBits = 20 + 12*(bits.UintSize/64)
+	slotMask = 1<<slotBits - 1
+	genMask  = 1<<(bits.UintSize-slotBits) - 1
+)
 
 type entry struct {
 	v   any
@@ -45,6 +54,9 @@ func New(v any) Handle {
 		table.free = table.free[:n-1]
 	} else {
 		slot = uint32(len(table.gens))
+		if slot >= slotMask {
+			panic("handle: too many live handles")
+		}
 		table.gens = append(table.gens, 0)
 		var cs []*chunk
 		if p := table.chunks.Load(); p != nil {
@@ -56,22 +68,22 @@ func New(v any) Handle {
 			cs = grown
 		}
 	}
-	table.gens[slot]++
+	table.gens[slot] = (table.gens[slot] + 1) & genMask
 	gen := table.gens[slot]
 	cs := *table.chunks.Load()
 	cs[slot>>chunkBits][slot&(1<<chunkBits-1)].Store(&entry{v: v, gen: gen})
-	return Handle(uintptr(gen)<<32 | uintptr(slot+1))
+	return Handle(uintptr(gen)<<slotBits | uintptr(slot+1))
 }
 
 // lookup returns h's entry, or nil if h is not a live handle.
 func (h Handle) lookup() *entry {
-	slot := uint32(h) - 1
+	slot := uint32(h&slotMask) - 1
 	p := table.chunks.Load()
-	if uint32(h) == 0 || p == nil || int(slot>>chunkBits) >= len(*p) {
+	if h&slotMask == 0 || p == nil || int(slot>>chunkBits) >= len(*p) {
 		return nil
 	}
 	e := (*p)[slot>>chunkBits][slot&(1<<chunkBits-1)].Load()
-	if e == nil || e.gen != uint32(uint64(h)>>32) {
+	if e == nil || e.gen != uint32(h>>slotBits) {
 		return nil
 	}
 	return e
@@ -95,7 +107,7 @@ func (h Handle) Delete() {
 	if h.lookup() == nil {
 		panic(fmt.Sprintf("handle: invalid handle %#x", uintptr(h)))
 	}
-	slot := uint32(h) - 1
+	slot := uint32(h&slotMask) - 1
 	(*table.chunks.Load())[slot>>chunkBits][slot&(1<<chunkBits-1)].Store(nil)
 	table.free = append(table.free, slot)
 }
