@@ -118,9 +118,15 @@ func TestWakeAfterUnlock(t *testing.T) {
 	var wakes, held atomic.Int32
 	wakeHook = func(*conn) {
 		wakes.Add(1)
-		if !qp.mu.TryLock() {
-			held.Add(1)
-			return
+		// A poster that wakes with the QP held holds it for as long as
+		// the hook runs; another goroutine (a's progress goroutine,
+		// completing the SEND before) holds it only a moment, so a lock
+		// that stays taken for 50 ms is the poster's.
+		for deadline := time.Now().Add(50 * time.Millisecond); !qp.mu.TryLock(); time.Sleep(100 * time.Microsecond) {
+			if time.Now().After(deadline) {
+				held.Add(1)
+				return
+			}
 		}
 		qp.mu.Unlock()
 	}
