@@ -37,6 +37,11 @@ type entry struct {
 
 type chunk [1 << chunkBits]atomic.Pointer[entry]
 
+// at returns slot's place in cs; the caller has checked that cs reaches it.
+func at(cs []*chunk, slot uint32) *atomic.Pointer[entry] {
+	return &cs[slot>>chunkBits][slot&(1<<chunkBits-1)]
+}
+
 var table struct {
 	mu     sync.Mutex
 	chunks atomic.Pointer[[]*chunk] // grown by copy, never shrunk
@@ -70,8 +75,7 @@ func New(v any) Handle {
 	}
 	table.gens[slot] = (table.gens[slot] + 1) & genMask
 	gen := table.gens[slot]
-	cs := *table.chunks.Load()
-	cs[slot>>chunkBits][slot&(1<<chunkBits-1)].Store(&entry{v: v, gen: gen})
+	at(*table.chunks.Load(), slot).Store(&entry{v: v, gen: gen})
 	return Handle(uintptr(gen)<<slotBits | uintptr(slot+1))
 }
 
@@ -82,7 +86,7 @@ func (h Handle) lookup() *entry {
 	if h&slotMask == 0 || p == nil || int(slot>>chunkBits) >= len(*p) {
 		return nil
 	}
-	e := (*p)[slot>>chunkBits][slot&(1<<chunkBits-1)].Load()
+	e := at(*p, slot).Load()
 	if e == nil || e.gen != uint32(h>>slotBits) {
 		return nil
 	}
@@ -108,6 +112,6 @@ func (h Handle) Delete() {
 		panic(fmt.Sprintf("handle: invalid handle %#x", uintptr(h)))
 	}
 	slot := uint32(h&slotMask) - 1
-	(*table.chunks.Load())[slot>>chunkBits][slot&(1<<chunkBits-1)].Store(nil)
+	at(*table.chunks.Load(), slot).Store(nil)
 	table.free = append(table.free, slot)
 }
