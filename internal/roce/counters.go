@@ -51,6 +51,8 @@ type Counters struct {
 	CQOverrun          atomic.Uint64 // completions lost because a CQ was full
 	KeepaliveProbes    atomic.Uint64 // probes sent to the peers of idle RC QPs (Config.Keepalive)
 	KeepaliveFailures  atomic.Uint64 // probes whose retries ran out: the QP went to ERR
+	FeedTaken          atomic.Uint64 // send requests a QP took from its send feed (feed.go) rather than from PostSend
+	FeedRefused        atomic.Uint64 // of those, requests the QP refused: each completed in error
 
 	// Congestion control (cc.go).
 	CEPktsRcvd     atomic.Uint64 // packets for RC/UC/UD QPs that arrived marked CE (mlx5: np_ecn_marked_roce_packets)
@@ -114,6 +116,8 @@ func (c *Counters) Snapshot() []Counter {
 		{"cq_overrun", c.CQOverrun.Load()},
 		{"keepalive_probes", c.KeepaliveProbes.Load()},
 		{"keepalive_failures", c.KeepaliveFailures.Load()},
+		{"feed_taken", c.FeedTaken.Load()},
+		{"feed_refused", c.FeedRefused.Load()},
 		{"np_ecn_marked_roce_packets", c.CEPktsRcvd.Load()},
 		{"np_cnp_sent", c.CNPsSent.Load()},
 		{"rp_cnp_handled", c.CNPsRcvd.Load()},

@@ -77,6 +77,13 @@ type QP struct {
 	tclass      uint8   // traffic class byte of the QP's packets (the AV's, cc.go)
 	cc          ccState // congestion control (cc.go)
 	views       views   // what the responder and the completer see of the QP (views.go)
+
+	// The send feed (feed.go): requests the QP takes in by itself.
+	feed       SendFeed
+	feedPost   func(*verbs.SendWR) error // qp.postFedLocked, bound once
+	feedTook   bool                      // the current Take posted a request
+	feedFailed bool                      // the current Take had a request refused
+	sqRetired  uint32                    // send requests that left the send queue, ever (SendFeed.Arm)
 }
 
 // sendWQE is a send work request as the requester and completer see it.
@@ -355,6 +362,7 @@ func (qp *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	if next == verbs.QPStateRTS {
 		qp.rearmLocked()
 	}
+	qp.armFeedLocked()
 	return nil
 }
 
@@ -491,6 +499,10 @@ func (qp *QP) Destroy() error {
 		return verbs.Errorf("DestroyQP", verbs.ErrDestroyed, "QP already destroyed")
 	}
 	qp.destroyed = true
+	if qp.feed != nil {
+		qp.feed.Arm(false, qp.sqRetired)
+		qp.feed = nil // the producer frees it once Destroy returns
+	}
 	// An ACK that waits for a poller is the peer's last word on what
 	// arrived: send it rather than make the peer retry into the void.
 	if qp.resp.ackPending {
@@ -531,6 +543,10 @@ func (qp *QP) resetLocked() {
 	qp.stopTimerLocked()
 	qp.ccResetLocked()
 	qp.clearProbesLocked()
+	qp.sqRetired += qp.sq.tail - qp.sq.head - qp.sq.probes // discarded: they leave the queue too
+	if qp.feed != nil {
+		qp.feed.Discard()
+	}
 	qp.sq.head, qp.sq.next, qp.sq.tail, qp.sq.probes = 0, 0, 0, 0
 	qp.lastHeard = time.Time{}
 	qp.rq.head, qp.rq.tail = 0, 0
@@ -573,6 +589,7 @@ func (qp *QP) errorLocked() {
 	qp.sealLocked()
 	qp.tx.keepResponses(qp.dev)
 	qp.flushLocked()
+	qp.takeFeedLocked() // what waits in the feed was posted before the error: it is flushed too
 	qp.flushSendLocked()
 	qp.resp.flushLocked(qp.recvRes())
 	if qp.srq != nil {
@@ -605,12 +622,15 @@ func (qp *QP) completeSendLocked(w *sendWQE, st verbs.WCStatus) {
 	if w.probe {
 		w.probe = false
 		qp.retireProbeLocked(st)
-	} else if w.signaled || st != verbs.WCSuccess {
-		wc := verbs.WC{WRID: w.wrID, Status: st, Opcode: w.opcode.WCOpcode(), QPNum: qp.qpn}
-		if st == verbs.WCSuccess {
-			wc.ByteLen = uint32(w.length)
+	} else {
+		qp.sqRetired++
+		if w.signaled || st != verbs.WCSuccess {
+			wc := verbs.WC{WRID: w.wrID, Status: st, Opcode: w.opcode.WCOpcode(), QPNum: qp.qpn}
+			if st == verbs.WCSuccess {
+				wc.ByteLen = uint32(w.length)
+			}
+			qp.sendCQ.push(&wc, st != verbs.WCSuccess)
 		}
-		qp.sendCQ.push(&wc, st != verbs.WCSuccess)
 	}
 	if w.started && qp.sq.next == qp.sq.head {
 		qp.sq.next++ // the queue keeps head ≤ next (a rewind had put next here)
@@ -656,15 +676,18 @@ func (qp *QP) PostSend(wr *verbs.SendWR) error {
 	default:
 		return &verbs.PostError{WRID: wr.WRID, Err: verbs.Errorf("PostSend", verbs.ErrInvalidState, "QP %d is in %v; move it to RTS first", qp.qpn, st)}
 	}
+	qp.takeFeedLocked() // the feed's requests were posted first
 	i := 0
 	for ; wr != nil; wr = wr.Next {
 		if err := qp.postOneLocked(wr); err != nil {
 			qp.kickLocked(time.Time{})
+			qp.armFeedLocked()
 			return &verbs.PostError{Index: i, WRID: wr.WRID, Err: err}
 		}
 		i++
 	}
 	qp.kickLocked(time.Time{})
+	qp.armFeedLocked()
 	return nil
 }
 

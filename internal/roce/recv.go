@@ -401,6 +401,9 @@ func (qp *QP) learnPeerPortLocked(proven bool, pk *transport.Datagram) {
 // ACK, then anything the requester may now send (sendMore: the completer
 // made room), all in one batch.
 func (qp *QP) endRxLocked(rx *RxBatch, now time.Time, sendMore bool) {
+	if qp.feed != nil && qp.takeFeedLocked() {
+		sendMore = true
+	}
 	if sendMore {
 		qp.runRequesterLocked(now)
 	}
@@ -417,6 +420,7 @@ func (qp *QP) endRxLocked(rx *RxBatch, now time.Time, sendMore bool) {
 	}
 	qp.flushLocked()
 	qp.rearmLocked()
+	qp.armFeedLocked()
 }
 
 // buildGRH writes the 40-byte network header of a received UD packet:

@@ -145,14 +145,16 @@ func (qp *QP) onTimer(at, now time.Time) {
 	}
 	qp.timerAt = time.Time{}
 	if st := qp.stateLocked(); st == verbs.QPStateRTS || st == verbs.QPStateSQD {
+		took := qp.takeFeedLocked()
 		qp.onTimeoutLocked(now)
 		qp.keepaliveLocked(now)
-		if qp.ccTimerLocked(now) {
+		if qp.ccTimerLocked(now) || took {
 			qp.runRequesterLocked(now)
 		}
 		qp.flushLocked()
 		qp.rearmLocked()
 	}
+	qp.armFeedLocked()
 	// Outside RTS and SQD no deadline is served: re-arming for one left
 	// behind (an ACK deadline of a QP an error moved to ERR) would fire
 	// again at once, for ever.

@@ -1,0 +1,147 @@
+package roce
+
+import (
+	"time"
+
+	"github.com/softrdma/softrdma/verbs"
+)
+
+// SendFeed is a queue of send requests that an RC QP takes in by itself,
+// without a call to PostSend: softrdma's libibverbs for C programs (clib)
+// fills one from ibv_post_send without entering Go while the QP is armed,
+// and the QP takes what waits there whenever it handles its next
+// acknowledgement, timeout or state change. A post then costs C no crossing
+// into Go, and its packets leave in the batch the acknowledgement sends.
+//
+// Its methods are called with the QP's lock held, from whichever goroutine
+// runs the QP (a poller's inline receive, the device's receive loop, a
+// timer, PostSend); they must not call the QP.
+//
+// The protocol between the producer and the QP is Dekker's: the producer
+// publishes a request and then loads the arming; the QP stores the
+// arming and then checks for requests (Pending). Both must be sequentially
+// consistent, so at least one side sees the other: either the QP takes the
+// request, or the producer sees the QP disarmed and calls TakeFeed.
+type SendFeed interface {
+	// Take posts through post every request queued so far, oldest first.
+	// post returns an error for a request the QP refused; the request has
+	// then completed in error already, and Take goes on with the next.
+	// post keeps nothing of the request after it returns.
+	Take(post func(*verbs.SendWR) error)
+	// Discard drops every queued request unposted: the QP was reset, or a
+	// post raced its reset.
+	Discard()
+	// Arm tells the producer whether the QP will call Take again by itself
+	// (armed), so that requests may be queued without TakeFeed, and how
+	// many of its send requests have left the send queue (retired: a count
+	// that wraps at 2^32 and counts completed, flushed, refused and reset
+	// requests), so that the producer can tell whether the send queue has
+	// room without asking.
+	Arm(armed bool, retired uint32)
+	// Pending reports whether requests wait; the QP calls it right after
+	// Arm(false, ...), sequentially consistent with it.
+	Pending() bool
+}
+
+// SetSendFeed makes f the QP's send feed (nil removes it). Only an RC QP
+// takes a feed: the acknowledgements that come back while requests are
+// outstanding are what lets the QP take the feed by itself.
+func (qp *QP) SetSendFeed(f SendFeed) error {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.destroyed {
+		return verbs.Errorf("SetSendFeed", verbs.ErrDestroyed, "QP %d was destroyed", qp.qpn)
+	}
+	if qp.typ != verbs.QPTypeRC {
+		return verbs.Errorf("SetSendFeed", verbs.ErrInvalidArgument, "QP %d is %v; only an RC QP takes a send feed", qp.qpn, qp.typ)
+	}
+	if qp.feed != nil && qp.feed != f {
+		qp.feed.Arm(false, qp.sqRetired)
+	}
+	qp.feed = f
+	qp.feedPost = qp.postFedLocked
+	qp.armFeedLocked()
+	return nil
+}
+
+// TakeFeed takes what waits in the send feed and sends it: the producer
+// calls it when it queued a request and then found the QP disarmed.
+func (qp *QP) TakeFeed() {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.destroyed || qp.feed == nil {
+		return
+	}
+	if qp.takeFeedLocked() {
+		qp.kickLocked(time.Time{})
+	}
+	qp.armFeedLocked()
+}
+
+// takeFeedLocked posts what waits in the feed; it reports whether anything
+// was posted, so the caller knows to run the requester.
+func (qp *QP) takeFeedLocked() bool {
+	f := qp.feed
+	if f == nil {
+		return false
+	}
+	switch qp.stateLocked() {
+	case verbs.QPStateRTS, verbs.QPStateSQD, verbs.QPStateSQE, verbs.QPStateErr:
+	default:
+		// Only a post that raced a reset finds the QP here: the
+		// reset discards it, as it does the send queue.
+		f.Discard()
+		return false
+	}
+	qp.feedTook, qp.feedFailed = false, false
+	f.Take(qp.feedPost)
+	if qp.feedFailed {
+		// A refused request completed in error; like any error
+		// completion of a send queue, it moves the QP to ERR (which
+		// flushes the requests posted after it).
+		qp.errorLocked()
+	}
+	return qp.feedTook
+}
+
+// postFedLocked posts one request from the feed. The producer checks
+// before it queues everything PostSend would refuse (clib: opcode, SGE
+// count, inline size, room); a request that is refused all the same cannot
+// be refused to the caller any more, so it completes in error
+// (WCLocQPOpErr) and the QP moves to ERR.
+func (qp *QP) postFedLocked(wr *verbs.SendWR) error {
+	if err := qp.postOneLocked(wr); err != nil {
+		wc := verbs.WC{WRID: wr.WRID, Status: verbs.WCLocQPOpErr, Opcode: wr.Opcode.WCOpcode(), QPNum: qp.qpn}
+		qp.sendCQ.push(&wc, true)
+		qp.sqRetired++
+		qp.feedFailed = true
+		qp.dev.Counters.FeedRefused.Add(1)
+		return err
+	}
+	qp.feedTook = true
+	qp.dev.Counters.FeedTaken.Add(1)
+	return nil
+}
+
+// armFeedLocked tells the feed whether the QP will take it again by
+// itself: it will while it is in RTS with requests in its send queue, as
+// their acknowledgements, a timeout or an error all come back to the QP.
+// When it disarms, a request queued meanwhile is taken here: the producer
+// may have seen the QP still armed.
+func (qp *QP) armFeedLocked() {
+	f := qp.feed
+	if f == nil {
+		return
+	}
+	for {
+		armed := !qp.destroyed && qp.stateLocked() == verbs.QPStateRTS && qp.sq.head != qp.sq.tail
+		f.Arm(armed, qp.sqRetired)
+		if armed || !f.Pending() {
+			return
+		}
+		if !qp.takeFeedLocked() {
+			return
+		}
+		qp.kickLocked(time.Time{})
+	}
+}
