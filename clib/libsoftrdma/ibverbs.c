@@ -178,7 +178,7 @@ static int srd_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_s
 	*bad = NULL;
 	if (!wr)
 		return 0;
-	return srdgo_post_send(SRD_CONTAINER(qp, struct srd_qp, qpx.qp_base)->h, wr, bad);
+	return srd_qp_post_send(SRD_CONTAINER(qp, struct srd_qp, qpx.qp_base), wr, bad);
 }
 
 static int srd_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
@@ -840,6 +840,7 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr
 		q->ex = 1;
 		srd_qp_ex_init(q, send_ops);
 	}
+	srd_sring_init(q, &attr->cap);
 	return &q->qpx.qp_base;
 }
 
@@ -942,6 +943,7 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 	err = srdgo_destroy_qp(q->h);
 	if (err)
 		return err;
+	srd_sring_free(q);
 	pthread_mutex_destroy(&qp->mutex);
 	pthread_cond_destroy(&qp->cond);
 	free(q);

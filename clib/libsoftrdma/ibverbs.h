@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <pthread.h>
 #include <infiniband/verbs.h>
 
 #define SRD_CONTAINER(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
@@ -47,9 +48,51 @@ struct srd_cq {
 #define SRD_WR_SGE 16
 #define SRD_INLINE_BYTES 8192
 
+/*
+ * The send ring of an RC QP (ibverbs_sring.c, sring.go): ibv_post_send
+ * queues a request here, without entering Go, while the QP is armed, that
+ * is while it has requests outstanding and so will come back by itself
+ * (their acknowledgement, a timeout, an error) and take what waits here
+ * (roce.SendFeed). Otherwise, and for any request the ring does not carry,
+ * ibv_post_send calls Go, which takes the ring first, so order holds.
+ */
+#define SRD_SRING_SLOTS 256  /* at most; fewer for a shallower send queue */
+#define SRD_SRING_SGE 4      /* requests with more SGEs go through Go */
+#define SRD_SRING_INLINE 128 /* inline data the ring copies; more goes through Go */
+
+struct srd_sslot {
+	uint64_t wr_id;
+	uint64_t remote_addr;
+	uint32_t opcode;
+	uint32_t send_flags;
+	uint32_t imm;        /* ibv_send_wr's imm_data / invalidate_rkey, as posted */
+	uint32_t rkey;
+	uint32_t num_sge;    /* in sge[]; 0 for inline data, which is in data[] */
+	uint32_t inline_len; /* bytes in data[] */
+	struct ibv_sge sge[SRD_SRING_SGE];
+	unsigned char data[SRD_SRING_INLINE];
+};
+
+struct srd_sring {
+	/* ibv_post_send's, under mu */
+	pthread_mutex_t mu;
+	uint32_t tail;   /* atomic: the next slot to fill */
+	uint32_t posted; /* requests ibv_post_send accepted, ever (ring and Go) */
+	char pad[64];    /* the QP's words below on a cache line of their own */
+	/* the QP's (Go, under the QP's lock) */
+	uint32_t head;    /* atomic: the next slot to take */
+	uint32_t armed;   /* atomic: the QP will take the ring by itself */
+	uint32_t retired; /* atomic: requests that left the send queue, ever */
+	/* fixed at creation */
+	uint32_t mask; /* slots - 1 */
+	uint32_t max_wr, max_sge, max_inline;
+	struct srd_sslot *slots;
+};
+
 struct srd_qp {
 	struct ibv_qp_ex qpx; /* qpx.qp_base is the ibv_qp the program sees */
 	uintptr_t h;
+	struct srd_sring *sring; /* RC QPs; NULL: every post goes through Go */
 	int ex; /* created with send_ops_flags: ibv_qp_to_qp_ex returns qpx */
 	/* ibv_wr_* builder state, used by one thread at a time as rdma-core requires */
 	int nwr;
@@ -59,6 +102,10 @@ struct srd_qp {
 	struct ibv_sge sge[SRD_WR_BATCH][SRD_WR_SGE];
 	unsigned char inl[SRD_INLINE_BYTES];
 };
+
+void srd_sring_init(struct srd_qp *q, const struct ibv_qp_cap *cap);
+void srd_sring_free(struct srd_qp *q);
+int srd_qp_post_send(struct srd_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 
 static inline struct srd_ctx *srd_ctx_of(struct ibv_context *c)
 {

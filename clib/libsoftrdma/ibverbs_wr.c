@@ -34,7 +34,7 @@ static struct ibv_send_wr *next_wr(struct ibv_qp_ex *qpx, enum ibv_wr_opcode op)
 		struct ibv_send_wr *bad = NULL;
 
 		q->wr[q->nwr - 1].next = NULL;
-		q->err = srdgo_post_send(q->h, &q->wr[0], &bad);
+		q->err = srd_qp_post_send(q, &q->wr[0], &bad);
 		q->nwr = 0;
 		q->inl_used = 0;
 		if (q->err)
@@ -81,7 +81,7 @@ static int wr_complete(struct ibv_qp_ex *qpx)
 
 	if (!err && q->nwr > 0) {
 		q->wr[q->nwr - 1].next = NULL;
-		err = srdgo_post_send(q->h, &q->wr[0], &bad);
+		err = srd_qp_post_send(q, &q->wr[0], &bad);
 	}
 	q->nwr = 0;
 	q->err = 0;

@@ -56,6 +56,8 @@ type qpObj struct {
 
 	rmu sync.Mutex
 	rwr []verbs.RecvWR
+
+	feed *sendFeed // the send ring's Go side (sring.go); nil without one
 }
 
 //export srdgo_create_qp
@@ -102,6 +104,9 @@ func srdgo_create_qp(pdh C.uintptr_t, a *C.struct_ibv_qp_init_attr, scq, rcq, sr
 func (o *qpObj) release() {
 	if o.bounce != nil {
 		o.bounce.Dereg()
+	}
+	if o.feed != nil {
+		o.feed.bounce.Dereg()
 	}
 }
 
@@ -238,6 +243,18 @@ func sendOpcode(op uint32) (verbs.WROpcode, bool) {
 	return 0, false
 }
 
+// setImmWord sets what ibv_send_wr's imm_data / invalidate_rkey word means
+// for s's opcode: immediate data (sent big-endian, as the program wrote
+// it) or the rkey to invalidate.
+func setImmWord(s *verbs.SendWR, word uint32) {
+	switch s.Opcode {
+	case verbs.WRSendWithInv:
+		s.InvalidateRKey = word
+	case verbs.WRSendWithImm, verbs.WRRDMAWriteWithImm:
+		s.ImmData = bswap32(word)
+	}
+}
+
 func sgList(p *C.struct_ibv_sge, n C.int) ([]verbs.SGE, bool) {
 	if n < 0 || (n > 0 && p == nil) {
 		return nil, false
@@ -288,13 +305,7 @@ func (o *qpObj) postSendLocked(wr *C.struct_ibv_send_wr, bad **C.struct_ibv_send
 			Opcode:    op,
 			SendFlags: verbs.SendFlags(w.send_flags),
 		}
-		word := *(*uint32)(unsafe.Add(base, 36))
-		switch op {
-		case verbs.WRSendWithInv:
-			s.InvalidateRKey = word
-		case verbs.WRSendWithImm, verbs.WRRDMAWriteWithImm:
-			s.ImmData = bswap32(word)
-		}
+		setImmWord(&s, *(*uint32)(unsafe.Add(base, 36)))
 		switch op {
 		case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
 			s.RemoteAddr = *(*uint64)(unsafe.Add(base, 40))

@@ -1,0 +1,115 @@
+//go:build cgo && clib
+
+package main
+
+/*
+#include "ibverbs.h"
+*/
+import "C"
+
+import (
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/softrdma/softrdma/internal/handle"
+	"github.com/softrdma/softrdma/internal/roce"
+	"github.com/softrdma/softrdma/verbs"
+)
+
+// sendFeed is the Go side of a QP's send ring (ibverbs.h,
+// ibverbs_sring.c): the roce.SendFeed the QP takes the ring's requests
+// through. Its methods run with the QP's lock held, on whichever
+// goroutine runs the QP.
+type sendFeed struct {
+	r         *C.struct_srd_sring
+	slots     []C.struct_srd_sslot
+	bounce    verbs.MR // registered: the inline data of one request at a time
+	discarded uint32   // requests a reset dropped, for the retired count
+	wr        verbs.SendWR
+	sge       [1]verbs.SGE
+}
+
+// The ring's words the two sides share, as Go atomics.
+func (f *sendFeed) tail() *uint32    { return (*uint32)(unsafe.Pointer(&f.r.tail)) }
+func (f *sendFeed) head() *uint32    { return (*uint32)(unsafe.Pointer(&f.r.head)) }
+func (f *sendFeed) armed() *uint32   { return (*uint32)(unsafe.Pointer(&f.r.armed)) }
+func (f *sendFeed) retired() *uint32 { return (*uint32)(unsafe.Pointer(&f.r.retired)) }
+
+//export srdgo_qp_set_feed
+func srdgo_qp_set_feed(h C.uintptr_t, r *C.struct_srd_sring) (ret C.int) {
+	defer guard("ibv_create_qp", &ret)
+	o := handle.Handle(h).Value().(*qpObj)
+	q, ok := o.qp.(interface{ SetSendFeed(roce.SendFeed) error })
+	if !ok {
+		return C.EOPNOTSUPP
+	}
+	mr, err := o.pd.pd.AllocMR(C.SRD_SRING_INLINE, verbs.AccessLocalWrite)
+	if err != nil {
+		return errnoOf("ibv_create_qp", err)
+	}
+	f := &sendFeed{r: r, slots: unsafe.Slice(r.slots, int(r.mask)+1), bounce: mr}
+	if err := q.SetSendFeed(f); err != nil {
+		mr.Dereg()
+		return errnoOf("ibv_create_qp", err)
+	}
+	o.feed = f
+	return 0
+}
+
+// srdgo_take_feed is the producer's call when it queued a request and
+// then found the QP disarmed.
+//
+//export srdgo_take_feed
+func srdgo_take_feed(h C.uintptr_t) {
+	defer guard("ibv_post_send", new(C.int))
+	handle.Handle(h).Value().(*qpObj).qp.(interface{ TakeFeed() }).TakeFeed()
+}
+
+func (f *sendFeed) Take(post func(*verbs.SendWR) error) {
+	h, t := atomic.LoadUint32(f.head()), atomic.LoadUint32(f.tail())
+	mask := uint32(f.r.mask)
+	for ; h != t; h++ {
+		s := &f.slots[h&mask]
+		op, ok := sendOpcode(uint32(s.opcode))
+		if !ok {
+			op = ^verbs.WROpcode(0) // the producer checked: a QP refusal, should it happen
+		}
+		wr := &f.wr
+		*wr = verbs.SendWR{
+			WRID:       uint64(s.wr_id),
+			Opcode:     op,
+			SendFlags:  verbs.SendFlags(s.send_flags),
+			RemoteAddr: uint64(s.remote_addr),
+			RKey:       uint32(s.rkey),
+		}
+		setImmWord(wr, uint32(s.imm))
+		if n := int(s.inline_len); n > 0 {
+			copy(f.bounce.Bytes(), unsafe.Slice((*byte)(unsafe.Pointer(&s.data[0])), n))
+			f.sge[0] = f.bounce.SGE(0, n)
+			wr.SGList = f.sge[:]
+		} else if n := int(s.num_sge); n > 0 {
+			wr.SGList = unsafe.Slice((*verbs.SGE)(unsafe.Pointer(&s.sge[0])), n)
+		}
+		post(wr) // a refused request has completed in error
+	}
+	atomic.StoreUint32(f.head(), h)
+}
+
+func (f *sendFeed) Discard() {
+	h, t := atomic.LoadUint32(f.head()), atomic.LoadUint32(f.tail())
+	f.discarded += t - h
+	atomic.StoreUint32(f.head(), t)
+}
+
+func (f *sendFeed) Arm(armed bool, retired uint32) {
+	atomic.StoreUint32(f.retired(), retired+f.discarded)
+	a := uint32(0)
+	if armed {
+		a = 1
+	}
+	atomic.StoreUint32(f.armed(), a)
+}
+
+func (f *sendFeed) Pending() bool {
+	return atomic.LoadUint32(f.tail()) != atomic.LoadUint32(f.head())
+}
