@@ -248,6 +248,29 @@ func TestSendFeedArming(t *testing.T) {
 			}
 		})
 	})
+	t.Run("an ACK waiting for the poller disarms", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			a, _, f := feedPair(t)
+			f.post(a.writeWR(0, 0))
+			if !f.armed.Load() {
+				t.Fatal("not armed with a request outstanding")
+			}
+			// PostSend sends such an ACK with the request at once; a
+			// queued request would hold both back.
+			q := a.qp.(*QP)
+			q.mu.Lock()
+			q.resp.ackPending = true
+			q.armFeedLocked()
+			armed := f.armed.Load()
+			q.resp.ackPending = false
+			q.armFeedLocked()
+			q.mu.Unlock()
+			if armed {
+				t.Fatal("armed while an ACK waits for the poller")
+			}
+			expectWC(t, a.waitWC(a.scq), 0, verbs.WCSuccess, verbs.WCRDMAWrite)
+		})
+	})
 	t.Run("room", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			a, _, f := feedPair(t)
