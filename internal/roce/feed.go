@@ -151,3 +151,112 @@ func (qp *QP) armFeedLocked() {
 		qp.kickLocked(time.Time{})
 	}
 }
+
+// RecvFeed is SendFeed's counterpart for receive requests: a queue the
+// QP takes receive requests from when it needs one and its receive queue
+// is empty, so that ibv_post_recv (clib) need not enter Go. Receive
+// requests wait for messages, so the QP takes them only when a message
+// needs one, when PostRecv posts more (the feed's first, for order), and
+// when it goes to ERR (they are flushed) or RESET (discarded). It is
+// armed while the QP is in a state a posted receive request simply waits
+// in (INIT to SQE); in RESET and ERR the producer calls PostRecv, which
+// refuses or flushes as it does. The methods are called with the QP's
+// lock held and must not call the QP.
+type RecvFeed interface {
+	// Take posts through post every request queued so far, oldest first;
+	// post keeps nothing of the request after it returns, and an error
+	// means the request completed in error already.
+	Take(post func(*verbs.RecvWR) error)
+	// Discard drops every queued request (a reset).
+	Discard()
+	// Arm tells the producer whether it may queue (armed) and how many
+	// receive requests left the receive queue so far (retired: consumed
+	// by a message, flushed, refused or reset; it wraps at 2^32).
+	Arm(armed bool, retired uint32)
+	// Retired is Arm's count alone, told as each request leaves.
+	Retired(retired uint32)
+	// Pending reports whether requests wait; called right after
+	// Arm(false, ...), sequentially consistent with it.
+	Pending() bool
+}
+
+// SetRecvFeed makes f the QP's receive feed (nil removes it). A QP on an
+// SRQ takes no receive feed: its requests come from the SRQ.
+func (qp *QP) SetRecvFeed(f RecvFeed) error {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.destroyed {
+		return verbs.Errorf("SetRecvFeed", verbs.ErrDestroyed, "QP %d was destroyed", qp.qpn)
+	}
+	if qp.srq != nil {
+		return verbs.Errorf("SetRecvFeed", verbs.ErrInvalidArgument, "QP %d takes receive requests from its SRQ", qp.qpn)
+	}
+	if qp.rq.feed != nil && qp.rq.feed != f {
+		qp.rq.feed.Arm(false, qp.rq.retired)
+	}
+	qp.rq.feed = f
+	qp.rq.post = qp.postRecvFedLocked
+	qp.armRecvFeedLocked()
+	return nil
+}
+
+// TakeRecvFeed takes what waits in the receive feed: the producer calls it
+// when it queued a request and then found the QP disarmed.
+func (qp *QP) TakeRecvFeed() {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.destroyed || qp.rq.feed == nil {
+		return
+	}
+	qp.takeRecvFeedLocked()
+	qp.armRecvFeedLocked()
+}
+
+// takeRecvFeedLocked posts what waits in the receive feed (or discards
+// it in RESET); in ERR what it posted is flushed at once, as PostRecv
+// flushes.
+func (qp *QP) takeRecvFeedLocked() {
+	f := qp.rq.feed
+	if f == nil {
+		return
+	}
+	if qp.stateLocked() == verbs.QPStateReset {
+		f.Discard()
+		return
+	}
+	f.Take(qp.rq.post)
+	if qp.stateLocked() == verbs.QPStateErr {
+		qp.resp.flushLocked(qp.recvRes())
+	}
+}
+
+// postRecvFedLocked posts one request from the receive feed. The
+// producer checks what PostRecv would refuse (SGE count, room); one
+// refused all the same completes in error (WCLocQPOpErr).
+func (qp *QP) postRecvFedLocked(wr *verbs.RecvWR) error {
+	if err := qp.postRecvOneLocked(wr); err != nil {
+		wc := verbs.WC{WRID: wr.WRID, Status: verbs.WCLocQPOpErr, Opcode: verbs.WCRecv, QPNum: qp.qpn}
+		qp.recvCQ.push(&wc, true)
+		qp.rq.retire()
+		qp.dev.Counters.FeedRefused.Add(1)
+		return err
+	}
+	qp.dev.Counters.FeedTaken.Add(1)
+	return nil
+}
+
+// armRecvFeedLocked tells the receive feed whether the producer may queue,
+// and takes what it queued as the QP disarmed.
+func (qp *QP) armRecvFeedLocked() {
+	f := qp.rq.feed
+	if f == nil {
+		return
+	}
+	st := qp.stateLocked()
+	armed := !qp.destroyed && st != verbs.QPStateReset && st != verbs.QPStateErr
+	f.Arm(armed, qp.rq.retired)
+	if !armed && f.Pending() {
+		qp.takeRecvFeedLocked()
+		f.Arm(false, qp.rq.retired)
+	}
+}

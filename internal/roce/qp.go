@@ -196,6 +196,38 @@ type recvQueue struct {
 	wqes       []recvWQE
 	max        uint32
 	head, tail uint32
+
+	// The receive feed (feed.go).
+	feed    RecvFeed
+	post    func(*verbs.RecvWR) error // the QP's postRecvFedLocked, bound once
+	retired uint32                    // requests that left the queue, ever (RecvFeed)
+}
+
+// take returns the oldest WQE and removes it from the queue; the caller
+// has checked that there is one.
+func (q *recvQueue) take() *recvWQE {
+	w := q.at(q.head)
+	q.head++
+	q.retire()
+	return w
+}
+
+// retire counts one request gone from the queue (or refused from the
+// feed), for the feed's producer.
+func (q *recvQueue) retire() {
+	q.retired++
+	if q.feed != nil {
+		q.feed.Retired(q.retired)
+	}
+}
+
+// takeFeed takes the receive feed's requests into the queue when it is
+// empty; it reports whether the queue holds one.
+func (q *recvQueue) takeFeed() bool {
+	if q.head == q.tail && q.feed != nil {
+		q.feed.Take(q.post)
+	}
+	return q.head != q.tail
 }
 
 func (q *recvQueue) at(i uint32) *recvWQE { return &q.wqes[i&uint32(len(q.wqes)-1)] }
@@ -363,6 +395,7 @@ func (qp *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		qp.rearmLocked()
 	}
 	qp.armFeedLocked()
+	qp.armRecvFeedLocked()
 	return nil
 }
 
@@ -503,6 +536,10 @@ func (qp *QP) Destroy() error {
 		qp.feed.Arm(false, qp.sqRetired)
 		qp.feed = nil // the producer frees it once Destroy returns
 	}
+	if qp.rq.feed != nil {
+		qp.rq.feed.Arm(false, qp.rq.retired)
+		qp.rq.feed = nil
+	}
 	// An ACK that waits for a poller is the peer's last word on what
 	// arrived: send it rather than make the peer retry into the void.
 	if qp.resp.ackPending {
@@ -549,6 +586,10 @@ func (qp *QP) resetLocked() {
 	}
 	qp.sq.head, qp.sq.next, qp.sq.tail, qp.sq.probes = 0, 0, 0, 0
 	qp.lastHeard = time.Time{}
+	qp.rq.retired += qp.rq.tail - qp.rq.head
+	if qp.rq.feed != nil {
+		qp.rq.feed.Discard()
+	}
 	qp.rq.head, qp.rq.tail = 0, 0
 	qp.clearRecvLocked()
 	qp.req = requester{}
@@ -591,7 +632,11 @@ func (qp *QP) errorLocked() {
 	qp.flushLocked()
 	qp.takeFeedLocked() // what waits in the feed was posted before the error: it is flushed too
 	qp.flushSendLocked()
+	if qp.rq.feed != nil {
+		qp.rq.feed.Take(qp.rq.post) // flushed right below
+	}
 	qp.resp.flushLocked(qp.recvRes())
+	qp.armRecvFeedLocked()
 	if qp.srq != nil {
 		// IBTA 11.6.3.1: a QP on an SRQ that went to ERR takes no more
 		// of its WQEs; the application may now destroy it.
@@ -875,23 +920,37 @@ func (qp *QP) PostRecv(wr *verbs.RecvWR) error {
 	if st := qp.stateLocked(); st == verbs.QPStateReset {
 		return &verbs.PostError{WRID: wr.WRID, Err: verbs.Errorf("PostRecv", verbs.ErrInvalidState, "QP %d is in RESET; move it to INIT first", qp.qpn)}
 	}
+	if qp.rq.feed != nil {
+		qp.rq.feed.Take(qp.rq.post) // the feed's requests were posted first
+	}
 	i := 0
+	var err error
 	for ; wr != nil; wr = wr.Next {
-		if len(wr.SGList) > int(qp.init.Cap.MaxRecvSGE) {
-			return &verbs.PostError{Index: i, WRID: wr.WRID, Err: verbs.Errorf("PostRecv", verbs.ErrInvalidArgument, "%d SGEs exceed the QP's Cap.MaxRecvSGE %d", len(wr.SGList), qp.init.Cap.MaxRecvSGE)}
+		if err = qp.postRecvOneLocked(wr); err != nil {
+			err = &verbs.PostError{Index: i, WRID: wr.WRID, Err: err}
+			break
 		}
-		if qp.rq.full() {
-			return &verbs.PostError{Index: i, WRID: wr.WRID, Err: errRQFull}
-		}
-		w := qp.rq.at(qp.rq.tail)
-		w.wrID = wr.WRID
-		total, ok := w.sgl.load(qp.pd, wr.SGList, true)
-		w.length, w.bad = total, !ok
-		qp.rq.tail++
 		i++
 	}
 	if qp.stateLocked() == verbs.QPStateErr {
 		qp.resp.flushLocked(qp.recvRes())
 	}
+	qp.armRecvFeedLocked()
+	return err
+}
+
+// postRecvOneLocked appends one receive request to the receive queue.
+func (qp *QP) postRecvOneLocked(wr *verbs.RecvWR) error {
+	if len(wr.SGList) > int(qp.init.Cap.MaxRecvSGE) {
+		return verbs.Errorf("PostRecv", verbs.ErrInvalidArgument, "%d SGEs exceed the QP's Cap.MaxRecvSGE %d", len(wr.SGList), qp.init.Cap.MaxRecvSGE)
+	}
+	if qp.rq.full() {
+		return errRQFull
+	}
+	w := qp.rq.at(qp.rq.tail)
+	w.wrID = wr.WRID
+	total, ok := w.sgl.load(qp.pd, wr.SGList, true)
+	w.length, w.bad = total, !ok
+	qp.rq.tail++
 	return nil
 }

@@ -130,9 +130,7 @@ func (r *responder) flushLocked(s *recvRes) {
 		return
 	}
 	for s.rq.head != s.rq.tail {
-		w := s.rq.at(s.rq.head)
-		s.rq.head++
-		s.complete(w, verbs.WCWRFlushErr, 0, 0, 0, 0, false)
+		s.complete(s.rq.take(), verbs.WCWRFlushErr, 0, 0, 0, 0, false)
 	}
 }
 
@@ -324,16 +322,15 @@ func (r *responder) takeRecvWQELocked(rq *recvQueue, srq *SRQ) bool {
 			return false
 		}
 	} else {
-		if rq.head == rq.tail {
+		if !rq.takeFeed() {
 			return false
 		}
-		w := rq.at(rq.head)
+		w := rq.take()
 		r.cur.wrID, r.cur.length, r.cur.bad = w.wrID, w.length, w.bad
 		r.cur.sgl.reset()
 		r.cur.sgl.sges = append(r.cur.sgl.sges, w.sgl.sges...)
 		r.cur.sgl.mrs = append(r.cur.sgl.mrs, w.sgl.mrs...)
 		w.sgl.reset()
-		rq.head++
 	}
 	r.haveCur = true
 	r.recvOff = 0
