@@ -320,20 +320,21 @@ fi
 ${CC:-gcc} -Wall -o "$logs/idleqp" "$here/testdata/idleqp.c" -L"$dir" -libverbs || exit 1
 pair "idleqp -t 7 (C to C)" c c -- "$logs/idleqp" -d $dev -g $gid -p $port -t 7 -- "$logs/idleqp" -d $dev -g $gid -p $port -t 7 127.0.0.1
 
-# ibv_post_send's send ring (testdata/sendring.c): threads posting at
-# once, inline data, a bad request in a chain, a full queue, ibv_wr_*
-# batches, ERR with requests outstanding; with the ring (and the counters
-# showing the QP took requests from it) and without it.
+# ibv_post_send's and ibv_post_recv's rings (testdata/sendring.c):
+# threads posting at once, inline data, a bad request in a chain, a full
+# queue, ibv_wr_* batches, ERR with requests outstanding, receive requests
+# at ERR and RESET; with the rings (and the counters showing the QPs took
+# requests from them) and without them.
 ${CC:-gcc} -Wall -Wno-unused-function -o "$logs/sendring" "$here/testdata/sendring.c" -L"$dir" -libverbs -lpthread || exit 1
-run "sendring (the send ring)" env SOFTRDMA_COUNTERS="$logs/sendring.counters" "$logs/sendring" -d $dev -g $gid
+run "sendring (the rings)" env SOFTRDMA_COUNTERS="$logs/sendring.counters" "$logs/sendring" -d $dev -g $gid
 n=$((n + 1))
 if taken=$(cat "$logs"/sendring.counters.* 2>/dev/null | awk '$1 == "feed_taken" {print $2}') && [ "${taken:-0}" -gt 1000 ]; then
-	echo "PASS  sendring took $taken requests through the ring"
+	echo "PASS  sendring took $taken requests through the rings"
 else
-	echo "FAIL  sendring took ${taken:-no} requests through the ring (counters $logs/sendring.counters.*)"
+	echo "FAIL  sendring took ${taken:-no} requests through the rings (counters $logs/sendring.counters.*)"
 	fails=$((fails + 1))
 fi
-run "sendring (SOFTRDMA_NO_SEND_RING=1)" env SOFTRDMA_NO_SEND_RING=1 "$logs/sendring" -d $dev -g $gid
+run "sendring (SOFTRDMA_NO_SEND_RING=1 SOFTRDMA_NO_RECV_RING=1)" env SOFTRDMA_NO_SEND_RING=1 SOFTRDMA_NO_RECV_RING=1 "$logs/sendring" -d $dev -g $gid
 
 # A UD burst of 1000 4 KiB messages while the receiving process is stopped
 # (testdata/udburst.c): the device's UDP socket must hold them all, as a

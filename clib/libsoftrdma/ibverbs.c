@@ -190,7 +190,7 @@ static int srd_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_r
 	*bad = NULL;
 	if (!wr)
 		return 0;
-	return srdgo_post_recv(SRD_CONTAINER(qp, struct srd_qp, qpx.qp_base)->h, wr, bad);
+	return srd_qp_post_recv(SRD_CONTAINER(qp, struct srd_qp, qpx.qp_base), wr, bad);
 }
 
 static int srd_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
@@ -841,6 +841,7 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr
 		srd_qp_ex_init(q, send_ops);
 	}
 	srd_sring_init(q, &attr->cap);
+	srd_rring_init(q, &attr->cap, attr->srq != NULL);
 	return &q->qpx.qp_base;
 }
 
@@ -944,6 +945,7 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 	if (err)
 		return err;
 	srd_sring_free(q);
+	srd_rring_free(q);
 	pthread_mutex_destroy(&qp->mutex);
 	pthread_cond_destroy(&qp->cond);
 	free(q);

@@ -89,10 +89,41 @@ struct srd_sring {
 	struct srd_sslot *slots;
 };
 
+/*
+ * The receive ring of a QP without an SRQ: ibv_post_recv queues here
+ * without entering Go while the QP is armed (INIT to SQE); the QP takes
+ * the ring when a message finds its receive queue empty, when a post goes
+ * through Go, and when it goes to ERR (flushed) or RESET (discarded)
+ * (roce.RecvFeed).
+ */
+#define SRD_RRING_SLOTS 512
+#define SRD_RRING_SGE 4
+
+struct srd_rslot {
+	uint64_t wr_id;
+	uint32_t num_sge;
+	uint32_t pad;
+	struct ibv_sge sge[SRD_RRING_SGE];
+};
+
+struct srd_rring {
+	pthread_mutex_t mu;
+	uint32_t tail;
+	uint32_t posted;
+	char pad[64];
+	uint32_t head;
+	uint32_t armed;
+	uint32_t retired;
+	uint32_t mask;
+	uint32_t max_wr, max_sge;
+	struct srd_rslot *slots;
+};
+
 struct srd_qp {
 	struct ibv_qp_ex qpx; /* qpx.qp_base is the ibv_qp the program sees */
 	uintptr_t h;
 	struct srd_sring *sring; /* RC QPs; NULL: every post goes through Go */
+	struct srd_rring *rring; /* QPs without an SRQ; NULL: every post goes through Go */
 	int ex; /* created with send_ops_flags: ibv_qp_to_qp_ex returns qpx */
 	/* ibv_wr_* builder state, used by one thread at a time as rdma-core requires */
 	int nwr;
@@ -106,6 +137,9 @@ struct srd_qp {
 void srd_sring_init(struct srd_qp *q, const struct ibv_qp_cap *cap);
 void srd_sring_free(struct srd_qp *q);
 int srd_qp_post_send(struct srd_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+void srd_rring_init(struct srd_qp *q, const struct ibv_qp_cap *cap, int srq);
+void srd_rring_free(struct srd_qp *q);
+int srd_qp_post_recv(struct srd_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 
 static inline struct srd_ctx *srd_ctx_of(struct ibv_context *c)
 {

@@ -187,3 +187,107 @@ int srd_qp_post_send(struct srd_qp *q, struct ibv_send_wr *wr, struct ibv_send_w
 	pthread_mutex_unlock(&r->mu);
 	return err;
 }
+
+/*
+ * ibv_post_recv without a crossing into Go: the receive ring (ibverbs.h).
+ * A receive request only waits for a message, so the QP need not come
+ * back for it: it takes the ring when a message finds its receive queue
+ * empty. The ring is armed from INIT to SQE; in RESET (EINVAL) and ERR
+ * (flushed at once) every post goes through Go. A request with more SGEs
+ * than the ring or the QP carries, or with the queue full by the ring's
+ * own count, goes through Go too, which takes the ring first.
+ */
+static int rring_off = -1; /* SOFTRDMA_NO_RECV_RING=1 */
+
+void srd_rring_init(struct srd_qp *q, const struct ibv_qp_cap *cap, int srq)
+{
+	struct srd_rring *r;
+	uint32_t n = 1;
+
+	if (rring_off < 0) {
+		const char *e = getenv("SOFTRDMA_NO_RECV_RING");
+
+		rring_off = e && *e && strcmp(e, "0") != 0;
+	}
+	if (rring_off || srq || cap->max_recv_wr == 0)
+		return;
+	while (n < cap->max_recv_wr && n < SRD_RRING_SLOTS)
+		n <<= 1;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return;
+	r->slots = calloc(n, sizeof(*r->slots));
+	if (!r->slots) {
+		free(r);
+		return;
+	}
+	pthread_mutex_init(&r->mu, NULL);
+	r->mask = n - 1;
+	r->max_wr = cap->max_recv_wr;
+	r->max_sge = cap->max_recv_sge;
+	if (srdgo_qp_set_rfeed(q->h, r) != 0) {
+		pthread_mutex_destroy(&r->mu);
+		free(r->slots);
+		free(r);
+		return;
+	}
+	q->rring = r;
+}
+
+void srd_rring_free(struct srd_qp *q)
+{
+	struct srd_rring *r = q->rring;
+
+	if (!r)
+		return;
+	q->rring = NULL;
+	pthread_mutex_destroy(&r->mu);
+	free(r->slots);
+	free(r);
+}
+
+int srd_qp_post_recv(struct srd_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct srd_rring *r = q->rring;
+	struct ibv_recv_wr *w;
+	int err = 0, take = 0;
+
+	if (!r)
+		return srdgo_post_recv(q->h, wr, bad);
+	pthread_mutex_lock(&r->mu);
+	for (w = wr; w; w = w->next) {
+		uint32_t t = r->tail;
+		struct srd_rslot *s;
+
+		if (!__atomic_load_n(&r->armed, __ATOMIC_SEQ_CST))
+			break;
+		if (t - __atomic_load_n(&r->head, __ATOMIC_ACQUIRE) > r->mask)
+			break;
+		if (r->posted - __atomic_load_n(&r->retired, __ATOMIC_ACQUIRE) >= r->max_wr)
+			break;
+		if (w->num_sge < 0 || w->num_sge > SRD_RRING_SGE || (uint32_t)w->num_sge > r->max_sge ||
+		    (w->num_sge > 0 && !w->sg_list))
+			break;
+		s = &r->slots[t & r->mask];
+		s->wr_id = w->wr_id;
+		s->num_sge = (uint32_t)w->num_sge;
+		if (w->num_sge > 0)
+			memcpy(s->sge, w->sg_list, (size_t)w->num_sge * sizeof(s->sge[0]));
+		__atomic_store_n(&r->tail, t + 1, __ATOMIC_SEQ_CST);
+		r->posted++;
+		if (!__atomic_load_n(&r->armed, __ATOMIC_SEQ_CST))
+			take = 1;
+	}
+	if (w) {
+		struct ibv_recv_wr *b = NULL, *x;
+
+		err = srdgo_post_recv(q->h, w, &b);
+		for (x = w; x && !(err && x == b); x = x->next)
+			r->posted++;
+		*bad = b;
+	} else if (take) {
+		srdgo_take_rfeed(q->h);
+	}
+	pthread_mutex_unlock(&r->mu);
+	return err;
+}

@@ -113,3 +113,73 @@ func (f *sendFeed) Arm(armed bool, retired uint32) {
 func (f *sendFeed) Pending() bool {
 	return atomic.LoadUint32(f.tail()) != atomic.LoadUint32(f.head())
 }
+
+// recvFeed is the Go side of a QP's receive ring: the roce.RecvFeed the
+// QP takes the ring's requests through.
+type recvFeed struct {
+	r         *C.struct_srd_rring
+	slots     []C.struct_srd_rslot
+	discarded uint32
+	wr        verbs.RecvWR
+}
+
+func (f *recvFeed) tail() *uint32    { return (*uint32)(unsafe.Pointer(&f.r.tail)) }
+func (f *recvFeed) head() *uint32    { return (*uint32)(unsafe.Pointer(&f.r.head)) }
+func (f *recvFeed) armed() *uint32   { return (*uint32)(unsafe.Pointer(&f.r.armed)) }
+func (f *recvFeed) retired() *uint32 { return (*uint32)(unsafe.Pointer(&f.r.retired)) }
+
+//export srdgo_qp_set_rfeed
+func srdgo_qp_set_rfeed(h C.uintptr_t, r *C.struct_srd_rring) (ret C.int) {
+	defer guard("ibv_create_qp", &ret)
+	o := handle.Handle(h).Value().(*qpObj)
+	q, ok := o.qp.(interface{ SetRecvFeed(roce.RecvFeed) error })
+	if !ok {
+		return C.EOPNOTSUPP
+	}
+	f := &recvFeed{r: r, slots: unsafe.Slice(r.slots, int(r.mask)+1)}
+	if err := q.SetRecvFeed(f); err != nil {
+		return errnoOf("ibv_create_qp", err)
+	}
+	return 0
+}
+
+//export srdgo_take_rfeed
+func srdgo_take_rfeed(h C.uintptr_t) {
+	defer guard("ibv_post_recv", new(C.int))
+	handle.Handle(h).Value().(*qpObj).qp.(interface{ TakeRecvFeed() }).TakeRecvFeed()
+}
+
+func (f *recvFeed) Take(post func(*verbs.RecvWR) error) {
+	h, t := atomic.LoadUint32(f.head()), atomic.LoadUint32(f.tail())
+	mask := uint32(f.r.mask)
+	for ; h != t; h++ {
+		s := &f.slots[h&mask]
+		f.wr = verbs.RecvWR{WRID: uint64(s.wr_id)}
+		if n := int(s.num_sge); n > 0 {
+			f.wr.SGList = unsafe.Slice((*verbs.SGE)(unsafe.Pointer(&s.sge[0])), n)
+		}
+		post(&f.wr) // a refused request has completed in error
+	}
+	atomic.StoreUint32(f.head(), h)
+}
+
+func (f *recvFeed) Discard() {
+	h, t := atomic.LoadUint32(f.head()), atomic.LoadUint32(f.tail())
+	f.discarded += t - h
+	atomic.StoreUint32(f.head(), t)
+}
+
+func (f *recvFeed) Arm(armed bool, retired uint32) {
+	f.Retired(retired)
+	a := uint32(0)
+	if armed {
+		a = 1
+	}
+	atomic.StoreUint32(f.armed(), a)
+}
+
+func (f *recvFeed) Retired(retired uint32) { atomic.StoreUint32(f.retired(), retired+f.discarded) }
+
+func (f *recvFeed) Pending() bool {
+	return atomic.LoadUint32(f.tail()) != atomic.LoadUint32(f.head())
+}

@@ -12,7 +12,10 @@
  *   4. max_send_wr requests without polling, then one more: ENOMEM;
  *   5. ibv_wr_* batches and ibv_post_send interleaved: one order;
  *   6. the QP moved to ERR with requests outstanding: every one completes
- *      flushed, none twice, none lost.
+ *      flushed, none twice, none lost;
+ *   7. the receive ring: receive requests posted (and waiting in the ring)
+ *      when the QP moves to ERR complete flushed, in order, and one
+ *      posted in ERR is flushed at once; in RESET ibv_post_recv fails.
  *
  *   sendring -d DEV -g GIDX
  *
@@ -332,6 +335,40 @@ static void error_flush(void)
 	printf("sendring: ERR completed %d and flushed %d of 40\n", ok, flushed);
 }
 
+/* 7: the receive ring's requests at ERR and RESET. */
+static void recv_states(void)
+{
+	struct ibv_sge rs = {.addr = (uintptr_t)&mem[1][0], .length = 64, .lkey = mr[1]->lkey};
+	struct ibv_recv_wr rw = {.sg_list = &rs, .num_sge = 1}, *badr;
+
+	pair(DEPTH, NULL);
+	for (int i = 0; i < 20; i++) {
+		rw.wr_id = (uint64_t)i;
+		if (ibv_post_recv(qp[1], &rw, &badr))
+			die("ibv_post_recv");
+	}
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+	if (ibv_modify_qp(qp[1], &a, IBV_QP_STATE))
+		die("ERR");
+	for (int i = 0; i < 20; i++) {
+		struct ibv_wc wc = poll1(1, "receive flush");
+		if (wc.wr_id != (uint64_t)i || wc.status != IBV_WC_WR_FLUSH_ERR)
+			fail("%s: completion %ld is request %ld", "receive flush", i, (long)wc.wr_id);
+	}
+	rw.wr_id = 99;
+	if (ibv_post_recv(qp[1], &rw, &badr))
+		die("ibv_post_recv in ERR");
+	if (poll1(1, "receive flush in ERR").wr_id != 99)
+		fail("%s: no flush for the request posted in ERR%ld%ld", "receive flush", 0, 0);
+	a.qp_state = IBV_QPS_RESET;
+	if (ibv_modify_qp(qp[1], &a, IBV_QP_STATE))
+		die("RESET");
+	int err = ibv_post_recv(qp[1], &rw, &badr);
+	if (err != EINVAL || badr != &rw)
+		fail("%s: ibv_post_recv in RESET returned %ld (bad_wr %ld), want EINVAL", "receive states", err, badr == &rw);
+	printf("sendring: receive requests flush at ERR, in order; RESET refuses\n");
+}
+
 int main(int argc, char **argv)
 {
 	const char *devname = NULL;
@@ -360,5 +397,6 @@ int main(int argc, char **argv)
 	full();
 	wr_api();
 	error_flush();
+	recv_states();
 	return 0;
 }
