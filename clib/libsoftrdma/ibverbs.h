@@ -73,19 +73,26 @@ struct srd_sslot {
 	unsigned char data[SRD_SRING_INLINE];
 };
 
-struct srd_sring {
-	/* ibv_post_send's, under mu */
+/* What the send and the receive ring share: the producer's and the QP's
+ * words (ibverbs_sring.c, sring.go). */
+struct srd_ring {
+	/* the producer's (ibv_post_send, ibv_post_recv), under mu */
 	pthread_mutex_t mu;
 	uint32_t tail;   /* atomic: the next slot to fill */
-	uint32_t posted; /* requests ibv_post_send accepted, ever (ring and Go) */
+	uint32_t posted; /* requests the post accepted, ever (ring and Go) */
 	char pad[64];    /* the QP's words below on a cache line of their own */
 	/* the QP's (Go, under the QP's lock) */
 	uint32_t head;    /* atomic: the next slot to take */
-	uint32_t armed;   /* atomic: the QP will take the ring by itself */
-	uint32_t retired; /* atomic: requests that left the send queue, ever */
+	uint32_t armed;   /* atomic: the producer may queue */
+	uint32_t retired; /* atomic: requests that left the QP's queue, ever */
 	/* fixed at creation */
 	uint32_t mask; /* slots - 1 */
-	uint32_t max_wr, max_sge, max_inline;
+	uint32_t max_wr, max_sge;
+};
+
+struct srd_sring {
+	struct srd_ring r;
+	uint32_t max_inline;
 	struct srd_sslot *slots;
 };
 
@@ -107,15 +114,7 @@ struct srd_rslot {
 };
 
 struct srd_rring {
-	pthread_mutex_t mu;
-	uint32_t tail;
-	uint32_t posted;
-	char pad[64];
-	uint32_t head;
-	uint32_t armed;
-	uint32_t retired;
-	uint32_t mask;
-	uint32_t max_wr, max_sge;
+	struct srd_ring r;
 	struct srd_rslot *slots;
 };
 

@@ -33,40 +33,89 @@
 #include "ibverbs.h"
 #include "_cgo_export.h"
 
+/* ring_off reports whether the environment variable env turns a ring off;
+ * *off caches the answer. */
+static int ring_off(int *off, const char *env)
+{
+	if (*off < 0) {
+		const char *e = getenv(env);
+
+		*off = e && *e && strcmp(e, "0") != 0;
+	}
+	return *off;
+}
+
+/* ring_new allocates a ring of size bytes whose slots (of slot bytes, as
+ * many as a queue of max_wr needs, at most most) it puts in *slots; NULL
+ * if memory is short: the QP then posts through Go. */
+static void *ring_new(size_t size, size_t slot, uint32_t max_wr, uint32_t max_sge, uint32_t most, void **slots)
+{
+	struct srd_ring *r;
+	uint32_t n = 1;
+
+	while (n < max_wr && n < most)
+		n <<= 1;
+	r = calloc(1, size);
+	if (!r)
+		return NULL;
+	*slots = calloc(n, slot);
+	if (!*slots) {
+		free(r);
+		return NULL;
+	}
+	pthread_mutex_init(&r->mu, NULL);
+	r->mask = n - 1;
+	r->max_wr = max_wr;
+	r->max_sge = max_sge;
+	return r;
+}
+
+static void ring_free(struct srd_ring *r, void *slots)
+{
+	pthread_mutex_destroy(&r->mu);
+	free(slots);
+	free(r);
+}
+
+/* ring_open reports whether r may take one more request now: armed, a
+ * free slot, and room in the QP's queue by the producer's count (retired
+ * may lag, so the count errs towards full, and a full queue goes through
+ * Go, which knows). Precondition: r->mu held. */
+static int ring_open(const struct srd_ring *r)
+{
+	return __atomic_load_n(&r->armed, __ATOMIC_SEQ_CST) &&
+	       r->tail - __atomic_load_n(&r->head, __ATOMIC_ACQUIRE) <= r->mask &&
+	       r->posted - __atomic_load_n(&r->retired, __ATOMIC_ACQUIRE) < r->max_wr;
+}
+
+/* ring_push publishes the slot at tail, filled by the caller; it reports
+ * whether the QP disarmed meanwhile, and so may not have seen it: the
+ * caller then asks Go to take the ring. Dekker's other half is in
+ * roce's armFeedLocked. */
+static int ring_push(struct srd_ring *r)
+{
+	__atomic_store_n(&r->tail, r->tail + 1, __ATOMIC_SEQ_CST);
+	r->posted++;
+	return !__atomic_load_n(&r->armed, __ATOMIC_SEQ_CST);
+}
+
 static int sring_off = -1; /* SOFTRDMA_NO_SEND_RING=1: every post goes through Go */
 
 void srd_sring_init(struct srd_qp *q, const struct ibv_qp_cap *cap)
 {
 	struct srd_sring *r;
-	uint32_t n = 1;
+	void *slots;
 
-	if (sring_off < 0) {
-		const char *e = getenv("SOFTRDMA_NO_SEND_RING");
-
-		sring_off = e && *e && strcmp(e, "0") != 0;
-	}
-	if (sring_off || q->qpx.qp_base.qp_type != IBV_QPT_RC || cap->max_send_wr == 0)
+	if (ring_off(&sring_off, "SOFTRDMA_NO_SEND_RING") || q->qpx.qp_base.qp_type != IBV_QPT_RC || cap->max_send_wr == 0)
 		return;
-	while (n < cap->max_send_wr && n < SRD_SRING_SLOTS)
-		n <<= 1;
-	r = calloc(1, sizeof(*r));
+	r = ring_new(sizeof(*r), sizeof(*r->slots), cap->max_send_wr, cap->max_send_sge, SRD_SRING_SLOTS, &slots);
 	if (!r)
-		return; /* the QP works without a ring */
-	r->slots = calloc(n, sizeof(*r->slots));
-	if (!r->slots) {
-		free(r);
 		return;
-	}
-	pthread_mutex_init(&r->mu, NULL);
-	r->mask = n - 1;
-	r->max_wr = cap->max_send_wr;
-	r->max_sge = cap->max_send_sge;
+	r->slots = slots;
 	r->max_inline = cap->max_inline_data;
 	if (srdgo_qp_set_feed(q->h, r) != 0) {
 		/* A QP of a device without feeds (shm0): posts go through Go. */
-		pthread_mutex_destroy(&r->mu);
-		free(r->slots);
-		free(r);
+		ring_free(&r->r, r->slots);
 		return;
 	}
 	q->sring = r;
@@ -75,14 +124,9 @@ void srd_sring_init(struct srd_qp *q, const struct ibv_qp_cap *cap)
 /* srd_sring_free runs after srdgo_destroy_qp: the QP no longer reads it. */
 void srd_sring_free(struct srd_qp *q)
 {
-	struct srd_sring *r = q->sring;
-
-	if (!r)
-		return;
+	if (q->sring)
+		ring_free(&q->sring->r, q->sring->slots);
 	q->sring = NULL;
-	pthread_mutex_destroy(&r->mu);
-	free(r->slots);
-	free(r);
 }
 
 /* sring_carries reports whether the ring can carry w as the QP would take
@@ -103,7 +147,7 @@ static int sring_carries(const struct srd_sring *r, const struct ibv_send_wr *w,
 	default:
 		return 0;
 	}
-	if (w->num_sge < 0 || w->num_sge > SRD_SRING_SGE || (uint32_t)w->num_sge > r->max_sge ||
+	if (w->num_sge < 0 || w->num_sge > SRD_SRING_SGE || (uint32_t)w->num_sge > r->r.max_sge ||
 	    (w->num_sge > 0 && !w->sg_list))
 		return 0;
 	for (i = 0; i < w->num_sge; i++)
@@ -154,24 +198,14 @@ int srd_qp_post_send(struct srd_qp *q, struct ibv_send_wr *wr, struct ibv_send_w
 
 	if (!r)
 		return srdgo_post_send(q->h, wr, bad);
-	pthread_mutex_lock(&r->mu);
+	pthread_mutex_lock(&r->r.mu);
 	for (w = wr; w; w = w->next) {
-		uint32_t t = r->tail;
 		uint64_t len;
 
-		if (!__atomic_load_n(&r->armed, __ATOMIC_SEQ_CST))
+		if (!ring_open(&r->r) || !sring_carries(r, w, &len))
 			break;
-		if (t - __atomic_load_n(&r->head, __ATOMIC_ACQUIRE) > r->mask)
-			break; /* the ring is full */
-		if (r->posted - __atomic_load_n(&r->retired, __ATOMIC_ACQUIRE) >= r->max_wr)
-			break; /* the send queue may be full: Go knows */
-		if (!sring_carries(r, w, &len))
-			break;
-		sring_fill(&r->slots[t & r->mask], w, len);
-		__atomic_store_n(&r->tail, t + 1, __ATOMIC_SEQ_CST);
-		r->posted++;
-		if (!__atomic_load_n(&r->armed, __ATOMIC_SEQ_CST))
-			take = 1; /* the QP disarmed meanwhile: it may not have seen this one */
+		sring_fill(&r->slots[r->r.tail & r->r.mask], w, len);
+		take |= ring_push(&r->r);
 	}
 	if (w) {
 		/* The rest through Go, which takes the ring first. */
@@ -179,12 +213,12 @@ int srd_qp_post_send(struct srd_qp *q, struct ibv_send_wr *wr, struct ibv_send_w
 
 		err = srdgo_post_send(q->h, w, &b);
 		for (x = w; x && !(err && x == b); x = x->next)
-			r->posted++;
+			r->r.posted++;
 		*bad = b;
 	} else if (take) {
 		srdgo_take_feed(q->h);
 	}
-	pthread_mutex_unlock(&r->mu);
+	pthread_mutex_unlock(&r->r.mu);
 	return err;
 }
 
@@ -202,33 +236,16 @@ static int rring_off = -1; /* SOFTRDMA_NO_RECV_RING=1 */
 void srd_rring_init(struct srd_qp *q, const struct ibv_qp_cap *cap, int srq)
 {
 	struct srd_rring *r;
-	uint32_t n = 1;
+	void *slots;
 
-	if (rring_off < 0) {
-		const char *e = getenv("SOFTRDMA_NO_RECV_RING");
-
-		rring_off = e && *e && strcmp(e, "0") != 0;
-	}
-	if (rring_off || srq || cap->max_recv_wr == 0)
+	if (ring_off(&rring_off, "SOFTRDMA_NO_RECV_RING") || srq || cap->max_recv_wr == 0)
 		return;
-	while (n < cap->max_recv_wr && n < SRD_RRING_SLOTS)
-		n <<= 1;
-	r = calloc(1, sizeof(*r));
+	r = ring_new(sizeof(*r), sizeof(*r->slots), cap->max_recv_wr, cap->max_recv_sge, SRD_RRING_SLOTS, &slots);
 	if (!r)
 		return;
-	r->slots = calloc(n, sizeof(*r->slots));
-	if (!r->slots) {
-		free(r);
-		return;
-	}
-	pthread_mutex_init(&r->mu, NULL);
-	r->mask = n - 1;
-	r->max_wr = cap->max_recv_wr;
-	r->max_sge = cap->max_recv_sge;
+	r->slots = slots;
 	if (srdgo_qp_set_rfeed(q->h, r) != 0) {
-		pthread_mutex_destroy(&r->mu);
-		free(r->slots);
-		free(r);
+		ring_free(&r->r, r->slots);
 		return;
 	}
 	q->rring = r;
@@ -236,14 +253,9 @@ void srd_rring_init(struct srd_qp *q, const struct ibv_qp_cap *cap, int srq)
 
 void srd_rring_free(struct srd_qp *q)
 {
-	struct srd_rring *r = q->rring;
-
-	if (!r)
-		return;
+	if (q->rring)
+		ring_free(&q->rring->r, q->rring->slots);
 	q->rring = NULL;
-	pthread_mutex_destroy(&r->mu);
-	free(r->slots);
-	free(r);
 }
 
 int srd_qp_post_recv(struct srd_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
@@ -254,40 +266,30 @@ int srd_qp_post_recv(struct srd_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_w
 
 	if (!r)
 		return srdgo_post_recv(q->h, wr, bad);
-	pthread_mutex_lock(&r->mu);
+	pthread_mutex_lock(&r->r.mu);
 	for (w = wr; w; w = w->next) {
-		uint32_t t = r->tail;
 		struct srd_rslot *s;
 
-		if (!__atomic_load_n(&r->armed, __ATOMIC_SEQ_CST))
+		if (!ring_open(&r->r) || w->num_sge < 0 || w->num_sge > SRD_RRING_SGE ||
+		    (uint32_t)w->num_sge > r->r.max_sge || (w->num_sge > 0 && !w->sg_list))
 			break;
-		if (t - __atomic_load_n(&r->head, __ATOMIC_ACQUIRE) > r->mask)
-			break;
-		if (r->posted - __atomic_load_n(&r->retired, __ATOMIC_ACQUIRE) >= r->max_wr)
-			break;
-		if (w->num_sge < 0 || w->num_sge > SRD_RRING_SGE || (uint32_t)w->num_sge > r->max_sge ||
-		    (w->num_sge > 0 && !w->sg_list))
-			break;
-		s = &r->slots[t & r->mask];
+		s = &r->slots[r->r.tail & r->r.mask];
 		s->wr_id = w->wr_id;
 		s->num_sge = (uint32_t)w->num_sge;
 		if (w->num_sge > 0)
 			memcpy(s->sge, w->sg_list, (size_t)w->num_sge * sizeof(s->sge[0]));
-		__atomic_store_n(&r->tail, t + 1, __ATOMIC_SEQ_CST);
-		r->posted++;
-		if (!__atomic_load_n(&r->armed, __ATOMIC_SEQ_CST))
-			take = 1;
+		take |= ring_push(&r->r);
 	}
 	if (w) {
 		struct ibv_recv_wr *b = NULL, *x;
 
 		err = srdgo_post_recv(q->h, w, &b);
 		for (x = w; x && !(err && x == b); x = x->next)
-			r->posted++;
+			r->r.posted++;
 		*bad = b;
 	} else if (take) {
 		srdgo_take_rfeed(q->h);
 	}
-	pthread_mutex_unlock(&r->mu);
+	pthread_mutex_unlock(&r->r.mu);
 	return err;
 }

@@ -21,19 +21,55 @@ import (
 // through. Its methods run with the QP's lock held, on whichever
 // goroutine runs the QP.
 type sendFeed struct {
-	r         *C.struct_srd_sring
-	slots     []C.struct_srd_sslot
-	bounce    verbs.MR // registered: the inline data of one request at a time
-	discarded uint32   // requests a reset dropped, for the retired count
-	wr        verbs.SendWR
-	sge       [1]verbs.SGE
+	ring
+	r      *C.struct_srd_sring
+	slots  []C.struct_srd_sslot
+	bounce verbs.MR // registered: the inline data of one request at a time
+	wr     verbs.SendWR
+	sge    [1]verbs.SGE
 }
 
-// The ring's words the two sides share, as Go atomics.
-func (f *sendFeed) tail() *uint32    { return (*uint32)(unsafe.Pointer(&f.r.tail)) }
-func (f *sendFeed) head() *uint32    { return (*uint32)(unsafe.Pointer(&f.r.head)) }
-func (f *sendFeed) armed() *uint32   { return (*uint32)(unsafe.Pointer(&f.r.armed)) }
-func (f *sendFeed) retired() *uint32 { return (*uint32)(unsafe.Pointer(&f.r.retired)) }
+// ring is the part of a feed both rings share (struct srd_ring): the
+// words the producer and the QP exchange, as Go atomics, and the feed
+// methods that only move them.
+type ring struct {
+	w         *C.struct_srd_ring
+	discarded uint32 // requests a reset dropped, for the retired count
+}
+
+func (g *ring) word(p *C.uint32_t) *uint32 { return (*uint32)(unsafe.Pointer(p)) }
+
+// Discard drops what waits (roce's reset).
+func (g *ring) Discard() {
+	h, t := atomic.LoadUint32(g.word(&g.w.head)), atomic.LoadUint32(g.word(&g.w.tail))
+	g.discarded += t - h
+	atomic.StoreUint32(g.word(&g.w.head), t)
+}
+
+func (g *ring) Arm(armed bool, retired uint32) {
+	g.Retired(retired)
+	a := uint32(0)
+	if armed {
+		a = 1
+	}
+	atomic.StoreUint32(g.word(&g.w.armed), a)
+}
+
+func (g *ring) Retired(retired uint32) {
+	atomic.StoreUint32(g.word(&g.w.retired), retired+g.discarded)
+}
+
+func (g *ring) Pending() bool {
+	return atomic.LoadUint32(g.word(&g.w.tail)) != atomic.LoadUint32(g.word(&g.w.head))
+}
+
+// taking returns the slots from head to tail, as counters (slot i is
+// i&mask), for a Take; done stores the new head.
+func (g *ring) taking() (h, t, mask uint32) {
+	return atomic.LoadUint32(g.word(&g.w.head)), atomic.LoadUint32(g.word(&g.w.tail)), uint32(g.w.mask)
+}
+
+func (g *ring) done(h uint32) { atomic.StoreUint32(g.word(&g.w.head), h) }
 
 //export srdgo_qp_set_feed
 func srdgo_qp_set_feed(h C.uintptr_t, r *C.struct_srd_sring) (ret C.int) {
@@ -47,7 +83,7 @@ func srdgo_qp_set_feed(h C.uintptr_t, r *C.struct_srd_sring) (ret C.int) {
 	if err != nil {
 		return errnoOf("ibv_create_qp", err)
 	}
-	f := &sendFeed{r: r, slots: unsafe.Slice(r.slots, int(r.mask)+1), bounce: mr}
+	f := &sendFeed{ring: ring{w: &r.r}, r: r, slots: unsafe.Slice(r.slots, int(r.r.mask)+1), bounce: mr}
 	if err := q.SetSendFeed(f); err != nil {
 		mr.Dereg()
 		return errnoOf("ibv_create_qp", err)
@@ -66,8 +102,7 @@ func srdgo_take_feed(h C.uintptr_t) {
 }
 
 func (f *sendFeed) Take(post func(*verbs.SendWR) error) {
-	h, t := atomic.LoadUint32(f.head()), atomic.LoadUint32(f.tail())
-	mask := uint32(f.r.mask)
+	h, t, mask := f.taking()
 	for ; h != t; h++ {
 		s := &f.slots[h&mask]
 		op, ok := sendOpcode(uint32(s.opcode))
@@ -92,41 +127,16 @@ func (f *sendFeed) Take(post func(*verbs.SendWR) error) {
 		}
 		post(wr) // a refused request has completed in error
 	}
-	atomic.StoreUint32(f.head(), h)
-}
-
-func (f *sendFeed) Discard() {
-	h, t := atomic.LoadUint32(f.head()), atomic.LoadUint32(f.tail())
-	f.discarded += t - h
-	atomic.StoreUint32(f.head(), t)
-}
-
-func (f *sendFeed) Arm(armed bool, retired uint32) {
-	atomic.StoreUint32(f.retired(), retired+f.discarded)
-	a := uint32(0)
-	if armed {
-		a = 1
-	}
-	atomic.StoreUint32(f.armed(), a)
-}
-
-func (f *sendFeed) Pending() bool {
-	return atomic.LoadUint32(f.tail()) != atomic.LoadUint32(f.head())
+	f.done(h)
 }
 
 // recvFeed is the Go side of a QP's receive ring: the roce.RecvFeed the
 // QP takes the ring's requests through.
 type recvFeed struct {
-	r         *C.struct_srd_rring
-	slots     []C.struct_srd_rslot
-	discarded uint32
-	wr        verbs.RecvWR
+	ring
+	slots []C.struct_srd_rslot
+	wr    verbs.RecvWR
 }
-
-func (f *recvFeed) tail() *uint32    { return (*uint32)(unsafe.Pointer(&f.r.tail)) }
-func (f *recvFeed) head() *uint32    { return (*uint32)(unsafe.Pointer(&f.r.head)) }
-func (f *recvFeed) armed() *uint32   { return (*uint32)(unsafe.Pointer(&f.r.armed)) }
-func (f *recvFeed) retired() *uint32 { return (*uint32)(unsafe.Pointer(&f.r.retired)) }
 
 //export srdgo_qp_set_rfeed
 func srdgo_qp_set_rfeed(h C.uintptr_t, r *C.struct_srd_rring) (ret C.int) {
@@ -136,7 +146,7 @@ func srdgo_qp_set_rfeed(h C.uintptr_t, r *C.struct_srd_rring) (ret C.int) {
 	if !ok {
 		return C.EOPNOTSUPP
 	}
-	f := &recvFeed{r: r, slots: unsafe.Slice(r.slots, int(r.mask)+1)}
+	f := &recvFeed{ring: ring{w: &r.r}, slots: unsafe.Slice(r.slots, int(r.r.mask)+1)}
 	if err := q.SetRecvFeed(f); err != nil {
 		return errnoOf("ibv_create_qp", err)
 	}
@@ -150,8 +160,7 @@ func srdgo_take_rfeed(h C.uintptr_t) {
 }
 
 func (f *recvFeed) Take(post func(*verbs.RecvWR) error) {
-	h, t := atomic.LoadUint32(f.head()), atomic.LoadUint32(f.tail())
-	mask := uint32(f.r.mask)
+	h, t, mask := f.taking()
 	for ; h != t; h++ {
 		s := &f.slots[h&mask]
 		f.wr = verbs.RecvWR{WRID: uint64(s.wr_id)}
@@ -160,26 +169,5 @@ func (f *recvFeed) Take(post func(*verbs.RecvWR) error) {
 		}
 		post(&f.wr) // a refused request has completed in error
 	}
-	atomic.StoreUint32(f.head(), h)
-}
-
-func (f *recvFeed) Discard() {
-	h, t := atomic.LoadUint32(f.head()), atomic.LoadUint32(f.tail())
-	f.discarded += t - h
-	atomic.StoreUint32(f.head(), t)
-}
-
-func (f *recvFeed) Arm(armed bool, retired uint32) {
-	f.Retired(retired)
-	a := uint32(0)
-	if armed {
-		a = 1
-	}
-	atomic.StoreUint32(f.armed(), a)
-}
-
-func (f *recvFeed) Retired(retired uint32) { atomic.StoreUint32(f.retired(), retired+f.discarded) }
-
-func (f *recvFeed) Pending() bool {
-	return atomic.LoadUint32(f.tail()) != atomic.LoadUint32(f.head())
+	f.done(h)
 }

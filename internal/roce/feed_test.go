@@ -15,18 +15,21 @@ import (
 	"github.com/softrdma/softrdma/verbs"
 )
 
-// testFeed is a SendFeed with the producer side clib's C ring has
+// testRing is a feed with the producer side clib's C rings have
 // (ibverbs_sring.c), written in Go: post queues a request when the QP is
-// armed and its send queue has room, and calls TakeFeed when the QP
-// disarmed meanwhile; otherwise it calls PostSend.
-type testFeed struct {
-	qp  verbs.QP
-	max uint32 // the QP's Cap.MaxSendWR
+// armed and its queue has room, and calls the QP's take (TakeFeed,
+// TakeRecvFeed) when the QP disarmed meanwhile; otherwise it posts
+// directly (PostSend, PostRecv). It is the QP's SendFeed for
+// W = verbs.SendWR and its RecvFeed for verbs.RecvWR.
+type testRing[W verbs.SendWR | verbs.RecvWR] struct {
+	max    uint32 // the QP's queue depth
+	direct func(*W) error
+	take   func()
 
-	mu     sync.Mutex // the producer's: posted, and the ring's slots
-	posted uint32     // requests accepted, through the ring or PostSend
-	slots  [16]verbs.SendWR
-	sges   [16][5]verbs.SGE
+	mu     sync.Mutex // the producer's: posted, and the slots
+	posted uint32     // requests accepted, through the ring or directly
+	slots  [32]W
+	sges   [32][5]verbs.SGE
 
 	tail, head atomic.Uint32
 	armed      atomic.Bool
@@ -37,29 +40,34 @@ type testFeed struct {
 	pendings                       atomic.Int64 // Pending calls that found requests: the QP disarming found a post
 }
 
-func (f *testFeed) Take(post func(*verbs.SendWR) error) {
+type testFeed = testRing[verbs.SendWR]
+type testRecvFeed = testRing[verbs.RecvWR]
+
+func (f *testRing[W]) Take(post func(*W) error) {
 	f.takes.Add(1)
 	h, t := f.head.Load(), f.tail.Load()
 	for ; h != t; h++ {
-		wr := f.slots[h%16]
+		wr := f.slots[h%32]
 		post(&wr)
 	}
 	f.head.Store(h)
 }
 
-func (f *testFeed) Discard() {
+func (f *testRing[W]) Discard() {
 	f.discards.Add(1)
 	h, t := f.head.Load(), f.tail.Load()
 	f.discarded += t - h
 	f.head.Store(t)
 }
 
-func (f *testFeed) Arm(armed bool, retired uint32) {
-	f.retired.Store(retired + f.discarded)
+func (f *testRing[W]) Arm(armed bool, retired uint32) {
+	f.Retired(retired)
 	f.armed.Store(armed)
 }
 
-func (f *testFeed) Pending() bool {
+func (f *testRing[W]) Retired(retired uint32) { f.retired.Store(retired + f.discarded) }
+
+func (f *testRing[W]) Pending() bool {
 	p := f.head.Load() != f.tail.Load()
 	if p {
 		f.pendings.Add(1)
@@ -67,27 +75,30 @@ func (f *testFeed) Pending() bool {
 	return p
 }
 
-// post is ibv_post_send over the feed; queued says whether the request
-// went through the ring.
-func (f *testFeed) post(wr *verbs.SendWR) (queued bool, err error) {
+// post is ibv_post_send or ibv_post_recv over the ring; queued says
+// whether the request went through it.
+func (f *testRing[W]) post(wr *W) (queued bool, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t := f.tail.Load()
 	if f.armed.Load() && f.posted-f.retired.Load() < f.max && t-f.head.Load() < uint32(len(f.slots)) {
-		s := &f.slots[t%16]
-		*s = *wr
-		s.Next = nil
-		s.SGList = f.sges[t%16][:copy(f.sges[t%16][:], wr.SGList)]
+		f.slots[t%32] = *wr
+		switch s := any(&f.slots[t%32]).(type) { // the slot keeps its own SGEs, as the C ring's
+		case *verbs.SendWR:
+			s.Next, s.SGList = nil, f.sges[t%32][:copy(f.sges[t%32][:], s.SGList)]
+		case *verbs.RecvWR:
+			s.Next, s.SGList = nil, f.sges[t%32][:copy(f.sges[t%32][:], s.SGList)]
+		}
 		f.tail.Store(t + 1)
 		f.posted++
 		f.queued.Add(1)
 		if !f.armed.Load() {
 			f.kicks.Add(1)
-			f.qp.(*QP).TakeFeed()
+			f.take()
 		}
 		return true, nil
 	}
-	if err := f.qp.PostSend(wr); err != nil {
+	if err := f.direct(wr); err != nil {
 		return false, err
 	}
 	f.posted++
@@ -96,8 +107,17 @@ func (f *testFeed) post(wr *verbs.SendWR) (queued bool, err error) {
 
 func newTestFeed(t *testing.T, n *node, max uint32) *testFeed {
 	t.Helper()
-	f := &testFeed{qp: n.qp, max: max}
-	must(t, n.qp.(*QP).SetSendFeed(f))
+	q := n.qp.(*QP)
+	f := &testFeed{max: max, direct: q.PostSend, take: q.TakeFeed}
+	must(t, q.SetSendFeed(f))
+	return f
+}
+
+func newTestRecvFeed(t *testing.T, n *node, max uint32) *testRecvFeed {
+	t.Helper()
+	q := n.qp.(*QP)
+	f := &testRecvFeed{max: max, direct: q.PostRecv, take: q.TakeRecvFeed}
+	must(t, q.SetRecvFeed(f))
 	return f
 }
 
@@ -415,81 +435,6 @@ func TestSendFeedDisarmRace(t *testing.T) {
 	}
 	_ = b
 	t.Logf("queued %d of %d, kicked %d, found pending while disarming %d", f.queued.Load(), n, f.kicks.Load(), f.pendings.Load())
-}
-
-// testRecvFeed is a RecvFeed with ibv_post_recv's producer side (clib's
-// C ring) in Go.
-type testRecvFeed struct {
-	qp  verbs.QP
-	max uint32
-
-	mu     sync.Mutex
-	posted uint32
-	slots  [32]verbs.RecvWR
-	sges   [32][1]verbs.SGE
-
-	tail, head atomic.Uint32
-	armed      atomic.Bool
-	retired    atomic.Uint32
-	discarded  uint32
-
-	queued, kicks atomic.Int64
-}
-
-func (f *testRecvFeed) Take(post func(*verbs.RecvWR) error) {
-	h, t := f.head.Load(), f.tail.Load()
-	for ; h != t; h++ {
-		wr := f.slots[h%32]
-		post(&wr)
-	}
-	f.head.Store(h)
-}
-
-func (f *testRecvFeed) Discard() {
-	h, t := f.head.Load(), f.tail.Load()
-	f.discarded += t - h
-	f.head.Store(t)
-}
-
-func (f *testRecvFeed) Arm(armed bool, retired uint32) {
-	f.retired.Store(retired + f.discarded)
-	f.armed.Store(armed)
-}
-
-func (f *testRecvFeed) Retired(retired uint32) { f.retired.Store(retired + f.discarded) }
-
-func (f *testRecvFeed) Pending() bool { return f.head.Load() != f.tail.Load() }
-
-func (f *testRecvFeed) post(wr *verbs.RecvWR) (queued bool, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	t := f.tail.Load()
-	if f.armed.Load() && f.posted-f.retired.Load() < f.max && t-f.head.Load() < uint32(len(f.slots)) && len(wr.SGList) <= 1 {
-		s := &f.slots[t%32]
-		*s = *wr
-		s.Next = nil
-		s.SGList = f.sges[t%32][:copy(f.sges[t%32][:], wr.SGList)]
-		f.tail.Store(t + 1)
-		f.posted++
-		f.queued.Add(1)
-		if !f.armed.Load() {
-			f.kicks.Add(1)
-			f.qp.(*QP).TakeRecvFeed()
-		}
-		return true, nil
-	}
-	if err := f.qp.PostRecv(wr); err != nil {
-		return false, err
-	}
-	f.posted++
-	return false, nil
-}
-
-func newTestRecvFeed(t *testing.T, n *node, max uint32) *testRecvFeed {
-	t.Helper()
-	f := &testRecvFeed{qp: n.qp, max: max}
-	must(t, n.qp.(*QP).SetRecvFeed(f))
-	return f
 }
 
 // TestRecvFeed: a receiver that reposts each receive request through the
