@@ -26,6 +26,13 @@ type testRing[W verbs.SendWR | verbs.RecvWR] struct {
 	direct func(*W) error
 	take   func()
 
+	// Hooks that place the two sides' steps of the handshake in a
+	// chosen order (TestSendFeedHandshake): beforePush runs between the
+	// producer's first look at armed and its publishing of the request;
+	// onDisarm runs as the QP's Arm(false, ...) begins, before it stores.
+	beforePush func()
+	onDisarm   func()
+
 	mu     sync.Mutex // the producer's: posted, and the slots
 	posted uint32     // requests accepted, through the ring or directly
 	slots  [32]W
@@ -61,6 +68,9 @@ func (f *testRing[W]) Discard() {
 }
 
 func (f *testRing[W]) Arm(armed bool, retired uint32) {
+	if !armed && f.onDisarm != nil {
+		f.onDisarm()
+	}
 	f.Retired(retired)
 	f.armed.Store(armed)
 }
@@ -82,16 +92,10 @@ func (f *testRing[W]) post(wr *W) (queued bool, err error) {
 	defer f.mu.Unlock()
 	t := f.tail.Load()
 	if f.armed.Load() && f.posted-f.retired.Load() < f.max && t-f.head.Load() < uint32(len(f.slots)) {
-		f.slots[t%32] = *wr
-		switch s := any(&f.slots[t%32]).(type) { // the slot keeps its own SGEs, as the C ring's
-		case *verbs.SendWR:
-			s.Next, s.SGList = nil, f.sges[t%32][:copy(f.sges[t%32][:], s.SGList)]
-		case *verbs.RecvWR:
-			s.Next, s.SGList = nil, f.sges[t%32][:copy(f.sges[t%32][:], s.SGList)]
+		if f.beforePush != nil {
+			f.beforePush()
 		}
-		f.tail.Store(t + 1)
-		f.posted++
-		f.queued.Add(1)
+		f.push(wr)
 		if !f.armed.Load() {
 			f.kicks.Add(1)
 			f.take()
@@ -103,6 +107,24 @@ func (f *testRing[W]) post(wr *W) (queued bool, err error) {
 	}
 	f.posted++
 	return false, nil
+}
+
+// push publishes wr in the slot at tail, as ring_push does.
+// Precondition: f.mu held.
+func (f *testRing[W]) push(wr *W) {
+	t := f.tail.Load()
+	{
+		f.slots[t%32] = *wr
+		switch s := any(&f.slots[t%32]).(type) { // the slot keeps its own SGEs, as the C ring's
+		case *verbs.SendWR:
+			s.Next, s.SGList = nil, f.sges[t%32][:copy(f.sges[t%32][:], s.SGList)]
+		case *verbs.RecvWR:
+			s.Next, s.SGList = nil, f.sges[t%32][:copy(f.sges[t%32][:], s.SGList)]
+		}
+		f.tail.Store(t + 1)
+		f.posted++
+		f.queued.Add(1)
+	}
 }
 
 func newTestFeed(t *testing.T, n *node, max uint32) *testFeed {
@@ -435,6 +457,56 @@ func TestSendFeedDisarmRace(t *testing.T) {
 	}
 	_ = b
 	t.Logf("queued %d of %d, kicked %d, found pending while disarming %d", f.queued.Load(), n, f.kicks.Load(), f.pendings.Load())
+}
+
+// TestSendFeedHandshake: each half of the arming handshake alone saves a
+// request posted as the QP disarms. The QP's half: the request lands
+// after the QP's last take but before it stores the disarming, so the
+// producer's second look still finds it armed and does not call; the QP
+// finds the request as it disarms (Pending). The producer's half: the
+// QP disarms between the producer's first look and its publishing, and
+// finds nothing; the producer's second look finds it disarmed and calls
+// TakeFeed. Either way the request completes.
+func TestSendFeedHandshake(t *testing.T) {
+	t.Run("the QP finds it", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			a, _, f := feedPair(t)
+			f.post(a.writeWR(0, 0))
+			late := a.writeWR(1, 8)
+			f.onDisarm = func() {
+				f.onDisarm = nil
+				f.push(late) // the producer's store and second look both come before the QP's store
+			}
+			start := time.Now()
+			expectWC(t, a.waitWC(a.scq), 0, verbs.WCSuccess, verbs.WCRDMAWrite)
+			expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
+			if d := time.Since(start); d > time.Millisecond {
+				t.Fatalf("the late request completed after %v: a timer took it, not the disarming", d)
+			}
+			if f.kicks.Load() != 0 || f.pendings.Load() == 0 {
+				t.Fatalf("%d kicks, %d pending finds; want 0 and at least 1", f.kicks.Load(), f.pendings.Load())
+			}
+		})
+	})
+	t.Run("the producer calls", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			a, _, f := feedPair(t)
+			f.post(a.writeWR(0, 0))
+			f.beforePush = func() {
+				f.beforePush = nil
+				time.Sleep(time.Millisecond) // the ACK comes back: the QP disarms and finds nothing
+				synctest.Wait()
+			}
+			if q, err := f.post(a.writeWR(1, 8)); !q || err != nil {
+				t.Fatalf("queued %v, %v", q, err)
+			}
+			expectWC(t, a.waitWC(a.scq), 0, verbs.WCSuccess, verbs.WCRDMAWrite)
+			expectWC(t, a.waitWC(a.scq), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
+			if f.kicks.Load() != 1 {
+				t.Fatalf("%d kicks; want 1", f.kicks.Load())
+			}
+		})
+	})
 }
 
 // TestRecvFeed: a receiver that reposts each receive request through the
