@@ -22,7 +22,6 @@ import (
 // goroutine runs the QP.
 type sendFeed struct {
 	ring
-	r      *C.struct_srd_sring
 	slots  []C.struct_srd_sslot
 	bounce verbs.MR // registered: the inline data of one request at a time
 	wr     verbs.SendWR
@@ -83,7 +82,7 @@ func srdgo_qp_set_feed(h C.uintptr_t, r *C.struct_srd_sring) (ret C.int) {
 	if err != nil {
 		return errnoOf("ibv_create_qp", err)
 	}
-	f := &sendFeed{ring: ring{w: &r.r}, r: r, slots: unsafe.Slice(r.slots, int(r.r.mask)+1), bounce: mr}
+	f := &sendFeed{ring: ring{w: &r.r}, slots: unsafe.Slice(r.slots, int(r.r.mask)+1), bounce: mr}
 	if err := q.SetSendFeed(f); err != nil {
 		mr.Dereg()
 		return errnoOf("ibv_create_qp", err)

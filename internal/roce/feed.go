@@ -6,42 +6,57 @@ import (
 	"github.com/softrdma/softrdma/verbs"
 )
 
-// SendFeed is a queue of send requests that an RC QP takes in by itself,
-// without a call to PostSend: softrdma's libibverbs for C programs (clib)
-// fills one from ibv_post_send without entering Go while the QP is armed,
-// and the QP takes what waits there whenever it handles its next
-// acknowledgement, timeout or state change. A post then costs C no crossing
-// into Go, and its packets leave in the batch the acknowledgement sends.
+// Feed is a queue of work requests a QP takes in by itself, without a
+// call to PostSend or PostRecv: softrdma's libibverbs for C programs
+// (clib) fills one from ibv_post_send or ibv_post_recv without entering Go
+// while the QP is armed.
+//
+// A SendFeed (RC only) is armed while the QP will come back by itself: in
+// RTS with requests outstanding, whose acknowledgement, timeout or error
+// all come back to the QP, which takes the feed then (and first in every
+// PostSend, for order); its packets leave in the batch the acknowledgement
+// sends. A RecvFeed is armed from INIT to SQE: a receive request only
+// waits for a message, so the QP takes the feed when a message finds its
+// receive queue empty, first in every PostRecv, and at ERR (flushed, in
+// order). A reset discards either.
 //
 // Its methods are called with the QP's lock held, from whichever goroutine
 // runs the QP (a poller's inline receive, the device's receive loop, a
-// timer, PostSend); they must not call the QP.
+// timer, a post); they must not call the QP.
 //
-// The protocol between the producer and the QP is Dekker's: the producer
-// publishes a request and then loads the arming; the QP stores the
-// arming and then checks for requests (Pending). Both must be sequentially
-// consistent, so at least one side sees the other: either the QP takes the
-// request, or the producer sees the QP disarmed and calls TakeFeed.
-type SendFeed interface {
+// The arming is Dekker's handshake: the producer publishes a request and
+// then loads the arming; the QP stores the arming and then checks for
+// requests (Pending). Both must be sequentially consistent, so at least
+// one side sees the other: either the QP takes the request, or the
+// producer sees the QP disarmed and calls TakeFeed (TakeRecvFeed).
+type Feed[W verbs.SendWR | verbs.RecvWR] interface {
 	// Take posts through post every request queued so far, oldest first.
 	// post returns an error for a request the QP refused; the request has
 	// then completed in error already, and Take goes on with the next.
 	// post keeps nothing of the request after it returns.
-	Take(post func(*verbs.SendWR) error)
+	Take(post func(*W) error)
 	// Discard drops every queued request unposted: the QP was reset, or a
 	// post raced its reset.
 	Discard()
-	// Arm tells the producer whether the QP will call Take again by itself
-	// (armed), so that requests may be queued without TakeFeed, and how
-	// many of its send requests have left the send queue (retired: a count
-	// that wraps at 2^32 and counts completed, flushed, refused and reset
-	// requests), so that the producer can tell whether the send queue has
-	// room without asking.
+	// Arm tells the producer whether it may queue (armed) and how many
+	// requests have left the QP's queue (retired: a count that wraps at
+	// 2^32 and counts completed, consumed, flushed, refused and reset
+	// requests), so that it can tell whether the queue has room without
+	// asking.
 	Arm(armed bool, retired uint32)
+	// Retired is Arm's count alone, told as each receive request leaves
+	// (a send feed's count changes only with its Arm).
+	Retired(retired uint32)
 	// Pending reports whether requests wait; the QP calls it right after
 	// Arm(false, ...), sequentially consistent with it.
 	Pending() bool
 }
+
+// SendFeed is the feed of a QP's send queue.
+type SendFeed = Feed[verbs.SendWR]
+
+// RecvFeed is the feed of a QP's receive queue.
+type RecvFeed = Feed[verbs.RecvWR]
 
 // SetSendFeed makes f the QP's send feed (nil removes it). Only an RC QP
 // takes a feed: the acknowledgements that come back while requests are
@@ -93,7 +108,8 @@ func (qp *QP) takeFeedLocked() bool {
 		f.Discard()
 		return false
 	}
-	qp.feedTook, qp.feedFailed = false, false
+	tail := qp.sq.tail
+	qp.feedFailed = false
 	f.Take(qp.feedPost)
 	if qp.feedFailed {
 		// A refused request completed in error; like any error
@@ -101,7 +117,7 @@ func (qp *QP) takeFeedLocked() bool {
 		// flushes the requests posted after it).
 		qp.errorLocked()
 	}
-	return qp.feedTook
+	return qp.sq.tail != tail
 }
 
 // postFedLocked posts one request from the feed. The producer checks
@@ -118,7 +134,6 @@ func (qp *QP) postFedLocked(wr *verbs.SendWR) error {
 		qp.dev.Counters.FeedRefused.Add(1)
 		return err
 	}
-	qp.feedTook = true
 	qp.dev.Counters.FeedTaken.Add(1)
 	return nil
 }
@@ -150,34 +165,6 @@ func (qp *QP) armFeedLocked() {
 		}
 		qp.kickLocked(time.Time{})
 	}
-}
-
-// RecvFeed is SendFeed's counterpart for receive requests: a queue the
-// QP takes receive requests from when it needs one and its receive queue
-// is empty, so that ibv_post_recv (clib) need not enter Go. Receive
-// requests wait for messages, so the QP takes them only when a message
-// needs one, when PostRecv posts more (the feed's first, for order), and
-// when it goes to ERR (they are flushed) or RESET (discarded). It is
-// armed while the QP is in a state a posted receive request simply waits
-// in (INIT to SQE); in RESET and ERR the producer calls PostRecv, which
-// refuses or flushes as it does. The methods are called with the QP's
-// lock held and must not call the QP.
-type RecvFeed interface {
-	// Take posts through post every request queued so far, oldest first;
-	// post keeps nothing of the request after it returns, and an error
-	// means the request completed in error already.
-	Take(post func(*verbs.RecvWR) error)
-	// Discard drops every queued request (a reset).
-	Discard()
-	// Arm tells the producer whether it may queue (armed) and how many
-	// receive requests left the receive queue so far (retired: consumed
-	// by a message, flushed, refused or reset; it wraps at 2^32).
-	Arm(armed bool, retired uint32)
-	// Retired is Arm's count alone, told as each request leaves.
-	Retired(retired uint32)
-	// Pending reports whether requests wait; called right after
-	// Arm(false, ...), sequentially consistent with it.
-	Pending() bool
 }
 
 // SetRecvFeed makes f the QP's receive feed (nil removes it). A QP on an

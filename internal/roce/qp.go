@@ -81,7 +81,6 @@ type QP struct {
 	// The send feed (feed.go): requests the QP takes in by itself.
 	feed       SendFeed
 	feedPost   func(*verbs.SendWR) error // qp.postFedLocked, bound once
-	feedTook   bool                      // the current Take posted a request
 	feedFailed bool                      // the current Take had a request refused
 	sqRetired  uint32                    // send requests that left the send queue, ever (SendFeed.Arm)
 }
@@ -632,9 +631,7 @@ func (qp *QP) errorLocked() {
 	qp.flushLocked()
 	qp.takeFeedLocked() // what waits in the feed was posted before the error: it is flushed too
 	qp.flushSendLocked()
-	if qp.rq.feed != nil {
-		qp.rq.feed.Take(qp.rq.post) // flushed right below
-	}
+	qp.takeRecvFeedLocked() // flushed with the receive queue
 	qp.resp.flushLocked(qp.recvRes())
 	qp.armRecvFeedLocked()
 	if qp.srq != nil {
@@ -920,9 +917,7 @@ func (qp *QP) PostRecv(wr *verbs.RecvWR) error {
 	if st := qp.stateLocked(); st == verbs.QPStateReset {
 		return &verbs.PostError{WRID: wr.WRID, Err: verbs.Errorf("PostRecv", verbs.ErrInvalidState, "QP %d is in RESET; move it to INIT first", qp.qpn)}
 	}
-	if qp.rq.feed != nil {
-		qp.rq.feed.Take(qp.rq.post) // the feed's requests were posted first
-	}
+	qp.takeRecvFeedLocked() // the feed's requests were posted first
 	i := 0
 	var err error
 	for ; wr != nil; wr = wr.Next {
