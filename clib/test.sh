@@ -335,6 +335,16 @@ else
 	fails=$((fails + 1))
 fi
 run "sendring (SOFTRDMA_NO_SEND_RING=1 SOFTRDMA_NO_RECV_RING=1)" env SOFTRDMA_NO_SEND_RING=1 SOFTRDMA_NO_RECV_RING=1 "$logs/sendring" -d $dev -g $gid
+# A poll of the send CQ takes the ring: eight requests queued behind one
+# that nothing will acknowledge are taken by one ibv_poll_cq (sendring -p).
+run "sendring -p (a poll takes the ring)" env SOFTRDMA_COUNTERS="$logs/polltake.counters" "$logs/sendring" -d $dev -g $gid -p
+n=$((n + 1))
+if taken=$(cat "$logs"/polltake.counters.* 2>/dev/null | awk '$1 == "feed_taken" {print $2}') && [ "${taken:-0}" = 8 ]; then
+	echo "PASS  sendring -p: the poll took $taken requests from the ring"
+else
+	echo "FAIL  sendring -p: the poll took ${taken:-no} requests from the ring, not 8 (counters $logs/polltake.counters.*)"
+	fails=$((fails + 1))
+fi
 
 # A UD burst of 1000 4 KiB messages while the receiving process is stopped
 # (testdata/udburst.c): the device's UDP socket must hold them all, as a

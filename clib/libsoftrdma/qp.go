@@ -57,15 +57,18 @@ type qpObj struct {
 	rmu sync.Mutex
 	rwr []verbs.RecvWR
 
-	feed *sendFeed // the send ring's Go side (sring.go); nil without one
+	feed     *sendFeed // the send ring's Go side (sring.go); nil without one
+	scq      *cqObj    // the send CQ, whose polls take the send ring
+	takeFeed func()    // the QP's TakeFeed
 }
 
 //export srdgo_create_qp
 func srdgo_create_qp(pdh C.uintptr_t, a *C.struct_ibv_qp_init_attr, scq, rcq, srq C.uintptr_t, cptr *C.struct_ibv_qp, h *C.uintptr_t, qpn *C.uint32_t) (ret C.int) {
 	defer guard("ibv_create_qp", &ret)
 	p := pdOf(pdh)
+	sc := handle.Handle(scq).Value().(*cqObj)
 	attr := verbs.QPInitAttr{
-		SendCQ: handle.Handle(scq).Value().(*cqObj).cq,
+		SendCQ: sc.cq,
 		Cap: verbs.QPCap{
 			MaxSendWR:     uint32(a.cap.max_send_wr),
 			MaxRecvWR:     uint32(a.cap.max_recv_wr),
@@ -95,7 +98,7 @@ func srdgo_create_qp(pdh C.uintptr_t, a *C.struct_ibv_qp_init_attr, scq, rcq, sr
 		a.cap.max_recv_sge = C.uint32_t(init.Cap.MaxRecvSGE)
 		a.cap.max_inline_data = C.uint32_t(init.Cap.MaxInlineData)
 	}
-	o := &qpObj{c: p.c, pd: p, qp: qp, typ: attr.QPType}
+	o := &qpObj{c: p.c, pd: p, qp: qp, typ: attr.QPType, scq: sc}
 	*qpn = C.uint32_t(qp.QPNum())
 	*h = C.uintptr_t(p.c.add(o, unsafe.Pointer(cptr), qp, o.release))
 	return 0
@@ -106,6 +109,7 @@ func (o *qpObj) release() {
 		o.bounce.Dereg()
 	}
 	if o.feed != nil {
+		o.scq.dropFeed(o)
 		o.feed.bounce.Dereg()
 	}
 }

@@ -88,6 +88,8 @@ func srdgo_qp_set_feed(h C.uintptr_t, r *C.struct_srd_sring) (ret C.int) {
 		return errnoOf("ibv_create_qp", err)
 	}
 	o.feed = f
+	o.takeFeed = q.(interface{ TakeFeed() }).TakeFeed
+	o.scq.addFeed(o)
 	return 0
 }
 

@@ -17,7 +17,16 @@
  *      when the QP moves to ERR complete flushed, in order, and one
  *      posted in ERR is flushed at once; in RESET ibv_post_recv fails.
  *
- *   sendring -d DEV -g GIDX
+ * With -p it runs one other check and exits at once, without cleaning up:
+ * a QP sends a WRITE to a QP number nobody has (so no acknowledgement
+ * ever comes back, and its retransmission timer is seconds away), then
+ * queues eight more in its ring, then polls its CQ once. The poll must
+ * take the eight from the ring (the QP builds their packets then, as a
+ * Go program's PostSend would, instead of when the next acknowledgement
+ * comes): clib/test.sh checks the counters this process writes at exit
+ * for feed_taken 8.
+ *
+ *   sendring -d DEV -g GIDX [-p]
  *
  * clib/test.sh runs it over the library, with the ring and with
  * SOFTRDMA_NO_SEND_RING=1; exit status 0 means every check held.
@@ -68,6 +77,8 @@ static struct ibv_qp *make_qp(int i, int depth, struct ibv_qp_init_attr_ex *ex)
 	return q;
 }
 
+static int rts_timeout = 14; /* the QPs' Local ACK Timeout */
+
 static void connect_qp(struct ibv_qp *q, uint32_t remote)
 {
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
@@ -80,7 +91,7 @@ static void connect_qp(struct ibv_qp *q, uint32_t remote)
 	if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
 				 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
 		die("RTR");
-	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7,
+	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .timeout = rts_timeout, .retry_cnt = 7, .rnr_retry = 7,
 		.sq_psn = 100, .max_rd_atomic = 1};
 	if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
 				 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
@@ -369,15 +380,36 @@ static void recv_states(void)
 	printf("sendring: receive requests flush at ERR, in order; RESET refuses\n");
 }
 
+/* -p: a poll of the send CQ takes the ring (see the header). */
+static void poll_takes(void)
+{
+	struct ibv_send_wr w, *bad;
+	struct ibv_sge s;
+	struct ibv_wc wc;
+
+	rts_timeout = 20; /* 4.3 s: no retransmission while this runs */
+	qp[0] = make_qp(0, DEPTH, NULL);
+	connect_qp(qp[0], 0xabcde); /* no such QP: nothing comes back */
+	for (int i = 0; i < 9; i++) {
+		write_wr(&w, &s, i, i);
+		if (ibv_post_send(qp[0], &w, &bad))
+			fail("%s: ibv_post_send %ld %ld", "poll_takes", i, errno);
+	}
+	if (ibv_poll_cq(cq[0], 1, &wc) != 0)
+		fail("%s: a completion (%ld) with nothing acknowledged %ld", "poll_takes", wc.status, 0);
+	exit(0); /* the counters are written now: feed_taken 8 */
+}
+
 int main(int argc, char **argv)
 {
 	const char *devname = NULL;
-	int opt;
-	while ((opt = getopt(argc, argv, "d:g:")) != -1) {
+	int opt, polltake = 0;
+	while ((opt = getopt(argc, argv, "d:g:p")) != -1) {
 		switch (opt) {
 		case 'd': devname = optarg; break;
 		case 'g': gidx = atoi(optarg); break;
-		default: fprintf(stderr, "usage: sendring -d DEV -g GIDX\n"); return 2;
+		case 'p': polltake = 1; break;
+		default: fprintf(stderr, "usage: sendring -d DEV -g GIDX [-p]\n"); return 2;
 		}
 	}
 	ctx = open_device(devname);
@@ -391,6 +423,8 @@ int main(int argc, char **argv)
 	}
 	if (ibv_query_gid(ctx, 1, gidx, &gid))
 		die("ibv_query_gid");
+	if (polltake)
+		poll_takes();
 	threads();
 	inline_send();
 	bad_chain();
