@@ -4,10 +4,12 @@
 # and sizes, both ends on loopback (softrdma_lo, GID 1). Prints, per
 # test, the median of REPEATS runs (default 5) for each and the ratio
 # C/Go: latency in usec (t_typical, perftest's median), bandwidth in
-# MB/sec (BW average). The C and Go runs alternate, so a change in the
-# machine's load hits both alike. Numbers are only comparable within one
-# run on one machine. BENCH_TESTS="ib_send_bw 64,ib_write_lat 8" runs
-# only those (test and size, comma-separated).
+# MB/sec (BW average). The C and Go runs alternate, each repetition
+# starting with the next kind, so a change in the machine's load, and
+# whatever a run's place in the order costs, hits both alike. Numbers
+# are only comparable within one run on one machine.
+# BENCH_TESTS="ib_send_bw 64,ib_write_lat 8" runs only those (test and
+# size, comma-separated).
 #
 # BENCH_RT=1 (root) runs both ends under SCHED_FIFO (chrt -f 10): other
 # work on the machine then waits while a pair runs, so figures taken on a
@@ -27,6 +29,16 @@
 # BENCH_BASE=DIR2 also runs the C programs over the libraries in DIR2
 # (another build, say main's), interleaved with the others, and prints
 # its median and DIR's over it: a before/after comparison.
+#
+# With ucx_perftest installed (Debian's ucx-utils; BENCH_UCX=0 skips
+# it) each perftest row also gets UCX over TCP on loopback, what a C
+# program uses without RDMA: tag_lat's median (one way, half a round
+# trip, as ib_write_lat and ib_send_lat report; ib_read_lat and
+# ib_atomic_lat report whole round trips) or tag_bw's bandwidth (MB/s as
+# perftest's, 2^20 bytes), same message size and count, interleaved with
+# the others.
+#
+# BENCH_RUNS=1 prints every run's figures (to stderr) before each row.
 set -uo pipefail
 dir=$(cd "${1:?usage: clib/bench.sh DIR [REPEATS]}" && pwd)
 reps=${2:-5}
@@ -51,6 +63,10 @@ one() {
 	case $t in rstream*) cmd=(rstream) sargs=() cargs=(-s 127.0.0.1) ;; esac
 	if [ $kind = go ]; then cmd=("$gotool" "${cmd[@]}"); env=(${rt[@]+"${rt[@]}"} env); fi
 	[ $kind = base ] && env=(${rt[@]+"${rt[@]}"} env LD_LIBRARY_PATH=$base)
+	if [ $kind = ucx ]; then
+		ucx $t "$@"
+		return
+	fi
 	"${env[@]}" timeout 120 "${cmd[@]}" "${sargs[@]}" -p $port "$@" >/dev/null 2>&1 &
 	local spid=$!
 	sleep 0.5
@@ -64,16 +80,44 @@ one() {
 	esac
 }
 
+# ucx TEST -s SIZE -n N: the UCX-over-TCP figure for a perftest row (see
+# above), or nothing for rows it has no counterpart for.
+ucx() {
+	local t=$1 size=8 n=5000 test=tag_bw col=overall_bw; shift
+	while [ $# -gt 0 ]; do
+		case $1 in -s) size=$2; shift ;; -n) n=$2; shift ;; esac
+		shift
+	done
+	case $t in *_lat) test=tag_lat col=50.0_percentile_lat ;; rstream*) return ;; esac
+	local env=(${rt[@]+"${rt[@]}"} env UCX_TLS=tcp UCX_NET_DEVICES=lo UCX_WARN_UNUSED_ENV_VARS=n)
+	"${env[@]}" timeout 120 ucx_perftest -p $port >/dev/null 2>&1 &
+	local spid=$!
+	sleep 0.5
+	"${env[@]}" timeout 120 ucx_perftest 127.0.0.1 -p $port -t $test -s $size -n $n -w $(((n + 9) / 10)) -f -v 2>&1 |
+		awk -F, -v col=$col '$1 == "iterations" {for (i = 1; i <= NF; i++) if ($i == col) c = i; next} c && $1 ~ /^[0-9]+$/ {print $c; exit}'
+	wait $spid
+}
+
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.2f", a/b; else print "-" }'; }
 
 median() { sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print "-"}'; }
 
+useucx=0
+[ "${BENCH_UCX:-1}" != 0 ] && command -v ucx_perftest >/dev/null && useucx=1
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-if [ -n "$base" ]; then
-	printf "%-16s %-8s %12s %12s %8s %12s %8s\n" test size C-over-lib Go-tool C/Go C-over-base C/base
-else
-	printf "%-16s %-8s %12s %12s %8s\n" test size C-over-lib Go-tool C/Go
-fi
+# row FIELDS...: one line of the table, its columns at fixed widths.
+row() {
+	local w=(-16 -8 12 12 8 12 8 12) i=0 f
+	for f in "$@"; do
+		printf "%*s " ${w[$i]} "$f"
+		i=$((i + 1))
+	done
+	echo
+}
+hdr=(test size C-over-lib Go-tool C/Go)
+[ -n "$base" ] && hdr+=(C-over-base C/base)
+[ $useucx = 1 ] && hdr+=(UCX-tcp)
+row "${hdr[@]}"
 tests=${BENCH_TESTS:-ib_write_lat 8,ib_send_lat 8,ib_read_lat 8,ib_atomic_lat 8,ib_write_bw 65536,ib_send_bw 65536,ib_read_bw 65536,ib_write_bw 4096,ib_send_bw 64}
 IFS=, read -ra specs <<<"$tests"
 for spec in "${specs[@]}"; do
@@ -99,22 +143,37 @@ for spec in "${specs[@]}"; do
 	rstream-async) args+=(-T a) ;;
 	rstream*) echo "bench.sh: unknown test $t: rstream, rstream-blocking or rstream-async" >&2; exit 2 ;;
 	esac
-	cs=() gs=() bs=()
-	for i in $(seq $reps); do
-		port=$((port + 1))
-		cs+=("$(one c $t "${args[@]}")")
-		port=$((port + 1))
-		gs+=("$(one go $t "${args[@]}")")
-		port=$((port + 1))
-		[ -n "$base" ] && bs+=("$(one base $t "${args[@]}")")
+	cs=() gs=() bs=() us=()
+	kinds=(c go)
+	[ -n "$base" ] && kinds+=(base)
+	[ $useucx = 1 ] && kinds+=(ucx)
+	for i in $(seq 0 $((reps - 1))); do
+		# Each repetition starts with the next kind (c go base, go base
+		# c, ...): a run that is slower for coming first, or right after
+		# another, is then every kind's in turn.
+		for j in "${!kinds[@]}"; do
+			k=${kinds[$(((i + j) % ${#kinds[@]}))]}
+			port=$((port + 1))
+			v=$(one $k $t "${args[@]}")
+			case $k in
+			c) cs+=("$v") ;;
+			go) gs+=("$v") ;;
+			base) bs+=("$v") ;;
+			ucx) us+=("$v") ;;
+			esac
+		done
 	done
+	if [ "${BENCH_RUNS:-0}" = 1 ]; then
+		echo "# $t $s runs: C ${cs[*]}; Go ${gs[*]}${bs[0]+; base ${bs[*]}}${us[0]+; UCX-tcp ${us[*]}}" >&2
+	fi
 	c=$(printf '%s\n' "${cs[@]}" | median)
 	g=$(printf '%s\n' "${gs[@]}" | median)
+	fields=($t $s "$c" "$g" "$(ratio "$c" "$g")")
 	if [ -n "$base" ]; then
 		b=$(printf '%s\n' "${bs[@]}" | median)
-		printf "%-16s %-8s %12s %12s %8s %12s %8s\n" $t $s "$c" "$g" "$(ratio "$c" "$g")" "$b" "$(ratio "$c" "$b")"
-	else
-		printf "%-16s %-8s %12s %12s %8s\n" $t $s "$c" "$g" "$(ratio "$c" "$g")"
+		fields+=("$b" "$(ratio "$c" "$b")")
 	fi
+	[ $useucx = 1 ] && fields+=("$(printf '%s\n' "${us[@]}" | grep . | median)")
+	row "${fields[@]}"
 done
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
