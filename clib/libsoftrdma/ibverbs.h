@@ -39,8 +39,12 @@ struct srd_channel {
 };
 
 struct srd_cq {
-	struct ibv_cq cq;
+	struct ibv_cq cq; /* first: Go finds fed from the ibv_cq */
 	uintptr_t h;
+	/* fed: set (release) after a post queued requests in the send ring
+	 * of a QP that completes here; the next ibv_poll_cq clears it and
+	 * takes those rings, and polls with it clear look at no ring. */
+	uint32_t fed;
 };
 
 /* The work requests one ibv_wr_start..ibv_wr_complete batch builds. */

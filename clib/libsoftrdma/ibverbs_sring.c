@@ -218,6 +218,8 @@ int srd_qp_post_send(struct srd_qp *q, struct ibv_send_wr *wr, struct ibv_send_w
 	} else if (take) {
 		srdgo_take_feed(q->h);
 	}
+	if (w != wr) /* queued some: the send CQ's next poll takes them */
+		__atomic_store_n(&SRD_CONTAINER(q->qpx.qp_base.send_cq, struct srd_cq, cq)->fed, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&r->r.mu);
 	return err;
 }

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -252,8 +253,10 @@ type cqObj struct {
 	mu sync.Mutex    // guards wc, the poll scratch, and feeds
 	wc []verbs.WC
 	// feeds are the QPs whose send rings a poll takes first: the QPs
-	// with a send ring that complete to this CQ.
+	// with a send ring that complete to this CQ. fed is struct srd_cq's
+	// word that says a post queued requests in one of them since.
 	feeds []*qpObj
+	fed   *uint32
 }
 
 func (o *cqObj) addFeed(q *qpObj) {
@@ -288,6 +291,7 @@ func srdgo_create_cq(ch C.uintptr_t, cqe C.int, chh C.uintptr_t, cptr *C.struct_
 		return errnoOf("ibv_create_cq", err)
 	}
 	o := &cqObj{c: c, cq: cq, wc: make([]verbs.WC, 64)}
+	o.fed = (*uint32)(unsafe.Pointer(&(*C.struct_srd_cq)(unsafe.Pointer(cptr)).fed))
 	o.rx, _ = c.ctx.(packetCounter)
 	*h = C.uintptr_t(c.add(o, unsafe.Pointer(cptr), cq, nil))
 	*actual = C.int32_t(cq.CQE())
@@ -332,9 +336,12 @@ func srdgo_poll_cq(h C.uintptr_t, n C.int, out *C.struct_ibv_wc, tries *C.int) (
 	// and the packets it lets go: ib_send_bw -s 64 moved 0.73 of the Go
 	// tool's bytes, ib_write_bw -s 4096 0.81, and 0.94 and 0.97 taken
 	// here (docs/results/2026-11-27-clib-perf.md).
-	for _, q := range o.feeds {
-		if q.feed.Pending() {
-			q.takeFeed()
+	if atomic.LoadUint32(o.fed) != 0 && atomic.SwapUint32(o.fed, 0) != 0 {
+		// (A post that sets fed after the swap is the next poll's.)
+		for _, q := range o.feeds {
+			if q.feed.Pending() {
+				q.takeFeed()
+			}
 		}
 	}
 	rx := o.rx
