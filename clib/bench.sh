@@ -3,8 +3,9 @@
 # by clib/build.sh) against softrdma's Go perftest tools, the same tests
 # and sizes, both ends on loopback (softrdma_lo, GID 1). Prints, per
 # test, the median of REPEATS runs (default 5) for each and the ratio
-# C/Go: latency in usec (t_typical, perftest's median), bandwidth in
-# MB/sec (BW average). The C and Go runs alternate, each repetition
+# C/Go: latency in usec (t_typical, perftest's median; a second row,
+# "SIZE avg", has t_avg from the same runs), bandwidth in MB/sec (BW
+# average). The C and Go runs alternate, each repetition
 # starting with the next kind, so a change in the machine's load, and
 # whatever a run's place in the order costs, hits both alike. Numbers
 # are only comparable within one run on one machine.
@@ -75,7 +76,7 @@ one() {
 	wait $spid
 	case $t in
 	rstream*) echo "$out" | awk -v big=$big '$1 == "custom" {print (big ? $7 : $8); exit}' ;; # Gb/sec or usec/xfer
-	*_lat) echo "$out" | awk '$1 ~ /^[0-9]+$/ && NF >= 6 {print $6; exit}' ;; # t_typical
+	*_lat) echo "$out" | awk '$1 ~ /^[0-9]+$/ && NF >= 6 {print $5, $6; exit}' ;; # t_typical t_avg
 	*) echo "$out" | awk '$1 ~ /^[0-9]+$/ && NF >= 4 {print $4; exit}' ;; # BW average
 	esac
 }
@@ -88,13 +89,15 @@ ucx() {
 		case $1 in -s) size=$2; shift ;; -n) n=$2; shift ;; esac
 		shift
 	done
-	case $t in *_lat) test=tag_lat col=50.0_percentile_lat ;; rstream*) return ;; esac
+	case $t in *_lat) test=tag_lat col=50.0_percentile_lat,avg_lat ;; rstream*) return ;; esac
 	local env=(${rt[@]+"${rt[@]}"} env UCX_TLS=tcp UCX_NET_DEVICES=lo UCX_WARN_UNUSED_ENV_VARS=n)
 	"${env[@]}" timeout 120 ucx_perftest -p $port >/dev/null 2>&1 &
 	local spid=$!
 	sleep 0.5
 	"${env[@]}" timeout 120 ucx_perftest 127.0.0.1 -p $port -t $test -s $size -n $n -w $(((n + 9) / 10)) -f -v 2>&1 |
-		awk -F, -v col=$col '$1 == "iterations" {for (i = 1; i <= NF; i++) if ($i == col) c = i; next} c && $1 ~ /^[0-9]+$/ {print $c; exit}'
+		awk -F, -v cols=$col 'BEGIN {n = split(cols, want, ",")}
+			$1 == "iterations" {for (i = 1; i <= NF; i++) for (j = 1; j <= n; j++) if ($i == want[j]) c[j] = i; next}
+			c[1] && $1 ~ /^[0-9]+$/ {for (j = 1; j <= n; j++) printf "%s%s", $c[j], (j < n ? " " : "\n"); exit}'
 	wait $spid
 }
 
@@ -113,6 +116,21 @@ row() {
 		i=$((i + 1))
 	done
 	echo
+}
+# medrow TEST SIZE C GO BASE UCX: the row of the medians of the runs in
+# the arrays named C, GO, BASE and UCX.
+medrow() {
+	local -n c_=$3 g_=$4 b_=$5 u_=$6
+	local c g b fields
+	c=$(printf '%s\n' "${c_[@]}" | grep . | median)
+	g=$(printf '%s\n' "${g_[@]}" | grep . | median)
+	fields=("$1" "$2" "$c" "$g" "$(ratio "$c" "$g")")
+	if [ -n "$base" ]; then
+		b=$(printf '%s\n' "${b_[@]}" | grep . | median)
+		fields+=("$b" "$(ratio "$c" "$b")")
+	fi
+	[ $useucx = 1 ] && fields+=("$(printf '%s\n' "${u_[@]}" | grep . | median)")
+	row "${fields[@]}"
 }
 hdr=(test size C-over-lib Go-tool C/Go)
 [ -n "$base" ] && hdr+=(C-over-base C/base)
@@ -143,7 +161,10 @@ for spec in "${specs[@]}"; do
 	rstream-async) args+=(-T a) ;;
 	rstream*) echo "bench.sh: unknown test $t: rstream, rstream-blocking or rstream-async" >&2; exit 2 ;;
 	esac
-	cs=() gs=() bs=() us=()
+	# Latency runs print two figures, t_typical and t_avg: the row is the
+	# typical (perftest's median) and a second row, "SIZE avg", the
+	# average, which the tails (preemptions, the runtime's threads) move.
+	cs=() gs=() bs=() us=() cs2=() gs2=() bs2=() us2=()
 	kinds=(c go)
 	[ -n "$base" ] && kinds+=(base)
 	[ $useucx = 1 ] && kinds+=(ucx)
@@ -154,26 +175,20 @@ for spec in "${specs[@]}"; do
 		for j in "${!kinds[@]}"; do
 			k=${kinds[$(((i + j) % ${#kinds[@]}))]}
 			port=$((port + 1))
-			v=$(one $k $t "${args[@]}")
+			read -r v v2 <<<"$(one $k $t "${args[@]}")"
 			case $k in
-			c) cs+=("$v") ;;
-			go) gs+=("$v") ;;
-			base) bs+=("$v") ;;
-			ucx) us+=("$v") ;;
+			c) cs+=("$v") cs2+=("$v2") ;;
+			go) gs+=("$v") gs2+=("$v2") ;;
+			base) bs+=("$v") bs2+=("$v2") ;;
+			ucx) us+=("$v") us2+=("$v2") ;;
 			esac
 		done
 	done
 	if [ "${BENCH_RUNS:-0}" = 1 ]; then
 		echo "# $t $s runs: C ${cs[*]}; Go ${gs[*]}${bs[0]+; base ${bs[*]}}${us[0]+; UCX-tcp ${us[*]}}" >&2
+		case $t in *_lat) echo "# $t $s avg runs: C ${cs2[*]}; Go ${gs2[*]}${bs2[0]+; base ${bs2[*]}}${us2[0]+; UCX-tcp ${us2[*]}}" >&2 ;; esac
 	fi
-	c=$(printf '%s\n' "${cs[@]}" | median)
-	g=$(printf '%s\n' "${gs[@]}" | median)
-	fields=($t $s "$c" "$g" "$(ratio "$c" "$g")")
-	if [ -n "$base" ]; then
-		b=$(printf '%s\n' "${bs[@]}" | median)
-		fields+=("$b" "$(ratio "$c" "$b")")
-	fi
-	[ $useucx = 1 ] && fields+=("$(printf '%s\n' "${us[@]}" | grep . | median)")
-	row "${fields[@]}"
+	medrow $t "$s" cs gs bs us
+	case $t in *_lat) medrow $t "$s avg" cs2 gs2 bs2 us2 ;; esac
 done
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
