@@ -33,6 +33,7 @@
 #   SOFTRDMA_VM_BOOT_TIMEOUT  how long `up` waits for all VMs (default 300)
 #   SOFTRDMA_VM_ACCEL         qemu accelerator (default tcg; "kvm" where /dev/kvm works)
 #   SOFTRDMA_VM_MEM           guest memory in MiB (default 768)
+#   SOFTRDMA_VM_SMP           virtual CPUs per guest (default 1)
 #
 # Everything runs as root (namespaces, taps, apt-get). No traffic ever leaves
 # the namespace: the VMs have only the tap NIC (-nodefaults, no user-mode net)
@@ -47,6 +48,7 @@ TIMEOUT=${SOFTRDMA_VM_TIMEOUT:-120}
 BOOT_TIMEOUT=${SOFTRDMA_VM_BOOT_TIMEOUT:-300}
 ACCEL=${SOFTRDMA_VM_ACCEL:-tcg}
 MEM=${SOFTRDMA_VM_MEM:-768}
+SMP=${SOFTRDMA_VM_SMP:-1}
 
 NS=softrdma-interop   # network namespace
 BR=br0                # bridge inside it
@@ -601,7 +603,7 @@ start_vm() {
 	ip -n "$NS" tuntap add dev "tap$i" mode tap
 	ip -n "$NS" link set "tap$i" master "$BR" up
 	ip netns exec "$NS" qemu-system-x86_64 \
-		-name "$name" -accel "$ACCEL" -smp 1 -m "$MEM" \
+		-name "$name" -accel "$ACCEL" -smp "$SMP" -m "$MEM" \
 		-nodefaults -display none -no-reboot -monitor none \
 		-kernel "$kernel" -initrd "$OUT/initrd.img" \
 		-append "console=ttyS0 panic=-1 loglevel=4 softrdma.name=$name softrdma.ip=$NET.$((1 + i))/24" \
