@@ -335,6 +335,11 @@ else
 	fails=$((fails + 1))
 fi
 run "sendring (SOFTRDMA_NO_SEND_RING=1 SOFTRDMA_NO_RECV_RING=1)" env SOFTRDMA_NO_SEND_RING=1 SOFTRDMA_NO_RECV_RING=1 "$logs/sendring" -d $dev -g $gid
+# ibv_create_cq_ex and its polling API (testdata/cqex.c): the refusals
+# with rxe's errnos, walks that stop early and leave the rest for the
+# next walk or ibv_poll_cq, every field rxe offers, an empty CQ.
+${CC:-gcc} -Wall -Wno-unused-function -o "$logs/cqex" "$here/testdata/cqex.c" -L"$dir" -libverbs || exit 1
+run "cqex (ibv_create_cq_ex, ibv_start_poll/next_poll/end_poll)" "$logs/cqex" -d $dev -g $gid
 # A poll of the send CQ takes the ring: eight requests queued behind one
 # that nothing will acknowledge are taken by one ibv_poll_cq (sendring -p).
 run "sendring -p (a poll takes the ring)" env SOFTRDMA_COUNTERS="$logs/polltake.counters" "$logs/sendring" -d $dev -g $gid -p

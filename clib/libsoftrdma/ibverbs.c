@@ -144,13 +144,13 @@ int ibv_get_device_index(struct ibv_device *device)
 #define SRD_YIELD_EVERY 64
 static __thread unsigned srd_empty_polls;
 
-static int srd_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+/* srd_cq_poll polls q's completions in Go: ibv_poll_cq's work, the
+ * arguments checked. */
+int srd_cq_poll(struct srd_cq *q, int n, struct ibv_wc *wc)
 {
 	int got, tries = 1;
 
-	if (n < 0 || (n > 0 && !wc))
-		return -EINVAL;
-	got = srdgo_poll_cq(SRD_CONTAINER(cq, struct srd_cq, cq)->h, n, wc, &tries);
+	got = srdgo_poll_cq(q->h, n, wc, &tries);
 	if (got != 0 || n == 0) {
 		srd_empty_polls = 0;
 		return got;
@@ -162,6 +162,17 @@ static int srd_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 		sched_yield();
 	}
 	return 0;
+}
+
+static int srd_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+{
+	struct srd_cq *q = SRD_CONTAINER(cq, struct srd_cq, cq);
+
+	if (n < 0 || (n > 0 && !wc))
+		return -EINVAL;
+	if (q->x)
+		return srd_cqx_poll(q, n, wc);
+	return srd_cq_poll(q, n, wc);
 }
 
 static int srd_req_notify_cq(struct ibv_cq *cq, int solicited_only)
@@ -265,6 +276,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->vctx.query_port = srd_query_port_ex;
 	c->vctx.create_qp_ex = srd_create_qp_ex;
 	c->vctx.query_device_ex = srd_query_device_ex;
+	c->vctx.create_cq_ex = srd_create_cq_ex;
 	ctx = &c->vctx.context;
 	ctx->device = device;
 	ctx->cmd_fd = -1;
@@ -642,16 +654,31 @@ int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 			     struct ibv_comp_channel *channel, int comp_vector)
 {
+	struct srd_cq *q = srd_cq_create(ctx, cqe, cq_context, channel, comp_vector, NULL);
+
+	return q ? &q->cq : NULL;
+}
+
+/* srd_cq_create makes the CQ of ibv_create_cq and, with x, of
+ * ibv_create_cq_ex, which owns x from then on; NULL and errno if it
+ * cannot. */
+struct srd_cq *srd_cq_create(struct ibv_context *ctx, int cqe, void *cq_context,
+			     struct ibv_comp_channel *channel, int comp_vector, struct srd_cqx *x)
+{
 	struct srd_cq *q;
 	GoUintptr h = 0;
 	GoInt32 actual = 0;
 	int err;
 
-	if (!ctx || cqe <= 0 || comp_vector < 0 || comp_vector >= ctx->num_comp_vectors)
+	if (!ctx || cqe <= 0 || comp_vector < 0 || comp_vector >= ctx->num_comp_vectors) {
+		free(x);
 		return srd_fail_ptr(EINVAL);
+	}
 	q = calloc(1, sizeof(*q));
-	if (!q)
+	if (!q) {
+		free(x);
 		return srd_fail_ptr(ENOMEM);
+	}
 	q->cq.context = ctx;
 	q->cq.channel = channel;
 	q->cq.cq_context = cq_context;
@@ -661,15 +688,19 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 			      channel ? SRD_CONTAINER(channel, struct srd_channel, ch)->h : 0,
 			      &q->cq, &h, &actual);
 	if (err) {
+		pthread_mutex_destroy(&q->cq.mutex);
+		pthread_cond_destroy(&q->cq.cond);
 		free(q);
+		free(x);
 		return srd_fail_ptr(err);
 	}
 	q->h = h;
 	q->cq.handle = (uint32_t)h;
 	q->cq.cqe = actual;
+	q->x = x;
 	if (channel)
 		__atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_RELAXED);
-	return &q->cq;
+	return q;
 }
 
 int ibv_resize_cq(struct ibv_cq *cq, int cqe)
@@ -694,6 +725,7 @@ int ibv_destroy_cq(struct ibv_cq *cq)
 		__atomic_sub_fetch(&cq->channel->refcnt, 1, __ATOMIC_RELAXED);
 	pthread_mutex_destroy(&cq->mutex);
 	pthread_cond_destroy(&cq->cond);
+	srd_cqx_free(q);
 	free(q);
 	return 0;
 }

@@ -38,14 +38,40 @@ struct srd_channel {
 	int wfd;
 };
 
+/*
+ * The polling state of a CQ made by ibv_create_cq_ex (ibverbs_cqex.c):
+ * completions taken from Go a batch at a time, not yet consumed. buf[head]
+ * is the one ibv_start_poll/ibv_next_poll is at while cur is set; they
+ * are older than any completion still in Go, so every poll of the CQ,
+ * ibv_poll_cq included, takes them first.
+ */
+#define SRD_CQX_BATCH 16
+
+struct srd_cqx {
+	pthread_mutex_t mu; /* held from a start_poll that found one to end_poll, as rxe's lock */
+	int head, n, cur;
+	struct ibv_wc buf[SRD_CQX_BATCH];
+};
+
 struct srd_cq {
-	struct ibv_cq cq; /* first: Go finds fed from the ibv_cq */
+	union { /* first: Go finds fed from the ibv_cq */
+		struct ibv_cq cq;
+		struct ibv_cq_ex cqx; /* begins as struct ibv_cq does (ibv_cq_ex_to_cq) */
+	};
 	uintptr_t h;
 	/* fed: set (release) after a post queued requests in the send ring
 	 * of a QP that completes here; the next ibv_poll_cq clears it and
 	 * takes those rings, and polls with it clear look at no ring. */
 	uint32_t fed;
+	struct srd_cqx *x; /* ibv_create_cq_ex's; NULL: ibv_create_cq's */
 };
+
+struct srd_cq *srd_cq_create(struct ibv_context *ctx, int cqe, void *cq_context,
+			     struct ibv_comp_channel *channel, int comp_vector, struct srd_cqx *x);
+struct ibv_cq_ex *srd_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr);
+int srd_cqx_poll(struct srd_cq *q, int n, struct ibv_wc *wc);
+void srd_cqx_free(struct srd_cq *q);
+int srd_cq_poll(struct srd_cq *q, int n, struct ibv_wc *wc);
 
 /* The work requests one ibv_wr_start..ibv_wr_complete batch builds. */
 #define SRD_WR_BATCH 64

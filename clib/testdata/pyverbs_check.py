@@ -4,7 +4,10 @@ python3-pyverbs) over softrdma's libibverbs.so.1.
 Lists the devices, opens DEVICE, queries it, its port and a GID, and
 allocates a PD, an MR, a CQ and an RC QP; steps the QP through INIT, RTR
 and RTS connected to itself, moves a buffer with an RDMA WRITE, polls the
-completion and checks the bytes. Prints PASS or raises.
+completion and checks the bytes. Then the same with a CQEX
+(ibv_create_cq_ex) and three WRITEs, whose completions it walks with
+start_poll / poll_next / end_poll, reading opcode, byte_len and qp_num.
+Prints PASS or raises.
 
 Run: LD_LIBRARY_PATH=DIR /usr/bin/python3 pyverbs_check.py softrdma_lo 1
 (clib/test.sh does, when pyverbs is installed).
@@ -14,11 +17,65 @@ import sys
 import pyverbs.device as d
 import pyverbs.enums as e
 from pyverbs.addr import AHAttr, GlobalRoute
-from pyverbs.cq import CQ
+from pyverbs.cq import CQ, CQEX, CqInitAttrEx, PollCqAttr
 from pyverbs.mr import MR
 from pyverbs.pd import PD
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.wr import SGE, SendWR
+
+
+def rc_to_self(pd, gid, gid_index, access, cq):
+    """An RC QP on cq, connected to itself, in RTS."""
+    cap = QPCap(max_send_wr=8, max_recv_wr=8, max_send_sge=1, max_recv_sge=1)
+    qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
+    qa = QPAttr(port_num=1)
+    qa.qp_access_flags = access
+    qa.dest_qp_num = qp.qp_num
+    qa.path_mtu = e.IBV_MTU_1024
+    qa.max_dest_rd_atomic = 1
+    qa.max_rd_atomic = 1
+    qa.min_rnr_timer = 12
+    qa.timeout = 14
+    qa.retry_cnt = 7
+    qa.rnr_retry = 7
+    qa.ah_attr = AHAttr(gr=GlobalRoute(dgid=gid, sgid_index=gid_index),
+                        is_global=1, port_num=1)
+    qp.to_rts(qa)
+    if qp.qp_state != e.IBV_QPS_RTS:
+        raise SystemExit(f"FAIL QP state {qp.qp_state} after to_rts")
+    return qp
+
+
+def cqex_writes(ctx, pd, gid, gid_index, access, src, dst):
+    """Three signaled WRITEs of 8, 16 and 24 bytes on a QP whose CQ is a
+    CQEX; their completions walked with start_poll / poll_next."""
+    cqx = CQEX(ctx, CqInitAttrEx(cqe=16, wc_flags=e.IBV_WC_STANDARD_FLAGS))
+    qp = rc_to_self(pd, gid, gid_index, access, cqx)
+    for i in (1, 2, 3):
+        wr = SendWR(wr_id=i, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
+                    sg=[SGE(src.buf, 8 * i, src.lkey)],
+                    send_flags=e.IBV_SEND_SIGNALED)
+        wr.set_wr_rdma(dst.rkey, dst.buf)
+        qp.post_send(wr)
+    seen = []
+    for _ in range(1000000):
+        if len(seen) == 3:
+            break
+        if cqx.start_poll(PollCqAttr()) != 0:
+            continue
+        while True:
+            if cqx.status != e.IBV_WC_SUCCESS:
+                raise SystemExit(f"FAIL CQEX completion status {cqx.status}")
+            if cqx.read_opcode() != e.IBV_WC_RDMA_WRITE or cqx.read_qp_num() != qp.qp_num:
+                raise SystemExit(f"FAIL CQEX opcode {cqx.read_opcode()} qp_num {cqx.read_qp_num()}")
+            seen.append(cqx.wr_id)
+            if cqx.poll_next() != 0:
+                break
+        cqx.end_poll()
+    if seen != [1, 2, 3]:
+        raise SystemExit(f"FAIL CQEX completions {seen}, want [1, 2, 3]")
+    qp.close()
+    cqx.close()
 
 
 def main():
@@ -39,23 +96,7 @@ def main():
             dst = MR(pd, 64, access)
             src.write(b"pyverbs over softrdma".ljust(64, b"."), 64)
             cq = CQ(ctx, 16)
-            cap = QPCap(max_send_wr=8, max_recv_wr=8, max_send_sge=1, max_recv_sge=1)
-            qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
-            qa = QPAttr(port_num=1)
-            qa.qp_access_flags = access
-            qa.dest_qp_num = qp.qp_num
-            qa.path_mtu = e.IBV_MTU_1024
-            qa.max_dest_rd_atomic = 1
-            qa.max_rd_atomic = 1
-            qa.min_rnr_timer = 12
-            qa.timeout = 14
-            qa.retry_cnt = 7
-            qa.rnr_retry = 7
-            qa.ah_attr = AHAttr(gr=GlobalRoute(dgid=gid, sgid_index=gid_index),
-                                is_global=1, port_num=1)
-            qp.to_rts(qa)
-            if qp.qp_state != e.IBV_QPS_RTS:
-                raise SystemExit(f"FAIL QP state {qp.qp_state} after to_rts")
+            qp = rc_to_self(pd, gid, gid_index, access, cq)
             wr = SendWR(opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
                         sg=[SGE(src.buf, 64, src.lkey)],
                         send_flags=e.IBV_SEND_SIGNALED)
@@ -73,9 +114,10 @@ def main():
                 raise SystemExit("FAIL the WRITE's target does not hold the source's bytes")
             qp.close()
             cq.close()
+            cqex_writes(ctx, pd, gid, gid_index, access, src, dst)
             src.close()
             dst.close()
-    print(f"PASS pyverbs on {name}: devices {names}; RC QP to RTS, RDMA WRITE of 64 bytes checked")
+    print(f"PASS pyverbs on {name}: devices {names}; RC QP to RTS, RDMA WRITE of 64 bytes checked; CQEX walked")
 
 
 main()
