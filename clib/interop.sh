@@ -78,6 +78,17 @@ done
 ${CC:-gcc} -Wall -o "$($vm path vm1)/idleqp" "$here/testdata/idleqp.c" -libverbs || exit 1
 guest_server "idleqp -t 12: rxe server, C client over softrdma" "/share/idleqp -d rxe0 -g 1 -p 18601 -t 12" -- "$($vm path vm1)/idleqp" -d $dev -g 1 -p 18601 -t 12 $guest
 host_server "idleqp -t 12: C server over softrdma, rxe client" "/share/idleqp -d rxe0 -g 1 -p 18602 -t 12 $host" -- "$($vm path vm1)/idleqp" -d $dev -g 1 -p 18602 -t 12
+# ibv_create_cq_ex's walks as rxe itself gives them (testdata/cqex.c -r,
+# in the guest through rdma-core's own library): the completions, fields
+# and order that clib/test.sh checks over the library hold on rxe too.
+${CC:-gcc} -Wall -Wno-unused-function -o "$($vm path vm1)/cqex" "$here/testdata/cqex.c" -libverbs || exit 1
+n=$((n + 1))
+if out=$($vm exec vm1 "/share/cqex -d rxe0 -g 1 -r" 2>&1); then
+	echo "PASS  cqex -r on rxe0 (rdma-core's library): $(echo "$out" | tail -1)"
+else
+	echo "FAIL  cqex -r on rxe0 (rdma-core's library)"; echo "$out" | tail -5
+	fails=$((fails + 1))
+fi
 # rdma_cm over librdmacm.so.1 against the kernel's rdma_cm on rxe.
 guest_server "rping: rxe server, C client over softrdma" "rping -s -a $guest -p 7471 -C 10 -V" -- rping -c -a $guest -p 7471 -C 10 -V
 host_server "rping: C server over softrdma, rxe client" "rping -c -a $host -p 7472 -C 10 -V" -- rping -s -a $host -p 7472 -C 10 -V

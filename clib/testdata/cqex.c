@@ -17,10 +17,16 @@
  *   4. an empty CQ: start_poll returns ENOENT and leaves it unlocked (a
  *      second start_poll does not hang).
  *
- *   cqex -d DEV -g GIDX
+ *   cqex -d DEV -g GIDX [-r]
  *
  * clib/test.sh runs it over the library; exit status 0 means every check
- * held.
+ * held. -r is for a kernel device through rdma-core's own library (rxe in
+ * the interop VM): it prints what each refusal gave instead of checking
+ * it, and skips the NULL attr and the poll attr (rdma-core's rxe
+ * dereferences the one and ignores the other); it prints what start_poll
+ * gives on the emptied CQ rather than failing (rdma-core 44's rxe gives a
+ * stale entry there: its next_poll and end_poll both step past the last
+ * completion).
  */
 #define TCPX_PROG "cqex"
 #include "tcpx.h"
@@ -36,6 +42,7 @@ static struct ibv_mr *mr[2];
 static unsigned char *mem[2];
 static union ibv_gid gid;
 static int gidx;
+static int reference; /* -r */
 
 static void fail(const char *what, long a, long b)
 {
@@ -49,6 +56,12 @@ static void refused(struct ibv_cq_init_attr_ex *a, int want, const char *what)
 
 	errno = 0;
 	c = ibv_create_cq_ex(ctx, a);
+	if (reference) {
+		printf("cqex -r: %s: %s, errno %d (library: %d)\n", what, c ? "created" : "refused", c ? 0 : errno, want);
+		if (c)
+			ibv_destroy_cq(ibv_cq_ex_to_cq(c));
+		return;
+	}
 	if (c)
 		fail(what, 0, 0);
 	if (errno != want)
@@ -60,7 +73,8 @@ static void refusals(void)
 	struct ibv_cq_init_attr_ex a = {.cqe = 16, .wc_flags = IBV_WC_STANDARD_FLAGS};
 	struct ibv_poll_cq_attr pa = {.comp_mask = 1};
 
-	refused(NULL, EINVAL, "NULL attr accepted");
+	if (!reference)
+		refused(NULL, EINVAL, "NULL attr accepted");
 	a.cqe = 0;
 	refused(&a, EINVAL, "cqe 0 accepted");
 	a.cqe = 16;
@@ -79,7 +93,7 @@ static void refusals(void)
 	struct ibv_cq_ex *c = ibv_create_cq_ex(ctx, &a);
 	if (!c)
 		die("ibv_create_cq_ex SINGLE_THREADED");
-	if (ibv_start_poll(c, &pa) != EINVAL)
+	if (!reference && ibv_start_poll(c, &pa) != EINVAL)
 		fail("poll attr comp_mask accepted", 0, 0);
 	if (ibv_destroy_cq(ibv_cq_ex_to_cq(c)))
 		die("ibv_destroy_cq");
@@ -214,9 +228,20 @@ static void messages(void)
 	}
 	/* Empty now: ENOENT, and the CQ is left unlocked. */
 	struct ibv_poll_cq_attr pa = {0};
-	for (int k = 0; k < 2; k++)
-		if (ibv_start_poll(cq[0], &pa) != ENOENT)
-			fail("start_poll on an empty CQ", k, 0);
+	for (int k = 0; k < 2; k++) {
+		int err = ibv_start_poll(cq[0], &pa);
+		if (err != ENOENT && reference) {
+			/* rdma-core 44's rxe: a next_poll that finds none moves past
+			 * the last completion and end_poll moves once more, so the
+			 * CQ then yields a stale entry (fixed upstream since). */
+			printf("cqex -r: start_poll on the emptied CQ gave %d, wr_id %llu\n", err,
+			       (unsigned long long)cq[0]->wr_id);
+			ibv_end_poll(cq[0]);
+			break;
+		}
+		if (err != ENOENT)
+			fail("start_poll on an empty CQ: try, result", k, err == 0 ? -(long)cq[0]->wr_id - 1 : err);
+	}
 }
 
 int main(int argc, char **argv)
@@ -224,11 +249,12 @@ int main(int argc, char **argv)
 	const char *devname = NULL;
 	int opt;
 
-	while ((opt = getopt(argc, argv, "d:g:")) != -1) {
+	while ((opt = getopt(argc, argv, "d:g:r")) != -1) {
 		switch (opt) {
 		case 'd': devname = optarg; break;
 		case 'g': gidx = atoi(optarg); break;
-		default: fprintf(stderr, "usage: cqex -d DEV -g GIDX\n"); return 2;
+		case 'r': reference = 1; break;
+		default: fprintf(stderr, "usage: cqex -d DEV -g GIDX [-r]\n"); return 2;
 		}
 	}
 	ctx = open_device(devname);
