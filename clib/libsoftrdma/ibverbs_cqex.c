@@ -30,11 +30,15 @@ static struct srd_cq *cq_of(struct ibv_cq_ex *cqx)
 	return SRD_CONTAINER(cqx, struct srd_cq, cqx);
 }
 
+/* cur_of is the completion the walk is at; a read with none (after a
+ * poll that returned ENOENT, a program's mistake) reads zeros, never past
+ * the batch. */
 static const struct ibv_wc *cur_of(struct ibv_cq_ex *cqx)
 {
+	static const struct ibv_wc none;
 	struct srd_cqx *x = cq_of(cqx)->x;
 
-	return &x->buf[x->head];
+	return x->cur ? &x->buf[x->head] : &none;
 }
 
 /* refill takes the next batch from Go when the current one is used up;
