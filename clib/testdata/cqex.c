@@ -113,24 +113,6 @@ static struct ibv_qp *make_qp(int i)
 	return q;
 }
 
-static void connect_qp(struct ibv_qp *q, uint32_t remote)
-{
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-		.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE};
-	if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		die("INIT");
-	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = remote,
-		.rq_psn = 100, .max_dest_rd_atomic = 1, .min_rnr_timer = 12,
-		.ah_attr = {.is_global = 1, .port_num = 1, .grh = {.dgid = gid, .sgid_index = gidx, .hop_limit = 64}}};
-	if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		die("RTR");
-	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7,
-		.sq_psn = 100, .max_rd_atomic = 1};
-	if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
-		die("RTS");
-}
 
 /* check_recv checks the receive completion of message i. */
 static void check_recv(long i, uint64_t wr_id, enum ibv_wc_status st, enum ibv_wc_opcode op, uint32_t len,
@@ -281,8 +263,8 @@ int main(int argc, char **argv)
 		die("ibv_query_gid");
 	qp[0] = make_qp(0);
 	qp[1] = make_qp(1);
-	connect_qp(qp[0], qp[1]->qp_num);
-	connect_qp(qp[1], qp[0]->qp_num);
+	rc_to_rts(qp[0], qp[1]->qp_num, &gid, gidx, 14);
+	rc_to_rts(qp[1], qp[0]->qp_num, &gid, gidx, 14);
 	messages();
 	for (int i = 0; i < 2; i++)
 		if (ibv_destroy_qp(qp[i]))

@@ -81,21 +81,7 @@ static int rts_timeout = 14; /* the QPs' Local ACK Timeout */
 
 static void connect_qp(struct ibv_qp *q, uint32_t remote)
 {
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-		.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE};
-	if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		die("INIT");
-	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = remote,
-		.rq_psn = 100, .max_dest_rd_atomic = 1, .min_rnr_timer = 12,
-		.ah_attr = {.is_global = 1, .port_num = 1, .grh = {.dgid = gid, .sgid_index = gidx, .hop_limit = 64}}};
-	if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		die("RTR");
-	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .timeout = rts_timeout, .retry_cnt = 7, .rnr_retry = 7,
-		.sq_psn = 100, .max_rd_atomic = 1};
-	if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
-		die("RTS");
+	rc_to_rts(q, remote, &gid, gidx, rts_timeout);
 }
 
 /* pair: fresh QPs 0 -> 1 of send depth depth. */

@@ -1,5 +1,6 @@
-/* tcpx.h: what clib/test.sh's two-ended C test programs (idleqp.c,
- * udburst.c) share: opening the device, and the TCP side channel over
+/* tcpx.h: what clib/test.sh's C test programs (idleqp.c, udburst.c,
+ * sendring.c, cqex.c) share: opening the device, moving an RC QP to RTS,
+ * and, for the two-ended ones, the TCP side channel over
  * which the two ends swap QP numbers and GIDs as text lines and then
  * one-byte syncs. Define TCPX_PROG (the program's name, for messages)
  * before including it.
@@ -143,4 +144,26 @@ static struct ibv_context *open_device(const char *name)
 	if (list)
 		ibv_free_device_list(list);
 	return ctx;
+}
+
+/* rc_to_rts moves the RC QP q through INIT, RTR and RTS, connected to QP
+ * number remote at gid (source GID index gidx, port 1), both PSNs 100,
+ * remote writes allowed, the Local ACK Timeout timeout; or dies. */
+__attribute__((unused)) static void rc_to_rts(struct ibv_qp *q, uint32_t remote, const union ibv_gid *gid, int gidx, int timeout)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
+		.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE};
+	if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+		die("INIT");
+	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = remote,
+		.rq_psn = 100, .max_dest_rd_atomic = 1, .min_rnr_timer = 12,
+		.ah_attr = {.is_global = 1, .port_num = 1, .grh = {.dgid = *gid, .sgid_index = gidx, .hop_limit = 64}}};
+	if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+				 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+		die("RTR");
+	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .timeout = timeout, .retry_cnt = 7, .rnr_retry = 7,
+		.sq_psn = 100, .max_rd_atomic = 1};
+	if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+				 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
+		die("RTS");
 }
