@@ -660,8 +660,8 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 }
 
 /* srd_cq_create makes the CQ of ibv_create_cq and, with x, of
- * ibv_create_cq_ex, which owns x from then on; NULL and errno if it
- * cannot. */
+ * ibv_create_cq_ex, which then owns x (ibv_destroy_cq frees it); NULL
+ * and errno if it cannot, x still the caller's. */
 struct srd_cq *srd_cq_create(struct ibv_context *ctx, int cqe, void *cq_context,
 			     struct ibv_comp_channel *channel, int comp_vector, struct srd_cqx *x)
 {
@@ -670,15 +670,11 @@ struct srd_cq *srd_cq_create(struct ibv_context *ctx, int cqe, void *cq_context,
 	GoInt32 actual = 0;
 	int err;
 
-	if (!ctx || cqe <= 0 || comp_vector < 0 || comp_vector >= ctx->num_comp_vectors) {
-		free(x);
+	if (!ctx || cqe <= 0 || comp_vector < 0 || comp_vector >= ctx->num_comp_vectors)
 		return srd_fail_ptr(EINVAL);
-	}
 	q = calloc(1, sizeof(*q));
-	if (!q) {
-		free(x);
+	if (!q)
 		return srd_fail_ptr(ENOMEM);
-	}
 	q->cq.context = ctx;
 	q->cq.channel = channel;
 	q->cq.cq_context = cq_context;
@@ -691,7 +687,6 @@ struct srd_cq *srd_cq_create(struct ibv_context *ctx, int cqe, void *cq_context,
 		pthread_mutex_destroy(&q->cq.mutex);
 		pthread_cond_destroy(&q->cq.cond);
 		free(q);
-		free(x);
 		return srd_fail_ptr(err);
 	}
 	q->h = h;

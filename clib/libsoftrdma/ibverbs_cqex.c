@@ -150,8 +150,11 @@ struct ibv_cq_ex *srd_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_a
 	pthread_mutex_init(&x->mu, NULL);
 	q = srd_cq_create(ctx, (int)attr->cqe, attr->cq_context, attr->channel, (int)attr->comp_vector, x);
 	if (!q) {
+		int err = errno;
+
 		pthread_mutex_destroy(&x->mu);
-		return NULL; /* srd_cq_create freed x and set errno */
+		free(x);
+		return srd_fail_ptr(err);
 	}
 	q->cqx.start_poll = start_poll;
 	q->cqx.next_poll = next_poll;
