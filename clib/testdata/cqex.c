@@ -100,7 +100,7 @@ static void refusals(void)
 		die("ibv_destroy_cq");
 }
 
-static struct ibv_qp *make_qp(int i)
+static struct ibv_qp *make_qp(void)
 {
 	struct ibv_qp_init_attr ia = {.send_cq = ibv_cq_ex_to_cq(cq[0]), .recv_cq = ibv_cq_ex_to_cq(cq[1]),
 		.qp_type = IBV_QPT_RC,
@@ -109,7 +109,6 @@ static struct ibv_qp *make_qp(int i)
 
 	if (!q)
 		die("ibv_create_qp");
-	(void)i;
 	return q;
 }
 
@@ -261,8 +260,8 @@ int main(int argc, char **argv)
 		mem[0][i] = (unsigned char)(i * 7 + 1);
 	if (ibv_query_gid(ctx, 1, gidx, &gid))
 		die("ibv_query_gid");
-	qp[0] = make_qp(0);
-	qp[1] = make_qp(1);
+	qp[0] = make_qp();
+	qp[1] = make_qp();
 	rc_to_rts(qp[0], qp[1]->qp_num, &gid, gidx, 14);
 	rc_to_rts(qp[1], qp[0]->qp_num, &gid, gidx, 14);
 	messages();
