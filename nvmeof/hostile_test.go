@@ -263,10 +263,7 @@ func FuzzTargetCapsule(f *testing.F) {
 			}
 		}
 		if h == nil {
-			h = dialRaw(t, fab.hdev, fab.addr, 1)
-			if c, ok := h.send(queueConnectCapsule(nqn, 1, cntlid)); !ok || c.Status() != StatusSuccess {
-				t.Fatalf("I/O queue connect: %v %v", c, ok)
-			}
+			h = connectIOQueue(t, fab, queueConnectCapsule(nqn, 1, cntlid))
 		}
 		if len(capsule) > CommandSize+8192 {
 			capsule = capsule[:CommandSize+8192]
@@ -279,4 +276,24 @@ func FuzzTargetCapsule(f *testing.F) {
 			t.Fatal("the store changed size")
 		}
 	})
+}
+
+// connectIOQueue connects I/O queue 1 on a new connection. The target
+// frees the slot of a queue whose host went away only once it sees the
+// disconnect, so until then a new Connect for the same queue is refused
+// as busy: that is retried, on a new connection, for a few seconds.
+func connectIOQueue(t *testing.T, fab *hostileFabric, capsule []byte) *rawHost {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h := dialRaw(t, fab.hdev, fab.addr, 1)
+		c, ok := h.send(capsule)
+		if ok && c.Status() == StatusSuccess {
+			return h
+		}
+		h.close()
+		if !ok || c.Status()&^StatusDNR != StatusConnectCtrlBusy || time.Now().After(deadline) {
+			t.Fatalf("I/O queue connect: %v %v", c, ok)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
