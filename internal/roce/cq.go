@@ -92,8 +92,20 @@ func (cq *CQ) Wait(ctx context.Context) error {
 	return cq.ring.Block(ctx, before)
 }
 
-// ReqNotify arms the CQ's completion channel.
-func (cq *CQ) ReqNotify(solicitedOnly bool) error { return cq.ring.Arm(solicitedOnly) }
+// ReqNotify arms the CQ's completion channel. A program arms a CQ to wait
+// for its event on the channel, where no poll of its drives the device:
+// like Wait, it tells a driver that stepped aside for busy pollers to
+// receive again (Config.BeforeWait), or the event would wait for the
+// driver's next look.
+func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	if err := cq.ring.Arm(solicitedOnly); err != nil {
+		return err
+	}
+	if before := cq.dev.cfg.BeforeWait; before != nil {
+		before()
+	}
+	return nil
+}
 
 // Destroy destroys the CQ.
 func (cq *CQ) Destroy() error {

@@ -449,6 +449,23 @@ func TestServeStepsAside(t *testing.T) {
 		expectWC(t, b.waitWC(b.rcq), 8, verbs.WCSuccess, verbs.WCRecv)
 	})
 
+	t.Run("ReqNotify brings it back", func(t *testing.T) {
+		// A program that stops polling, arms a CQ and waits for the event
+		// on its channel polls no more: arming must bring the loop back
+		// (virtual time stands still, so its check never would).
+		a, b, _ := pair(t, Config{}, Config{})
+		busyPollUntilAside(t, b)
+		ch := verbs.NewCompChannel(4)
+		cq, err := b.dev.CreateCQ(16, ch)
+		must(t, err)
+		defer cq.Destroy()
+		must(t, cq.ReqNotify(false))
+		realWait(t, func() bool { return !b.dev.aside.Load() }, "ReqNotify did not bring the loop back")
+		b.postRecv(9)
+		a.send(3)
+		expectWC(t, b.waitWC(b.rcq), 9, verbs.WCSuccess, verbs.WCRecv)
+	})
+
 	t.Run("comes back by itself", func(t *testing.T) {
 		a, b, _ := pair(t, Config{}, Config{})
 		busyPollUntilAside(t, b)
