@@ -340,6 +340,11 @@ run "sendring (SOFTRDMA_NO_SEND_RING=1 SOFTRDMA_NO_RECV_RING=1)" env SOFTRDMA_NO
 # next walk or ibv_poll_cq, every field rxe offers, an empty CQ.
 ${CC:-gcc} -Wall -Wno-unused-function -o "$logs/cqex" "$here/testdata/cqex.c" -L"$dir" -libverbs || exit 1
 run "cqex (ibv_create_cq_ex, ibv_start_poll/next_poll/end_poll)" "$logs/cqex" -d $dev -g $gid
+# A CQ that overflows (testdata/overrun.c): IBV_EVENT_CQ_ERR on the async
+# fd, ibv_poll_cq gives what the CQ kept and no error, and the CQ goes on,
+# as with rxe.
+${CC:-gcc} -Wall -Wno-unused-function -o "$logs/overrun" "$here/testdata/overrun.c" -L"$dir" -libverbs || exit 1
+run "overrun (a CQ that overflows reports it and goes on)" "$logs/overrun" -d $dev -g $gid
 # A poll of the send CQ takes the ring: eight requests queued behind one
 # that nothing will acknowledge are taken by one ibv_poll_cq (sendring -p).
 run "sendring -p (a poll takes the ring)" env SOFTRDMA_COUNTERS="$logs/polltake.counters" "$logs/sendring" -d $dev -g $gid -p
