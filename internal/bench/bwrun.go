@@ -328,7 +328,7 @@ func (b *BWRun) Run() error {
 	if !b.dur && b.noPeak {
 		b.tposted[0] = Ticks()
 	}
-	w := newWatch(b.t)
+	w := newWatch(b.t, b.ep)
 	var totscnt, totccnt uint64
 	b.startReports()
 	for totscnt < totIters || totccnt < totIters || (b.dur && b.ph.At(Ticks()) != PhaseEnd) {
@@ -372,7 +372,7 @@ func (b *BWRun) drain() error {
 	if b.dur {
 		return nil
 	}
-	w := newWatch(b.t)
+	w := newWatch(b.t, b.ep)
 	for {
 		pending := false
 		for i := range b.qps {
@@ -436,7 +436,7 @@ func (b *BWRun) recvCompletions(wcs []verbs.WC, totrcnt *uint64) error {
 // clock starts at the first one.
 func (b *BWRun) RunServer() error {
 	totIters := b.iters * uint64(len(b.qps))
-	w := newWatch(b.t)
+	w := newWatch(b.t, b.ep)
 	first := true
 	lastEmpty := Ticks()
 	var totrcnt uint64
@@ -501,7 +501,7 @@ func (b *BWRun) RunBi() error {
 	if !beforeFirstRx && b.dur {
 		b.ph = newPhases(b.t, Ticks())
 	}
-	w := newWatch(b.t)
+	w := newWatch(b.t, b.ep)
 	var totscnt, totccnt, totrcnt uint64
 	for (b.dur && b.ph.At(Ticks()) != PhaseEnd) || totccnt < totIters || totrcnt < totIters {
 		if !beforeFirstRx {

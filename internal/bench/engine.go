@@ -246,6 +246,11 @@ type Endpoint struct {
 	// Zero for RC and UC.
 	RecvShift uint64
 	RecvExtra uint32
+	// Events, if set, is the completion channel of SendCQ and RecvCQ,
+	// both armed before the run: a loop whose poll finds its CQ empty
+	// sleeps on it instead of polling again (perftest's -e). WRITE
+	// latency polls memory and never waits on it.
+	Events *verbs.CompChannel
 	// PerQP, if set, gives each QP its own MR (perftest's --mr_per_qp):
 	// its send, receive and key replace the Layout's offsets into Base
 	// and LKey.
@@ -287,15 +292,18 @@ var ErrStall = errors.New("no completion for a long time; is the peer alive?")
 
 // watch is the idle policy of the polling loops: busy polling, as perftest
 // does, with spin.Idle's yields so as not to starve the peer, and stall
-// and cancellation checks that do not read the clock on every empty poll.
+// and cancellation checks that do not read the clock on every empty poll;
+// or, with Endpoint.Events, sleeping on the completion channel.
 type watch struct {
 	t     *Test
 	spins int
 	last  uint64       // ticks of the last progress; 0: not yet known
 	rs    spin.Resched // the loop's own passes through the scheduler
+	ev    *verbs.CompChannel
+	stall *time.Timer // the stall timeout of a wait for an event
 }
 
-func newWatch(t *Test) watch { return watch{t: t, last: Ticks()} }
+func newWatch(t *Test, ep *Endpoint) watch { return watch{t: t, last: Ticks(), ev: ep.Events} }
 
 // progress records that something completed.
 func (w *watch) progress() {
@@ -351,6 +359,9 @@ const blockAfter = 64
 // (at most a millisecond, so that the stall and cancellation checks
 // still run) once spinning has not helped.
 func (w *watch) wait(cq verbs.CQ) error {
+	if w.ev != nil {
+		return w.event()
+	}
 	if !w.t.Block || w.spins < blockAfter {
 		return w.idle()
 	}
@@ -359,6 +370,43 @@ func (w *watch) wait(cq verbs.CQ) error {
 	cq.Wait(ctx) // a timeout is no error here: the caller polls again
 	cancel()
 	return w.check()
+}
+
+// event is perftest's ctx_notify_events, for a loop whose poll found its
+// CQ empty: it sleeps until the channel delivers an event, and arms the
+// CQ the event is for again (the caller then polls). The event may be the
+// other CQ's (SEND tests share one channel between the send and the
+// receive CQ, as perftest does): the caller's poll then finds nothing
+// and waits again. Every CQ on the channel was armed before its first
+// poll, and each is armed again before the poll that follows its event,
+// so a completion that a poll missed always has an event coming.
+func (w *watch) event() error {
+	timeout := w.t.StallTimeout
+	if timeout == 0 {
+		timeout = 60 * time.Second
+	}
+	if w.stall == nil {
+		w.stall = time.NewTimer(timeout)
+	} else {
+		w.stall.Reset(timeout)
+	}
+	var done <-chan struct{}
+	if w.t.Ctx != nil {
+		done = w.t.Ctx.Done()
+	}
+	select {
+	case cq := <-w.ev.C():
+		w.stall.Stop()
+		if err := cq.ReqNotify(false); err != nil {
+			return fmt.Errorf("Couldn't request CQ notification: %w", err)
+		}
+		return nil
+	case <-done:
+		w.stall.Stop()
+		return context.Cause(w.t.Ctx)
+	case <-w.stall.C:
+		return fmt.Errorf("%w (%v, waiting for a completion event)", ErrStall, timeout)
+	}
 }
 
 // compError is perftest's NOTIFY_COMP_ERROR_SEND/RECV as an error.

@@ -141,7 +141,7 @@ func (l *LatRun) RunWrite() error {
 	pollOff := l.ep.VAddrOff(0) + l.size - 1
 	server := l.t.Role == perftest.Server
 	l.start()
-	w := newWatch(l.t)
+	w := newWatch(l.t, l.ep)
 	var ccnt uint64
 	for l.scnt < l.iters || ccnt < l.iters || l.rcnt < l.iters || (l.dur && !l.ended()) {
 		if (l.rcnt < l.iters || l.dur) && !(l.scnt < 1 && server) {
@@ -186,7 +186,7 @@ func (l *LatRun) RunWrite() error {
 func (l *LatRun) RunRead() error {
 	l.wr.SendFlags = verbs.SendSignaled
 	l.start()
-	w := newWatch(l.t)
+	w := newWatch(l.t, l.ep)
 	for l.scnt < l.iters || (l.dur && !l.ended()) {
 		if !l.dur {
 			l.tposted[l.scnt] = Ticks()
@@ -217,7 +217,7 @@ func (l *LatRun) RunSend() error {
 	cqMod := uint64(l.t.CQMod)
 	rxDepth := uint64(l.t.RxDepth)
 	first := true
-	w := newWatch(l.t)
+	w := newWatch(l.t, l.ep)
 	for l.scnt < l.iters || l.rcnt < l.iters || (l.dur && !l.ended()) {
 		if (l.rcnt < l.iters || l.dur) && !(l.scnt < 1 && client) {
 			for {

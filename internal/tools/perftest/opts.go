@@ -45,6 +45,8 @@ const (
 	ptNoPeakIters    = 20000   // above this many iterations the peak is skipped
 	ptDefJSONFile    = "perftest_out.json"
 	ptUCMaxRx        = 16000 // UC_MAX_RX: UC/UD SEND receivers pre-post up to this many
+	ptMinEQNum       = 0     // MIN_EQ_NUM, MAX_EQ_NUM: the range of -X
+	ptMaxEQNum       = 2048
 )
 
 // ptTest names one benchmark: ib_<verb>_<kind>.
@@ -96,6 +98,11 @@ type ptOptions struct {
 	// rdmaCM is -R: the QPs and the exchange connect through rdma_cm
 	// (cm.go).
 	rdmaCM bool
+	// events is -e: the loops sleep on a completion channel before each
+	// poll (perftest's use_event); vector is -X, the completion vector
+	// named in the report (-1 without -X).
+	events bool
+	vector int
 
 	unsorted  bool // -U: list every latency sample as measured
 	histogram bool // -H: list them sorted
@@ -163,6 +170,19 @@ func ptOptionTable() []ptOption {
 				return errors.New(" Multiple QPs only available on bw tests")
 			}
 			return ptInt(a, "num of Qps", 1, ptMaxQPs, &o.numQPs)
+		}},
+		{'e', "events", false, func(o *ptOptions, _ string) error {
+			o.events = true
+			if o.test.verb == perftest.Write {
+				return errors.New(" Events feature not available on WRITE verb")
+			}
+			return nil
+		}},
+		{'X', "vector", true, func(o *ptOptions, a string) error {
+			if o.test.verb == perftest.Write {
+				return errors.New(" Events feature not available on WRITE verb")
+			}
+			return ptInt(a, "EQN", ptMinEQNum, ptMaxEQNum, &o.vector)
 		}},
 		{'I', "inline_size", true, func(o *ptOptions, a string) error {
 			if err := ptInt(a, "Max inline", 0, ptMaxInline, &o.inline); err != nil {
@@ -363,6 +383,7 @@ func parsePTArgs(test ptTest, args []string, usage io.Writer) (*ptOptions, error
 		numQPs:   1,
 		postList: 1,
 		inline:   -1,
+		vector:   -1,
 		timeout:  ptDefQPTimeout,
 		iters:    ptDefIters,
 		margin:   -1,
@@ -456,7 +477,8 @@ func (o *ptOptions) forceDependencies(w io.Writer) error {
 	}
 	// Large messages get a completion each, unless the user asked for a
 	// moderation or the sizes vary (-a).
-	if o.size > ptCQModSizeLimit && o.conn != perftest.UD && !o.runAll {
+	// Not with events either: perftest keeps the moderation then.
+	if o.size > ptCQModSizeLimit && o.conn != perftest.UD && !o.runAll && !o.events {
 		if !o.cqModSet {
 			o.cqMod = 1
 		} else if o.cqMod > 1 {
@@ -509,6 +531,10 @@ func (o *ptOptions) forceDependencies(w io.Writer) error {
 			fmt.Fprint(w, perftest.ResultLine)
 			return errors.New(" run_infinitely mode is not supported in SEND Bidirectional BW test")
 		}
+		if o.events {
+			fmt.Fprint(w, perftest.ResultLine)
+			return errors.New(" run_infinitely does not support events feature yet.")
+		}
 	}
 	if o.runAll {
 		o.size = ptMaxSize
@@ -520,6 +546,10 @@ func (o *ptOptions) forceDependencies(w io.Writer) error {
 	if o.duration > 0 {
 		o.iters = 0
 		o.noPeak = true
+		if o.events {
+			fmt.Fprint(w, perftest.ResultLine)
+			return errors.New("Duration mode doesn't work with events.")
+		}
 		if o.runAll {
 			fmt.Fprint(w, perftest.ResultLine)
 			return errors.New("Duration mode currently doesn't support running on all sizes.")
@@ -553,6 +583,9 @@ func (o *ptOptions) forceDependencies(w io.Writer) error {
 			fmt.Fprint(w, perftest.ResultLine)
 			return errors.New(" UC is not supported in librdmacm")
 		}
+	}
+	if !o.events && o.vector >= 0 {
+		return errors.New(" Events must be enabled to select a completion vector")
 	}
 	if o.maxAllSize == 0 {
 		o.maxAllSize = ptMaxSize
@@ -592,6 +625,10 @@ func ptUsage(w io.Writer, t ptTest) {
 	p("  -c, --connection=<RC/UC/UD>  Connection type RC/UC/UD (default RC; UC for WRITE and SEND, UD for SEND)\n")
 	p("  -d, --ib-dev=<dev>  Use IB device <dev> (default first device found; or set SOFTRDMA_ADDR=<ip>)\n")
 	p("  -D, --duration  Run test for a customized period of seconds.\n")
+	if t.verb != perftest.Write {
+		p("  -e, --events  Sleep on CQ events (default poll)\n")
+		p("  -X, --vector=<completion vector>  Set <completion vector> used for events\n")
+	}
 	p("  -f, --margin  measure results within margins. (default=2sec)\n")
 	p("  -F, --CPU-freq  Do not show a warning even if cpufreq_ondemand module is loaded, and cpu-freq is not on max.\n")
 	p("  -h, --help  Show this help screen.\n")

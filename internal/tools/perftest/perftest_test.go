@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -344,7 +345,81 @@ func TestPerftestPairs(t *testing.T) {
 	}
 }
 
-// ptPow2 returns lo, 2·lo, ... hi.
+// pollCounter is a CQ that counts its polls.
+type pollCounter struct {
+	verbs.CQ
+	polls *atomic.Int64
+}
+
+func (c pollCounter) Poll(wc []verbs.WC) (int, error) {
+	c.polls.Add(1)
+	return c.CQ.Poll(wc)
+}
+
+// TestPerftestEvents runs the tests perftest offers -e for with it: both
+// ends sleep on a completion channel rather than poll. The latency tests'
+// clients count their polls: a loop polls, sleeps when the CQ is empty
+// and polls again, and an event left by a completion that a poll took
+// before sleeping costs a second round, so up to four per message, where
+// a busy poller makes dozens (the check allows six).
+func TestPerftestEvents(t *testing.T) {
+	const n = 200
+	ns := strconv.Itoa(n)
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		title string
+		sizes []uint64
+		iters uint64
+		qps   int
+	}{
+		{"ib_send_lat", []string{"-n", ns, "-e"}, "Send Latency Test", []uint64{2}, n, 1},
+		{"ib_send_lat", []string{"-n", "20", "-a", "-e"}, "Send Latency Test", ptPow2(2, 1<<12), 20, 1},
+		{"ib_read_lat", []string{"-n", ns, "-s", "5000", "-e"}, "RDMA_Read Latency Test", []uint64{5000}, n, 1},
+		{"ib_atomic_lat", []string{"-n", ns, "-e", "-X", "0"}, "Atomic FETCH_AND_ADD Latency Test", []uint64{8}, n, 1},
+		{"ib_send_bw", []string{"-n", ns, "-s", "4096", "-e"}, "Send BW Test", []uint64{4096}, n, 1},
+		{"ib_send_bw", []string{"-n", ns, "-s", "100", "-b", "-q", "2", "-e"}, "Send Bidirectional BW Test", []uint64{100}, 2 * n, 2},
+		{"ib_read_bw", []string{"-n", ns, "-s", "16384", "-q", "2", "-e"}, "RDMA_Read BW Test", []uint64{16384}, 2 * n, 2},
+		{"ib_atomic_bw", []string{"-n", ns, "-e"}, "Atomic FETCH_AND_ADD BW Test", []uint64{8}, n, 1},
+	} {
+		t.Run(tc.name+" "+strings.Join(tc.args, " "), func(t *testing.T) {
+			var polls atomic.Int64
+			test := ptTestByName(t, tc.name)
+			tweak := func(o *ptOptions) {
+				o.maxAllSize = 1 << 12
+				if o.server != "" {
+					o.onResources = func(r *ptResources) {
+						if r.events == nil {
+							t.Error("-e made no completion channel")
+						}
+						if r.recvCQ != r.sendCQ {
+							r.recvCQ = pollCounter{r.recvCQ, &polls}
+						}
+						r.sendCQ = pollCounter{r.sendCQ, &polls}
+					}
+				}
+			}
+			out := runPTPair(t, tc.name, tc.args, tc.args, tweak)
+			for who, o := range map[string]string{"client": out.client, "server": out.server} {
+				checkCommon(t, who, o, tc.title, test.verb, tc.qps)
+				if !strings.Contains(o, " Test with events. Using softrdma_") || !strings.Contains(o, "_comp0\n") {
+					t.Errorf("%s: no events line in:\n%s", who, o)
+				}
+			}
+			if test.kind == perftest.BW {
+				checkBW(t, "client", ptBWRows(t, out.client, false), tc.sizes, tc.iters, false, false)
+				return
+			}
+			checkLat(t, "client", out.client, tc.sizes, tc.iters)
+			msgs := int64(tc.iters) * int64(len(tc.sizes))
+			if p := polls.Load(); p > 6*msgs+10 {
+				t.Errorf("the client polled %d times for %d messages: it did not sleep on events", p, msgs)
+			}
+		})
+	}
+}
+
+// ptPow2 returns lo, 2·lo, ... hi.// ptPow2 returns lo, 2·lo, ... hi.
 func ptPow2(lo, hi uint64) []uint64 {
 	var s []uint64
 	for v := lo; v <= hi; v *= 2 {
@@ -437,6 +512,9 @@ func TestPerftestArgs(t *testing.T) {
 		{wbw, []string{"--run_infinitely", "-D", "2", "-a"}, func(o *ptOptions) bool { return o.duration == 2 && !o.runAll }, "run_infinitely: -D is the interval, -a is dropped"},
 		{wbw, []string{"--mr_per_qp", "-q", "2"}, func(o *ptOptions) bool { return o.mrPerQP && o.numQPs == 2 }, "mr_per_qp"},
 		{rlat, []string{"-U", "-H"}, func(o *ptOptions) bool { return o.unsorted && o.histogram }, "-U and -H on latency"},
+		{rlat, []string{"-e"}, func(o *ptOptions) bool { return o.events && o.vector == -1 }, "-e"},
+		{sbw, []string{"-X", "3", "--events"}, func(o *ptOptions) bool { return o.events && o.vector == 3 }, "-X before -e"},
+		{sbw, []string{"-e", "-s", "65536"}, func(o *ptOptions) bool { return o.cqMod == 100 }, "events keep the moderation of large messages"},
 	} {
 		o, err := parsePTArgs(tc.test, tc.args, io.Discard)
 		if err != nil {
@@ -469,6 +547,12 @@ func TestPerftestArgs(t *testing.T) {
 		{rlat, []string{"--run_infinitely"}},
 		{sbw, []string{"--run_infinitely", "-b"}},
 		{wbw, []string{"--recv_post_list", "4"}},
+		{wbw, []string{"-e"}},
+		{wbw, []string{"-X", "0"}},
+		{rlat, []string{"-X", "0"}},
+		{rlat, []string{"-e", "-D", "4"}},
+		{sbw, []string{"-e", "--run_infinitely"}},
+		{rlat, []string{"-e", "-X", "4000"}},
 	} {
 		if _, err := parsePTArgs(tc.test, tc.args, io.Discard); err == nil || errors.Is(err, errPTExit) {
 			t.Errorf("%s %q: err = %v, want an error", tc.test.name, tc.args, err)

@@ -44,6 +44,8 @@ type ptResources struct {
 	buf    []byte
 	sendCQ verbs.CQ
 	recvCQ verbs.CQ // SEND tests; the send CQ otherwise
+	// events is -e's completion channel, of both CQs (nil without -e).
+	events *verbs.CompChannel
 	qps    []verbs.QP
 	conn   perftest.Connection
 	ahs    []verbs.AH // UD: one per QP on a sending end (connectUD)
@@ -125,13 +127,29 @@ func newPTResources(ctx verbs.Context, o *ptOptions, cycle, cacheLine uint64, in
 			ptFill(mr.Bytes(), mr.Addr(), seed)
 		}
 	}
-	if r.sendCQ, err = ctx.CreateCQ(o.txDepth*o.numQPs, nil); err != nil {
+	if o.events {
+		// One channel for both CQs, as perftest's ctx->channel.
+		r.events = verbs.NewCompChannel(2)
+	}
+	if r.sendCQ, err = ctx.CreateCQ(o.txDepth*o.numQPs, r.events); err != nil {
 		return nil, fmt.Errorf("Couldn't create CQ: %w", err)
 	}
 	r.recvCQ = r.sendCQ
 	if o.test.verb == perftest.Send {
-		if r.recvCQ, err = ctx.CreateCQ(o.rxDepth*o.numQPs, nil); err != nil {
+		if r.recvCQ, err = ctx.CreateCQ(o.rxDepth*o.numQPs, r.events); err != nil {
 			return nil, fmt.Errorf("Couldn't create a receiver CQ: %w", err)
+		}
+	}
+	if o.events {
+		// perftest arms them before the run (send_lat.c, read_bw.c, ...);
+		// the loops arm each again after its event.
+		if err := r.sendCQ.ReqNotify(false); err != nil {
+			return nil, fmt.Errorf("Couldn't request CQ notification: %w", err)
+		}
+		if r.recvCQ != r.sendCQ {
+			if err := r.recvCQ.ReqNotify(false); err != nil {
+				return nil, fmt.Errorf("Couldn't request RCQ notification: %w", err)
+			}
 		}
 	}
 	for i := 0; i < o.numQPs; i++ {

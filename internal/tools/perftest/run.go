@@ -192,6 +192,13 @@ func (r *ptRun) checkDevice() error {
 	}
 	r.maxRd = max(attr.MaxQPRdAtom, 1)
 	r.mtu = r.setMTU()
+	// verify_params_with_device_context. softrdma's verbs API has one
+	// completion vector per device (CreateCQ takes none), so -X 0 is
+	// the only one there is.
+	if o.events && o.vector > 0 {
+		fmt.Fprint(r.out, perftest.ResultLine)
+		return fmt.Errorf(" Completion vector specified is invalid\n Max completion vector = 0")
+	}
 
 	r.gidIndex = o.gidIndex
 	if r.gidIndex < 0 {
@@ -346,7 +353,7 @@ func (r *ptRun) run(sess *perftest.Session) error {
 		Device: r.dev.Device().Name(), NumQPs: o.numQPs, Connection: o.conn,
 		PostList: o.postList, TXDepth: o.txDepth, RXDepth: o.rxDepth, CQMod: o.cqMod, MTU: r.mtu,
 		LinkType: ptLinkType(r.port.LinkLayer), GIDIndex: r.gidIndex, InlineSize: r.inline, OutReads: r.outReads,
-		RDMACM: o.rdmaCM, RDMACMExchange: o.rdmaCM,
+		RDMACM: o.rdmaCM, RDMACMExchange: o.rdmaCM, UseEvent: o.events, EQNum: max(o.vector, 0),
 	}
 	if err := perftest.WriteTestInfo(r.out, r.ti); err != nil {
 		return err
@@ -693,7 +700,7 @@ func (r *ptRun) benchTest(size uint64) *bench.Test {
 // endpoint is the engine's view of the resources and the peer's keys.
 func (r *ptRun) endpoint() *bench.Endpoint {
 	res := r.res
-	ep := &bench.Endpoint{Ctx: res.ctx, QPs: res.qps, SendCQ: res.sendCQ, RecvCQ: res.recvCQ,
+	ep := &bench.Endpoint{Ctx: res.ctx, QPs: res.qps, SendCQ: res.sendCQ, RecvCQ: res.recvCQ, Events: res.events,
 		LKey: res.mr.LKey(), Buf: res.buf, Base: res.base, Layout: res.layout(), Remote: make([]bench.Remote, len(r.remote))}
 	for i, d := range r.remote {
 		ep.Remote[i] = bench.Remote{VAddr: d.VAddr, RKey: d.RKey}
