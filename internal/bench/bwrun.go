@@ -339,7 +339,7 @@ func (b *BWRun) Run() error {
 			return err
 		}
 		if totccnt < totIters || (b.dur && totccnt < totscnt) {
-			got, err := b.ep.SendCQ.Poll(b.wcs)
+			got, err := w.poll(b.ep.SendCQ, b.wcs)
 			if err != nil {
 				return fmt.Errorf("poll CQ failed: %w", err)
 			}
@@ -383,7 +383,7 @@ func (b *BWRun) drain() error {
 		if !pending {
 			return nil
 		}
-		got, err := b.ep.SendCQ.Poll(b.wcs)
+		got, err := w.poll(b.ep.SendCQ, b.wcs)
 		if err != nil {
 			return fmt.Errorf("poll CQ failed: %w", err)
 		}
@@ -450,7 +450,7 @@ func (b *BWRun) RunServer() error {
 		if err := b.reportInterval(); err != nil {
 			return err
 		}
-		got, err := b.ep.RecvCQ.Poll(b.rwcs[:min(PollBatch, len(b.rwcs))])
+		got, err := w.poll(b.ep.RecvCQ, b.rwcs[:min(PollBatch, len(b.rwcs))])
 		if err != nil {
 			return fmt.Errorf("Poll Receive CQ failed: %w", err)
 		}
@@ -532,7 +532,9 @@ func (b *BWRun) RunBi() error {
 			return err
 		}
 		if got == 0 && sent == 0 {
-			if err := w.wait(b.ep.RecvCQ); err != nil {
+			// Both CQs empty: with -e, sleep until either has an event
+			// (perftest's run_iter_bi waits before its receive poll).
+			if err := w.waitAny(b.ep.RecvCQ); err != nil {
 				return err
 			}
 		} else {

@@ -301,6 +301,7 @@ type watch struct {
 	rs    spin.Resched // the loop's own passes through the scheduler
 	ev    *verbs.CompChannel
 	stall *time.Timer // the stall timeout of a wait for an event
+	ready []verbs.CQ  // CQs whose next poll needs no event (poll)
 }
 
 func newWatch(t *Test, ep *Endpoint) watch { return watch{t: t, last: Ticks(), ev: ep.Events} }
@@ -355,12 +356,45 @@ func (w *watch) check() error {
 // blockAfter is how many empty polls a Block run spins before it waits.
 const blockAfter = 64
 
-// wait is idle for a loop that polls cq: with Test.Block it waits on cq
-// (at most a millisecond, so that the stall and cancellation checks
-// still run) once spinning has not helped.
+// poll is cq.Poll, with -e's sleep first: perftest's ctx_notify_events
+// before its ibv_poll_cq. It sleeps until the channel delivers an event
+// for cq (arming each CQ an event is for again), unless an earlier sleep
+// took cq's event while waiting for the other CQ's, or cq's last poll
+// filled wc (more may wait, and their event is taken). A poll that finds
+// nothing after its event (the completion was taken by a poll before)
+// returns 0, and the caller's next poll sleeps again: every CQ on the
+// channel was armed before its first poll and is armed again before the
+// poll that follows its event, so a completion no poll took always has an
+// event coming.
+func (w *watch) poll(cq verbs.CQ, wc []verbs.WC) (int, error) {
+	if w.ev == nil {
+		return cq.Poll(wc)
+	}
+	if !w.takeReady(cq) {
+		for {
+			got, err := w.event()
+			if err != nil {
+				return 0, err
+			}
+			if sameCQ(got, cq) {
+				break
+			}
+			w.markReady(got)
+		}
+	}
+	n, err := cq.Poll(wc)
+	if n == len(wc) {
+		w.markReady(cq)
+	}
+	return n, err
+}
+
+// wait is idle for a loop whose poll found cq empty: with Test.Block it
+// waits on cq (at most a millisecond, so that the stall and cancellation
+// checks still run), with events its next poll sleeps, else it spins.
 func (w *watch) wait(cq verbs.CQ) error {
 	if w.ev != nil {
-		return w.event()
+		return w.check()
 	}
 	if !w.t.Block || w.spins < blockAfter {
 		return w.idle()
@@ -372,15 +406,64 @@ func (w *watch) wait(cq verbs.CQ) error {
 	return w.check()
 }
 
-// event is perftest's ctx_notify_events, for a loop whose poll found its
-// CQ empty: it sleeps until the channel delivers an event, and arms the
-// CQ the event is for again (the caller then polls). The event may be the
-// other CQ's (SEND tests share one channel between the send and the
-// receive CQ, as perftest does): the caller's poll then finds nothing
-// and waits again. Every CQ on the channel was armed before its first
-// poll, and each is armed again before the poll that follows its event,
-// so a completion that a poll missed always has an event coming.
-func (w *watch) event() error {
+// waitAny is wait for a loop that polls two CQs and found both empty
+// (run_iter_bi): with events it sleeps until either CQ has one.
+func (w *watch) waitAny(cq verbs.CQ) error {
+	if w.ev == nil {
+		return w.wait(cq)
+	}
+	if len(w.ready) > 0 {
+		w.ready = w.ready[:0]
+		return nil
+	}
+	_, err := w.event()
+	return err
+}
+
+// takeReady reports whether cq's next poll needs no event, forgetting it.
+func (w *watch) takeReady(cq verbs.CQ) bool {
+	for i, r := range w.ready {
+		if sameCQ(r, cq) {
+			w.ready = append(w.ready[:i], w.ready[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// markReady records that cq's next poll needs no event.
+func (w *watch) markReady(cq verbs.CQ) {
+	for _, r := range w.ready {
+		if sameCQ(r, cq) {
+			return
+		}
+	}
+	w.ready = append(w.ready, cq)
+}
+
+// sameCQ reports whether a and b are one CQ; a CQ that wraps another (a
+// test's poll counter) is the one it wraps.
+func sameCQ(a, b verbs.CQ) bool {
+	type wrapper interface{ Unwrap() verbs.CQ }
+	for {
+		if a == b {
+			return true
+		}
+		w, ok := b.(wrapper)
+		if !ok {
+			break
+		}
+		b = w.Unwrap()
+	}
+	if w, ok := a.(wrapper); ok {
+		return sameCQ(w.Unwrap(), b)
+	}
+	return false
+}
+
+// event is perftest's ctx_notify_events: it sleeps until the channel
+// delivers an event, arms the CQ the event is for again and returns it.
+func (w *watch) event() (verbs.CQ, error) {
 	timeout := w.t.StallTimeout
 	if timeout == 0 {
 		timeout = 60 * time.Second
@@ -398,14 +481,14 @@ func (w *watch) event() error {
 	case cq := <-w.ev.C():
 		w.stall.Stop()
 		if err := cq.ReqNotify(false); err != nil {
-			return fmt.Errorf("Couldn't request CQ notification: %w", err)
+			return nil, fmt.Errorf("Couldn't request CQ notification: %w", err)
 		}
-		return nil
+		return cq, nil
 	case <-done:
 		w.stall.Stop()
-		return context.Cause(w.t.Ctx)
+		return nil, context.Cause(w.t.Ctx)
 	case <-w.stall.C:
-		return fmt.Errorf("%w (%v, waiting for a completion event)", ErrStall, timeout)
+		return nil, fmt.Errorf("%w (%v, waiting for a completion event)", ErrStall, timeout)
 	}
 }
 

@@ -113,7 +113,7 @@ func (l *LatRun) sampled() {
 // pollSend waits for one send completion.
 func (l *LatRun) pollSend(w *watch) error {
 	for {
-		n, err := l.ep.SendCQ.Poll(l.wc[:])
+		n, err := w.poll(l.ep.SendCQ, l.wc[:])
 		if err != nil {
 			return fmt.Errorf("poll CQ failed: %w", err)
 		}
@@ -221,7 +221,7 @@ func (l *LatRun) RunSend() error {
 	for l.scnt < l.iters || l.rcnt < l.iters || (l.dur && !l.ended()) {
 		if (l.rcnt < l.iters || l.dur) && !(l.scnt < 1 && client) {
 			for {
-				n, err := l.ep.RecvCQ.Poll(l.wc[:])
+				n, err := w.poll(l.ep.RecvCQ, l.wc[:])
 				if err != nil {
 					return fmt.Errorf("poll CQ failed: %w", err)
 				}
