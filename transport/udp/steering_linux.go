@@ -44,11 +44,13 @@ type peerSteering struct {
 
 // unsharedPeer reports whether peer's address is known not to be shared,
 // asking Config.PeerShared when its cached answer is older than
-// steeringRefresh. Precondition: sendMu held.
+// steeringRefresh.
 func (t *Transport) unsharedPeer(peer netip.AddrPort) bool {
 	if t.peerShared == nil {
 		return false
 	}
+	t.steerMu.Lock()
+	defer t.steerMu.Unlock()
 	now := time.Since(t.epoch)
 	ps, ok := t.steering[peer]
 	if ok && now-ps.checked < steeringRefresh {

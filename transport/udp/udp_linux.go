@@ -62,12 +62,13 @@ type Transport struct {
 
 	gso     bool
 	tclass  uint8 // the sockets' TClass (Config.TClass)
-	sendMu  sync.Mutex
 	senders []sender
-	sbuf    batchBuf
-	grp     []transport.Datagram // Send's batch regrouped by sending socket
-	grpIdx  []uint8
-	grpFrom []int // grp[i] is the caller's datagram grpFrom[i]
+	// sends are the scratch of Send, one per concurrent sender: a
+	// device's receive loop sending ACKs and a program's thread posting
+	// do not wait for each other's system call (sendState).
+	sends [sendStates]sendState
+	// steerMu guards steering, the cache of unsharedPeer.
+	steerMu sync.Mutex
 	// fullAfter, if positive, makes every socket report a full buffer to
 	// TrySend after taking that many messages in a call (tests: loopback
 	// frees its buffers as it sends, so a real full buffer is hard to get).
@@ -107,6 +108,39 @@ type mmsghdr struct {
 	hdr unix.Msghdr
 	len uint32
 	_   [4]byte
+}
+
+// sendState is what one Send call works in: its system call arrays and
+// the batch regrouped by sending socket. UDP sockets take concurrent
+// sendmmsg calls, and a QP's packets are sent under the QP's lock, so two
+// sends need nothing else in common. With one state the second sender
+// waited for the first's system call: the C library's program thread,
+// posting while the device's receive loop sent an ACK, parked, and a
+// parked goroutine of a C thread (locked to its thread) is woken by a
+// hand-off between OS threads, two context switches: 40 of every 100
+// messages of ib_send_lat -e over the library (gdb on runtime.gopark).
+type sendState struct {
+	mu      sync.Mutex
+	sbuf    batchBuf
+	grp     []transport.Datagram // the batch regrouped by sending socket
+	grpIdx  []uint8
+	grpFrom []int // grp[i] is the caller's datagram grpFrom[i]
+}
+
+// sendStates is how many Send calls proceed at once; more wait for the
+// first state.
+const sendStates = 2
+
+// lockSend returns a free send state, locked; if none is free, it waits
+// for the first.
+func (t *Transport) lockSend() *sendState {
+	for i := range t.sends {
+		if t.sends[i].mu.TryLock() {
+			return &t.sends[i]
+		}
+	}
+	t.sends[0].mu.Lock()
+	return &t.sends[0]
 }
 
 // batchBuf holds the system call arrays of one direction, allocated once.
@@ -190,7 +224,9 @@ func Listen(cfg Config) (*Transport, error) {
 	t.fd = t.homes[0].fd
 	t.addrs = addrs
 	t.peerShared, t.epoch = cfg.PeerShared, time.Now()
-	t.sbuf = newBatchBuf(cfg.BatchSize)
+	for i := range t.sends {
+		t.sends[i].sbuf = newBatchBuf(cfg.BatchSize)
+	}
 	t.rbuf = newBatchBuf(cfg.BatchSize)
 	t.rbig = make([][]byte, cfg.BatchSize)
 	for i := range t.rbig {
@@ -653,16 +689,16 @@ func (t *Transport) send(orig []transport.Datagram, block bool) (int, error) {
 	if err := t.checkSources(orig); err != nil {
 		return 0, err
 	}
-	t.sendMu.Lock()
-	defer t.sendMu.Unlock()
-	pkts, regrouped := t.groupBySender(orig)
+	st := t.lockSend()
+	defer st.mu.Unlock()
+	pkts, regrouped := t.groupBySender(st, orig)
 	base := 0 // index in the grouped order of pkts[0]
 	total := 0
 	for len(pkts) > 0 {
 		// A run of packets of one flow goes out in one call.
 		si := t.senderFor(&pkts[0])
 		s := &t.senders[si]
-		b := &t.sbuf
+		b := &st.sbuf
 		nmsg, npkt := 0, 0
 		niov := 0
 		for npkt < len(pkts) && npkt < t.batch && t.senderFor(&pkts[npkt]) == si {
@@ -728,7 +764,7 @@ func (t *Transport) send(orig []transport.Datagram, block bool) (int, error) {
 			nmsg++
 			npkt += k
 		}
-		sent, err := t.sendBatch(s, nmsg, block)
+		sent, err := t.sendBatch(st, s, nmsg, block)
 		t.stats.sendMsgs.Add(uint64(sent))
 		if err != nil {
 			return total, err
@@ -745,7 +781,7 @@ func (t *Transport) send(orig []transport.Datagram, block bool) (int, error) {
 			for range b.segs[m] {
 				i := base + j
 				if regrouped {
-					i = t.grpFrom[i]
+					i = st.grpFrom[i]
 				}
 				orig[i].Sent = true
 				j++
@@ -767,36 +803,36 @@ func (t *Transport) send(orig []transport.Datagram, block bool) (int, error) {
 // groupBySender returns pkts with the packets of each sending socket
 // together, each flow's packets in their order: a batch that mixes many
 // QPs (the ACKs of one receive batch) then leaves in one sendmmsg per
-// socket rather than one per run. Precondition: sendMu held.
+// socket rather than one per run. Precondition: st locked.
 //
 // regrouped says that the result is a reordered copy, whose datagram i is
-// pkts[t.grpFrom[i]].
-func (t *Transport) groupBySender(pkts []transport.Datagram) (_ []transport.Datagram, regrouped bool) {
+// pkts[st.grpFrom[i]].
+func (t *Transport) groupBySender(st *sendState, pkts []transport.Datagram) (_ []transport.Datagram, regrouped bool) {
 	if len(t.senders) < 2 || len(pkts) < 2 {
 		return pkts, false
 	}
-	t.grpIdx = t.grpIdx[:0]
+	st.grpIdx = st.grpIdx[:0]
 	mixed := false
 	for i := range pkts {
 		s := uint8(t.senderFor(&pkts[i]))
-		t.grpIdx = append(t.grpIdx, s)
-		if s != t.grpIdx[0] {
+		st.grpIdx = append(st.grpIdx, s)
+		if s != st.grpIdx[0] {
 			mixed = true
 		}
 	}
 	if !mixed {
 		return pkts, false
 	}
-	t.grp, t.grpFrom = t.grp[:0], t.grpFrom[:0]
+	st.grp, st.grpFrom = st.grp[:0], st.grpFrom[:0]
 	for s := range t.senders {
 		for i := range pkts {
-			if int(t.grpIdx[i]) == s {
-				t.grp = append(t.grp, pkts[i])
-				t.grpFrom = append(t.grpFrom, i)
+			if int(st.grpIdx[i]) == s {
+				st.grp = append(st.grp, pkts[i])
+				st.grpFrom = append(st.grpFrom, i)
 			}
 		}
 	}
-	return t.grp, true
+	return st.grp, true
 }
 
 // setName points message i's address at peer, in the family of sending
@@ -828,12 +864,12 @@ func (t *Transport) setName(b *batchBuf, i int, s *sender, peer netip.AddrPort) 
 // A message the kernel refuses (an unreachable peer, a too-large packet)
 // is dropped and counted, as a network would drop it. When the socket's
 // buffer is full it waits for room if block, else it returns at once.
-// Precondition: sendMu held, fdMu read-locked.
-func (t *Transport) sendBatch(s *sender, n int, block bool) (int, error) {
+// Precondition: st locked, fdMu read-locked.
+func (t *Transport) sendBatch(st *sendState, s *sender, n int, block bool) (int, error) {
 	off := 0
 	for off < n {
 		t.stats.sendCalls.Add(1)
-		hdrs := t.sbuf.hdrs[off:]
+		hdrs := st.sbuf.hdrs[off:]
 		// A raw system call: the socket is non-blocking, so it never
 		// sleeps (EAGAIN sends us to waitFD), and without the runtime's
 		// entersyscall the goroutine keeps its P. With it, a sendmmsg that
