@@ -89,6 +89,17 @@ else
 	echo "FAIL  cqex -r on rxe0 (rdma-core's library)"; echo "$out" | tail -5
 	fails=$((fails + 1))
 fi
+# A CQ that overflows, on rxe itself (testdata/overrun.c through
+# rdma-core's own library): the async event, what polling gives, the CQ
+# going on; clib/test.sh checks the library against the same program.
+${CC:-gcc} -Wall -Wno-unused-function -o "$($vm path vm1)/overrun" "$here/testdata/overrun.c" -libverbs || exit 1
+n=$((n + 1))
+if out=$($vm exec vm1 "/share/overrun -d rxe0 -g 1" 2>&1); then
+	echo "PASS  overrun on rxe0 (rdma-core's library): $(echo "$out" | tail -1)"
+else
+	echo "FAIL  overrun on rxe0 (rdma-core's library)"; echo "$out" | tail -5
+	fails=$((fails + 1))
+fi
 # rdma_cm over librdmacm.so.1 against the kernel's rdma_cm on rxe.
 guest_server "rping: rxe server, C client over softrdma" "rping -s -a $guest -p 7471 -C 10 -V" -- rping -c -a $guest -p 7471 -C 10 -V
 host_server "rping: C server over softrdma, rxe client" "rping -c -a $host -p 7472 -C 10 -V" -- rping -s -a $host -p 7472 -C 10 -V
