@@ -57,6 +57,21 @@ host_server() {
 	rm -f /tmp/clib-interop-server.$$
 }
 
+# on_rxe NAME PROGRAM ARGS: a program of testdata, built against rdma-core's
+# own library, run in the VM on rxe0: what it checks over the library
+# holds on rxe itself.
+on_rxe() {
+	local name=$1 prog=$2 args=$3 out
+	${CC:-gcc} -Wall -Wno-unused-function -o "$($vm path vm1)/$prog" "$here/testdata/$prog.c" -libverbs || exit 1
+	n=$((n + 1))
+	if out=$($vm exec vm1 "/share/$prog $args" 2>&1); then
+		echo "PASS  $name on rxe0 (rdma-core's library): $(echo "$out" | tail -1)"
+	else
+		echo "FAIL  $name on rxe0 (rdma-core's library)"; echo "$out" | tail -5
+		fails=$((fails + 1))
+	fi
+}
+
 dev=softrdma_br0
 guest_server "ibv_rc_pingpong: rxe server, C client over softrdma" "ibv_rc_pingpong -d rxe0 -g 1" -- ibv_rc_pingpong -d $dev -g 1 $guest
 host_server "ibv_rc_pingpong: C server over softrdma, rxe client" "ibv_rc_pingpong -d rxe0 -g 1 $host" -- ibv_rc_pingpong -d $dev -g 1
@@ -81,25 +96,11 @@ host_server "idleqp -t 12: C server over softrdma, rxe client" "/share/idleqp -d
 # ibv_create_cq_ex's walks as rxe itself gives them (testdata/cqex.c -r,
 # in the guest through rdma-core's own library): the completions, fields
 # and order that clib/test.sh checks over the library hold on rxe too.
-${CC:-gcc} -Wall -Wno-unused-function -o "$($vm path vm1)/cqex" "$here/testdata/cqex.c" -libverbs || exit 1
-n=$((n + 1))
-if out=$($vm exec vm1 "/share/cqex -d rxe0 -g 1 -r" 2>&1); then
-	echo "PASS  cqex -r on rxe0 (rdma-core's library): $(echo "$out" | tail -1)"
-else
-	echo "FAIL  cqex -r on rxe0 (rdma-core's library)"; echo "$out" | tail -5
-	fails=$((fails + 1))
-fi
-# A CQ that overflows, on rxe itself (testdata/overrun.c through
-# rdma-core's own library): the async event, what polling gives, the CQ
-# going on; clib/test.sh checks the library against the same program.
-${CC:-gcc} -Wall -Wno-unused-function -o "$($vm path vm1)/overrun" "$here/testdata/overrun.c" -libverbs || exit 1
-n=$((n + 1))
-if out=$($vm exec vm1 "/share/overrun -d rxe0 -g 1" 2>&1); then
-	echo "PASS  overrun on rxe0 (rdma-core's library): $(echo "$out" | tail -1)"
-else
-	echo "FAIL  overrun on rxe0 (rdma-core's library)"; echo "$out" | tail -5
-	fails=$((fails + 1))
-fi
+on_rxe "cqex -r" cqex "-d rxe0 -g 1 -r"
+# A CQ that overflows, on rxe itself (testdata/overrun.c): the async
+# event, what polling gives, the CQ going on; clib/test.sh checks the
+# library against the same program.
+on_rxe overrun overrun "-d rxe0 -g 1"
 # rdma_cm over librdmacm.so.1 against the kernel's rdma_cm on rxe.
 guest_server "rping: rxe server, C client over softrdma" "rping -s -a $guest -p 7471 -C 10 -V" -- rping -c -a $guest -p 7471 -C 10 -V
 host_server "rping: C server over softrdma, rxe client" "rping -c -a $host -p 7472 -C 10 -V" -- rping -s -a $host -p 7472 -C 10 -V
