@@ -247,9 +247,9 @@ type Endpoint struct {
 	RecvShift uint64
 	RecvExtra uint32
 	// Events, if set, is the completion channel of SendCQ and RecvCQ,
-	// both armed before the run: a loop whose poll finds its CQ empty
-	// sleeps on it instead of polling again (perftest's -e). WRITE
-	// latency polls memory and never waits on it.
+	// both armed before the run: the loops sleep on it before they poll
+	// (perftest's -e; watch.poll). WRITE latency polls memory and never
+	// waits on it.
 	Events *verbs.CompChannel
 	// PerQP, if set, gives each QP its own MR (perftest's --mr_per_qp):
 	// its send, receive and key replace the Layout's offsets into Base
@@ -343,14 +343,19 @@ func (w *watch) check() error {
 			return context.Cause(ctx)
 		}
 	}
-	timeout := w.t.StallTimeout
-	if timeout == 0 {
-		timeout = 60 * time.Second
-	}
+	timeout := w.t.stallTimeout()
 	if time.Duration(now-w.last) > timeout {
 		return fmt.Errorf("%w (%v)", ErrStall, timeout)
 	}
 	return nil
+}
+
+// stallTimeout is StallTimeout, or its default.
+func (t *Test) stallTimeout() time.Duration {
+	if t.StallTimeout == 0 {
+		return 60 * time.Second
+	}
+	return t.StallTimeout
 }
 
 // blockAfter is how many empty polls a Block run spins before it waits.
@@ -443,31 +448,22 @@ func (w *watch) markReady(cq verbs.CQ) {
 
 // sameCQ reports whether a and b are one CQ; a CQ that wraps another (a
 // test's poll counter) is the one it wraps.
-func sameCQ(a, b verbs.CQ) bool {
-	type wrapper interface{ Unwrap() verbs.CQ }
+func sameCQ(a, b verbs.CQ) bool { return unwrapCQ(a) == unwrapCQ(b) }
+
+func unwrapCQ(c verbs.CQ) verbs.CQ {
 	for {
-		if a == b {
-			return true
-		}
-		w, ok := b.(wrapper)
+		w, ok := c.(interface{ Unwrap() verbs.CQ })
 		if !ok {
-			break
+			return c
 		}
-		b = w.Unwrap()
+		c = w.Unwrap()
 	}
-	if w, ok := a.(wrapper); ok {
-		return sameCQ(w.Unwrap(), b)
-	}
-	return false
 }
 
 // event is perftest's ctx_notify_events: it sleeps until the channel
 // delivers an event, arms the CQ the event is for again and returns it.
 func (w *watch) event() (verbs.CQ, error) {
-	timeout := w.t.StallTimeout
-	if timeout == 0 {
-		timeout = 60 * time.Second
-	}
+	timeout := w.t.stallTimeout()
 	if w.stall == nil {
 		w.stall = time.NewTimer(timeout)
 	} else {

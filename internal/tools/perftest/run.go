@@ -197,7 +197,7 @@ func (r *ptRun) checkDevice() error {
 	// the only one there is.
 	if o.events && o.vector > 0 {
 		fmt.Fprint(r.out, perftest.ResultLine)
-		return fmt.Errorf(" Completion vector specified is invalid\n Max completion vector = 0")
+		return errors.New(" Completion vector specified is invalid\n Max completion vector = 0")
 	}
 
 	r.gidIndex = o.gidIndex
