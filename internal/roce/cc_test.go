@@ -140,9 +140,18 @@ func TestDCQCNRate(t *testing.T) {
 		rc, rt := line/2*(1-alpha/2), line/2
 		alpha = (1-g)*alpha + g
 		// Fast recovery: F timer events, each Rc = (Rt + Rc)/2, α decaying.
-		for i := range DefaultFastRecovery {
+		// The device's own timer (newDevice's testTimer) fires at the
+		// same virtual instant as the sleep ends: tick lets it finish,
+		// else this goroutine's OnTimeout found the deadline already
+		// taken and read the state before the timer had applied it
+		// (1 run in 100 under -race, in CI).
+		tick := func() {
 			time.Sleep(DefaultRateTimer)
+			synctest.Wait()
 			f.dev.OnTimeout(time.Now())
+		}
+		for i := range DefaultFastRecovery {
+			tick()
 			rc = (rt + rc) / 2
 			alpha *= 1 - g
 			st = qp.CCState()
@@ -153,16 +162,14 @@ func TestDCQCNRate(t *testing.T) {
 			}
 		}
 		// Additive increase: the target grows by AIRate per event.
-		time.Sleep(DefaultRateTimer)
-		f.dev.OnTimeout(time.Now())
+		tick()
 		rt += DefaultAIRate
 		rc = (rt + rc) / 2
 		near(qp.CCState().Target, rt, "additive increase")
 		near(qp.CCState().Rate, rc, "rate in additive increase")
 		// Given time, the QP recovers and is released.
 		for i := 0; i < 100000 && qp.CCState().Limited; i++ {
-			time.Sleep(DefaultRateTimer)
-			f.dev.OnTimeout(time.Now())
+			tick()
 		}
 		if st := qp.CCState(); st.Limited || st.Rate != DefaultCCLineRate {
 			t.Fatalf("not released at the line rate: %+v", st)
