@@ -212,6 +212,7 @@ func OpenDevice(name string) (Context, error) {
 // the CQ with ReqNotify and receive events with GetEvent or from C.
 type CompChannel struct {
 	ch chan CQ
+	fn func(CQ) // NewCompChannelFunc's
 }
 
 // NewCompChannel returns a completion channel that buffers up to depth
@@ -222,6 +223,21 @@ func NewCompChannel(depth int) *CompChannel {
 		depth = 1
 	}
 	return &CompChannel{ch: make(chan CQ, depth)}
+}
+
+// NewCompChannelFunc returns a completion channel that hands each event
+// to fn instead of queueing it: fn runs on the provider's goroutine,
+// after the completion is in the CQ (and, for a software provider,
+// after the acknowledgements of the packets that raised it have left).
+// It is for bridging events into another event loop, such as a file
+// descriptor a C program waits on: fn must return quickly and must not
+// call into the provider. C returns nil for such a channel, and GetEvent
+// waits only for its context.
+func NewCompChannelFunc(fn func(CQ)) *CompChannel {
+	if fn == nil {
+		panic("verbs: NewCompChannelFunc with a nil function")
+	}
+	return &CompChannel{fn: fn}
 }
 
 // C returns the channel events arrive on, for use in select statements.
@@ -243,6 +259,10 @@ func (c *CompChannel) GetEvent(ctx context.Context) (CQ, error) {
 // event that finds the channel full is dropped, which only happens when the
 // channel is shared by more CQs than its depth).
 func (c *CompChannel) Notify(cq CQ) {
+	if c.fn != nil {
+		c.fn(cq)
+		return
+	}
 	select {
 	case c.ch <- cq:
 	default:

@@ -2,6 +2,7 @@ package roce
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 
 	"github.com/softrdma/softrdma/internal/spin"
@@ -48,7 +49,8 @@ func (cq *CQ) CQE() int { return cq.ring.Cap() }
 // push adds a completion. solicited says whether it may wake a CQ armed for
 // solicited events only (solicited receives and every error).
 func (cq *CQ) push(wc *verbs.WC, solicited bool) {
-	switch cq.ring.Push(wc, solicited) {
+	res, event := cq.ring.PushHoldEvent(wc, solicited)
+	switch res {
 	case verbsobj.Queued:
 	case verbsobj.Lost:
 		cq.dev.Counters.CQOverrun.Add(1)
@@ -56,6 +58,57 @@ func (cq *CQ) push(wc *verbs.WC, solicited bool) {
 		cq.dev.Counters.CQOverrun.Add(1)
 		cq.dev.Event(verbs.AsyncEvent{Type: verbs.EventCQErr, CQ: cq})
 	}
+	if event {
+		cq.dev.held.deliver(cq)
+	}
+}
+
+// heldEvents holds the completion events raised while a batch of
+// received packets is handled until the batch's packets (its ACKs and
+// READ responses) have left: a program woken by an event answers at once,
+// and before this its answer could leave ahead of the ACK of the message
+// it answered. The peer then completed its receive before its send, which
+// perftest's event loops (ib_send_lat -e: one event, then one poll of the
+// CQ it expects) did not survive. Events raised on other goroutines
+// during a batch wait for its end too: they are late by at most a batch.
+type heldEvents struct {
+	mu      sync.Mutex
+	batches int // HandleBatch calls under way
+	cqs     []*CQ
+}
+
+// hold begins a batch.
+func (h *heldEvents) hold() {
+	h.mu.Lock()
+	h.batches++
+	h.mu.Unlock()
+}
+
+// release ends a batch; the last one under way delivers the held events.
+// Delivering under mu keeps them in order with deliver's; a CompChannel
+// delivers without blocking.
+func (h *heldEvents) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.batches--; h.batches > 0 {
+		return
+	}
+	for i, cq := range h.cqs {
+		h.cqs[i] = nil
+		cq.ring.DeliverEvent()
+	}
+	h.cqs = h.cqs[:0]
+}
+
+// deliver delivers cq's event, or holds it while a batch is under way.
+func (h *heldEvents) deliver(cq *CQ) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.batches > 0 {
+		h.cqs = append(h.cqs, cq)
+		return
+	}
+	cq.ring.DeliverEvent()
 }
 
 // Poll moves up to len(wc) completions into wc.

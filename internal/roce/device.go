@@ -191,6 +191,7 @@ type Device struct {
 	events      verbsobj.Events
 	backlog     backlog
 	doorbells   doorbells
+	held        heldEvents
 
 	Counters Counters
 }

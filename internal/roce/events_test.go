@@ -2,6 +2,7 @@ package roce
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,5 +146,48 @@ func TestCloseReleasesEverything(t *testing.T) {
 	}
 	if _, open := <-f.dev.AsyncEvents(); open {
 		t.Fatal("the event channel is open after Close")
+	}
+}
+
+// TestCompletionEventAfterAck: the completion event of a receive is
+// delivered after the ACK of the message has left. A program woken by
+// the event answers at once; delivered in the middle of the batch, the
+// event let the answer leave before the ACK, and the peer completed its
+// receive before its send, which perftest's event loops (ib_send_lat -e)
+// do not survive.
+func TestCompletionEventAfterAck(t *testing.T) {
+	ta, tb := udpPair(t)
+	var sentAtEvent atomic.Uint64
+	events := make(chan verbs.CQ, 1)
+	var bdev atomic.Pointer[Device]
+	ch := verbs.NewCompChannelFunc(func(cq verbs.CQ) {
+		sentAtEvent.Store(bdev.Load().Counters.SentPkts.Load())
+		events <- cq
+	})
+	ob := realOpts()
+	ob.recvEvents = ch
+	a, b := newNodeWith(t, Config{Transport: ta}, realOpts()), newNodeWith(t, Config{Transport: tb}, ob)
+	bdev.Store(b.dev)
+	a.peer, b.peer = b, a
+	connect(t, a, b, realOpts())
+	connect(t, b, a, ob)
+	for i := range 20 {
+		b.postRecv(uint64(i), 0, 64)
+		must(t, b.rcq.ReqNotify(false))
+		before := b.dev.Counters.SentPkts.Load()
+		a.post(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, 64)}})
+		select {
+		case cq := <-events:
+			if cq != b.rcq {
+				t.Fatalf("event for %v, want the receive CQ", cq)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("no completion event in 5 s")
+		}
+		if got := sentAtEvent.Load(); got == before {
+			t.Fatalf("message %d: the event came before the responder sent anything (sent_pkts %d): its ACK had not left", i, got)
+		}
+		expectWC(t, b.waitWC(b.rcq), uint64(i), verbs.WCSuccess, verbs.WCRecv)
+		expectWC(t, a.waitWC(a.scq), uint64(i), verbs.WCSuccess, verbs.WCSend)
 	}
 }

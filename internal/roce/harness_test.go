@@ -44,6 +44,7 @@ type qpOpts struct {
 	recvWR      uint32
 	bufSize     int
 	srq         verbs.SRQ
+	recvEvents  *verbs.CompChannel // the receive CQ's completion channel
 }
 
 func defaultOpts() qpOpts {
@@ -77,7 +78,7 @@ func newNodeWith(t testing.TB, cfg Config, o qpOpts) *node {
 	must(err)
 	n.scq, err = d.CreateCQ(4096, nil)
 	must(err)
-	n.rcq, err = d.CreateCQ(4096, nil)
+	n.rcq, err = d.CreateCQ(4096, o.recvEvents)
 	must(err)
 	n.buf = make([]byte, o.bufSize)
 	n.mr, err = n.pd.RegMR(n.buf, o.access)

@@ -177,6 +177,7 @@ func (d *Device) HandleBatch(rx *RxBatch, pkts []transport.Datagram, now time.Ti
 		rx = &RxBatch{}
 	}
 	d.Counters.RcvdPkts.Add(uint64(len(pkts)))
+	d.held.hold()
 	var cur *QP
 	more := false // the completer let cur's requester send more
 	for i := range pkts {
@@ -263,6 +264,7 @@ func (d *Device) HandleBatch(rx *RxBatch, pkts []transport.Datagram, now time.Ti
 	if rx.stage != nil {
 		rx.stage.flush(d)
 	}
+	d.held.release()
 }
 
 // qpService is the wire transport of a QP type.

@@ -107,15 +107,30 @@ const (
 // completion satisfies any arming, as in rxe. An armed CQ delivers one
 // event to its CompChannel and is disarmed.
 func (r *CQRing) Push(wc *verbs.WC, solicited bool) PushResult {
+	res, event := r.PushHoldEvent(wc, solicited)
+	if event {
+		r.DeliverEvent()
+	}
+	return res
+}
+
+// PushHoldEvent is Push for a caller that delivers the CQ's event itself,
+// later: if event is true the push disarmed the CQ, and the caller must
+// call DeliverEvent. A provider holds the events its receive loop raises
+// until the batch's acknowledgements have left: a program woken by the
+// event answers at once, and its answer must not overtake the ACK of
+// the message it answers (the peer would see the answer's completion
+// before its request's, which perftest's event loops do not survive).
+func (r *CQRing) PushHoldEvent(wc *verbs.WC, solicited bool) (res PushResult, event bool) {
 	r.mu.Lock()
 	n := int(r.count.Load())
 	if n == len(r.ring) {
 		first := !r.overrun.Swap(true)
 		r.mu.Unlock()
 		if first {
-			return Overrun
+			return Overrun, false
 		}
-		return Lost
+		return Lost, false
 	}
 	i := r.head + n
 	if i >= len(r.ring) {
@@ -128,17 +143,17 @@ func (r *CQRing) Push(wc *verbs.WC, solicited bool) PushResult {
 		r.disarmLocked()
 	}
 	r.mu.Unlock()
-	if notify && r.ch != nil {
-		r.ch.Notify(r.self)
-	}
 	if r.waiters.Load() > 0 {
 		select {
 		case r.wake <- struct{}{}:
 		default:
 		}
 	}
-	return Queued
+	return Queued, notify && r.ch != nil
 }
+
+// DeliverEvent delivers the event a PushHoldEvent held.
+func (r *CQRing) DeliverEvent() { r.ch.Notify(r.self) }
 
 // Poll moves up to len(wc) completions into wc. After an overrun it
 // returns, once, the completions it has and ErrCQOverrun.
