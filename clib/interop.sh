@@ -101,6 +101,9 @@ on_rxe "cqex -r" cqex "-d rxe0 -g 1 -r"
 # event, what polling gives, the CQ going on; clib/test.sh checks the
 # library against the same program.
 on_rxe overrun overrun "-d rxe0 -g 1"
+# Completion events on rxe itself (testdata/evwait.c): the waits, EAGAIN
+# and poll() that clib/test.sh checks over the library.
+on_rxe evwait evwait "-d rxe0 -g 1"
 # rdma_cm over librdmacm.so.1 against the kernel's rdma_cm on rxe.
 guest_server "rping: rxe server, C client over softrdma" "rping -s -a $guest -p 7471 -C 10 -V" -- rping -c -a $guest -p 7471 -C 10 -V
 host_server "rping: C server over softrdma, rxe client" "rping -c -a $host -p 7472 -C 10 -V" -- rping -s -a $host -p 7472 -C 10 -V

@@ -346,6 +346,12 @@ run "cqex (ibv_create_cq_ex, ibv_start_poll/next_poll/end_poll)" "$logs/cqex" -d
 ${CC:-gcc} -Wall -Wno-unused-function -o "$logs/overrun" "$here/testdata/overrun.c" -L"$dir" -libverbs || exit 1
 run "overrun (a CQ that overflows reports it and goes on)" "$logs/overrun" -d $dev -g $gid
 run "overrun on shm0" "$logs/overrun" -d shm0 -g 0
+# Completion events as blocking and non-blocking programs wait for them
+# (testdata/evwait.c): a wait far past ibv_get_cq_event's spin, short
+# waits in a row, EAGAIN and poll() on a non-blocking channel, as on rxe.
+${CC:-gcc} -Wall -Wno-unused-function -o "$logs/evwait" "$here/testdata/evwait.c" -L"$dir" -libverbs || exit 1
+run "evwait (ibv_get_cq_event: blocking, non-blocking, poll())" "$logs/evwait" -d $dev -g $gid
+run "evwait on shm0" "$logs/evwait" -d shm0 -g 0
 # A poll of the send CQ takes the ring: eight requests queued behind one
 # that nothing will acknowledge are taken by one ibv_poll_cq (sendring -p).
 run "sendring -p (a poll takes the ring)" env SOFTRDMA_COUNTERS="$logs/polltake.counters" "$logs/sendring" -d $dev -g $gid -p

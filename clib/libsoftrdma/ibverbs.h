@@ -36,6 +36,13 @@ struct srd_channel {
 	struct ibv_comp_channel ch;
 	uintptr_t h;
 	int wfd;
+	/* Records in the pipe (or about to be) and not yet read: the
+	 * provider adds before it writes, ibv_get_cq_event takes after it
+	 * reads (srd_event_spin). */
+	uint32_t pending;
+	/* How long ibv_get_cq_event receives for the device before it
+	 * blocks; 0: it blocks at once (a device it cannot drive). */
+	int64_t spin_ns;
 };
 
 /*

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/softrdma/softrdma/internal/handle"
@@ -193,44 +194,126 @@ func srdgo_dereg_mr(h C.uintptr_t) (ret C.int) {
 
 // ---- completion channels ----
 
-// chanObj is a completion channel: the CQs' events arrive on a
-// verbs.CompChannel and a goroutine writes, for each, the ibv_cq pointer
-// into the pipe whose read end is the channel's fd.
+// chanObj is a completion channel: the provider hands each of its CQs'
+// events to event (verbs.NewCompChannelFunc), which writes the ibv_cq
+// pointer into the pipe whose read end is the channel's fd. It writes on
+// the provider's goroutine, after the batch of packets that raised the
+// event has been answered (an earlier version forwarded events through a
+// goroutine, a hop that woke a thread per event), or on the C thread
+// that receives for the device in ibv_get_cq_event (srd_event_spin).
 type chanObj struct {
-	c    *ctxObj
-	ch   *verbs.CompChannel
-	wfd  int
-	done chan struct{}
-	once sync.Once
+	c       *ctxObj
+	ch      *verbs.CompChannel
+	wfd     int
+	pending *uint32 // struct srd_channel's count of records not yet read
+	// cqs maps each CQ that reports here to its struct ibv_cq, read
+	// without a lock on the provider's goroutine.
+	cqs sync.Map
+	// mu guards the write end: stop waits for a write under way, and no
+	// write follows it (the C side then closes the descriptor, whose
+	// number a later open may take).
+	mu     sync.RWMutex
+	closed bool
+}
+
+// eventSpin is how long ibv_get_cq_event receives for a device before it
+// blocks (SOFTRDMA_EVENT_SPIN sets it): about what a wait that ends in a
+// sleep costs, two wake-ups across a VM's CPUs (the receive loop's and
+// the program's thread's, 30-45 µs each), so that such a wait costs at
+// most twice the best choice made in hindsight. With 50 µs, ib_send_lat
+// -e's 99th percentile was 4-5 times the Go tool's; with 100 µs, twice.
+const eventSpin = 100 * time.Microsecond
+
+// outsideWaiter is implemented by the soft provider's devices: a thread
+// that waits for an event receives without holding ACKs for a post
+// (soft.Device.ProgressWaiting), and one about to block outside Go brings
+// the receive loop back for it (BeginWait).
+type outsideWaiter interface {
+	ProgressWaiting()
+	BeginWait()
+	EndWait()
 }
 
 //export srdgo_create_channel
-func srdgo_create_channel(ch C.uintptr_t, wfd C.int, h *C.uintptr_t) (ret C.int) {
+func srdgo_create_channel(ch C.uintptr_t, wfd C.int, pending *C.uint32_t, spinNS *C.int64_t, h *C.uintptr_t) (ret C.int) {
 	defer guard("ibv_create_comp_channel", &ret)
 	c := ctxOf(ch)
-	o := &chanObj{c: c, ch: verbs.NewCompChannel(1024), wfd: int(wfd), done: make(chan struct{})}
-	go o.forward()
+	// The provider's goroutine must never wait for the program: a pipe
+	// the program does not read (8192 events) drops further events, as a
+	// full verbs.CompChannel does.
+	if err := syscall.SetNonblock(int(wfd), true); err != nil {
+		return errnoOf("ibv_create_comp_channel", err)
+	}
+	o := &chanObj{c: c, wfd: int(wfd), pending: (*uint32)(unsafe.Pointer(pending))}
+	o.ch = verbs.NewCompChannelFunc(o.event)
+	*spinNS = 0
+	if _, ok := c.ctx.(verbs.Progresser); ok {
+		spin := eventSpin
+		if opener.Env.EventSpinSet {
+			spin = opener.Env.EventSpin
+		}
+		*spinNS = C.int64_t(spin)
+	}
 	*h = C.uintptr_t(c.add(o, nil, nil, o.stop))
 	return 0
 }
 
-func (o *chanObj) stop() { o.once.Do(func() { close(o.done) }) }
+func (o *chanObj) stop() {
+	o.mu.Lock()
+	o.closed = true
+	o.mu.Unlock()
+}
 
-func (o *chanObj) forward() {
-	for {
-		select {
-		case cq := <-o.ch.C():
-			o.c.mu.Lock()
-			p := o.c.cptr[cq]
-			o.c.mu.Unlock()
-			if p == nil {
-				continue // destroyed since
-			}
-			var rec [8]byte
-			*(*uint64)(unsafe.Pointer(&rec[0])) = uint64(uintptr(p))
-			writeAll(o.wfd, rec[:])
-		case <-o.done:
-			return
+// event writes cq's record; it runs on the provider's goroutine.
+func (o *chanObj) event(cq verbs.CQ) {
+	p, ok := o.cqs.Load(cq)
+	if !ok {
+		return // destroyed since
+	}
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	if o.closed {
+		return
+	}
+	var rec [8]byte
+	*(*uint64)(unsafe.Pointer(&rec[0])) = uint64(uintptr(p.(unsafe.Pointer)))
+	// Counted first: ibv_get_cq_event may read the record as soon as it
+	// is written, and pending must never fall below what the pipe holds
+	// (it would wrap, and a blocking read skip srdgo_channel_block).
+	// 8 bytes go whole or, in a full pipe, not at all.
+	atomic.AddUint32(o.pending, 1)
+	if n, _ := sysWrite(o.wfd, rec[:]); n != len(rec) {
+		atomic.AddUint32(o.pending, ^uint32(0))
+	}
+}
+
+// srdgo_channel_progress receives for the channel's device once: a
+// spin of ibv_get_cq_event (srd_event_spin).
+//
+//export srdgo_channel_progress
+func srdgo_channel_progress(h C.uintptr_t) {
+	defer guard("ibv_get_cq_event", nil)
+	o := handle.Handle(h).Value().(*chanObj)
+	switch p := o.c.ctx.(type) {
+	case outsideWaiter:
+		p.ProgressWaiting()
+	case verbs.Progresser:
+		p.Progress()
+	}
+}
+
+// srdgo_channel_block brackets ibv_get_cq_event's blocking read (begin 1,
+// then 0): the device's receive loop receives while the thread sleeps.
+//
+//export srdgo_channel_block
+func srdgo_channel_block(h C.uintptr_t, begin C.int) {
+	defer guard("ibv_get_cq_event", nil)
+	o := handle.Handle(h).Value().(*chanObj)
+	if w, ok := o.c.ctx.(outsideWaiter); ok {
+		if begin != 0 {
+			w.BeginWait()
+		} else {
+			w.EndWait()
 		}
 	}
 }
@@ -249,6 +332,7 @@ func srdgo_destroy_channel(h C.uintptr_t) (ret C.int) {
 type cqObj struct {
 	c  *ctxObj
 	cq verbs.CQ
+	ch *chanObj      // the completion channel it reports to, or nil
 	rx packetCounter // the CQ's device, if it counts received packets
 	mu sync.Mutex    // guards wc, the poll scratch, and feeds
 	wc []verbs.WC
@@ -282,15 +366,22 @@ func (o *cqObj) dropFeed(q *qpObj) {
 func srdgo_create_cq(ch C.uintptr_t, cqe C.int, chh C.uintptr_t, cptr *C.struct_ibv_cq, h *C.uintptr_t, actual *C.int32_t) (ret C.int) {
 	defer guard("ibv_create_cq", &ret)
 	c := ctxOf(ch)
-	var comp *verbs.CompChannel
+	var (
+		events *chanObj
+		comp   *verbs.CompChannel
+	)
 	if chh != 0 {
-		comp = handle.Handle(chh).Value().(*chanObj).ch
+		events = handle.Handle(chh).Value().(*chanObj)
+		comp = events.ch
 	}
 	cq, err := c.ctx.CreateCQ(int(cqe), comp)
 	if err != nil {
 		return errnoOf("ibv_create_cq", err)
 	}
-	o := &cqObj{c: c, cq: cq, wc: make([]verbs.WC, 64)}
+	if events != nil {
+		events.cqs.Store(cq, unsafe.Pointer(cptr))
+	}
+	o := &cqObj{c: c, cq: cq, ch: events, wc: make([]verbs.WC, 64)}
 	o.fed = (*uint32)(unsafe.Pointer(&(*C.struct_srd_cq)(unsafe.Pointer(cptr)).fed))
 	o.rx, _ = c.ctx.(packetCounter)
 	*h = C.uintptr_t(c.add(o, unsafe.Pointer(cptr), cq, nil))
@@ -304,6 +395,9 @@ func srdgo_destroy_cq(h C.uintptr_t) (ret C.int) {
 	o := handle.Handle(h).Value().(*cqObj)
 	if err := o.cq.Destroy(); err != nil {
 		return errnoOf("ibv_destroy_cq", err)
+	}
+	if o.ch != nil {
+		o.ch.cqs.Delete(o.cq)
 	}
 	o.c.remove(handle.Handle(h), o.cq)
 	return 0

@@ -312,6 +312,12 @@ func (d *Device) Closed() bool { return d.closed.Load() }
 // that blocks after.
 func (d *Device) Waiting() bool { return d.cqWaits.Load() > 0 }
 
+// WaitOutside counts (n = 1) or uncounts (n = -1) a thread that waits for
+// the device's completions outside CQ.Wait, where Waiting must see it: a
+// C program blocked on a completion channel's descriptor. As in CQ.Wait,
+// the caller counts itself before it calls Config.BeforeWait.
+func (d *Device) WaitOutside(n int32) { d.cqWaits.Add(n) }
+
 // NetDev names the network interface under the device.
 func (d *Device) NetDev() string { return d.cfg.NetDev }
 

@@ -259,6 +259,31 @@ func (d *Device) PacketsReceived() uint64 { return d.eng.Counters.RcvdPkts.Load(
 // it implements verbs.Progresser.
 func (d *Device) Progress() { d.inlinePoll() }
 
+// ProgressWaiting is Progress for a thread that waits for a completion
+// event rather than polls (softrdma's C library's ibv_get_cq_event spins
+// on it before it blocks): the ACKs of what it receives leave at once,
+// not with its next post, which comes only after the event has been
+// read, the CQ armed and polled, and may not come at all (a program that
+// waits for a second event first). Held for it, such an ACK waited for
+// the receive loop's step-aside check, long enough for the peer to
+// retransmit, and perftest's ib_send_lat -e stopped for good in 2-3 runs
+// of 20.
+func (d *Device) ProgressWaiting() { d.pollInline(false) }
+
+// BeginWait and EndWait bracket a wait for the device's completions by a
+// thread the Go runtime does not run: a C program blocked on a completion
+// channel's descriptor (softrdma's C library brackets its
+// ibv_get_cq_event). In between, the receive loop receives for it as for
+// a goroutine blocked in CQ.Wait: if it had stepped aside for busy
+// pollers it comes back at once, and it does not step aside again.
+func (d *Device) BeginWait() {
+	d.eng.WaitOutside(1)
+	d.kickServe()
+}
+
+// EndWait ends BeginWait.
+func (d *Device) EndWait() { d.eng.WaitOutside(-1) }
+
 // HoldDoorbells starts a doorbell batch (verbs.DoorbellBatcher): until
 // the matching RingDoorbells, posts to idle QPs of the device are built
 // and queued, not sent.

@@ -104,7 +104,7 @@ func (d *Device) onTimer() {
 	// them would cost a retry (seven of them fail the QP). If the loop
 	// holds the receive lock it is receiving them itself.
 	if d.poller != nil {
-		d.pollRx(false)
+		d.pollRx(false, false)
 	}
 	d.eng.OnTimeout(d.clock.Now())
 }
@@ -162,7 +162,7 @@ func (d *Device) serve() {
 			}
 			seen = n
 		}
-		n, err := d.pollRx(false)
+		n, err := d.pollRx(false, false)
 		if err != nil {
 			d.failed(err)
 			return
@@ -305,7 +305,7 @@ func (d *Device) asideLook(rcvd *uint64) {
 	if d.PacketsReceived() == *rcvd {
 		// An error here is the transport's: the loop's own next receive
 		// meets it again and ends the device.
-		got, _ := d.pollRx(false)
+		got, _ := d.pollRx(false, false)
 		stuck = got > 0
 	}
 	*rcvd = d.PacketsReceived()
@@ -377,8 +377,10 @@ func (d *Device) failed(err error) {
 
 // pollRx receives and processes one batch if no other goroutine is
 // receiving. It returns the number of packets handled. inline says that a
-// busy poller calls: the batch's ACKs may then wait for it to come back.
-func (d *Device) pollRx(inline bool) (int, error) {
+// goroutine that polls calls, not the receive loop; deferAcks that it is
+// a busy poller, about to come back to post or poll: the batch's ACKs may
+// then wait for it.
+func (d *Device) pollRx(inline, deferAcks bool) (int, error) {
 	if !d.rxMu.TryLock() {
 		return 0, nil
 	}
@@ -389,7 +391,7 @@ func (d *Device) pollRx(inline bool) (int, error) {
 		d.ackTimer.Stop()
 		d.rx.StageDeferredAcks()
 	}
-	d.rx.DeferAcks(inline && d.deferAck)
+	d.rx.DeferAcks(inline && deferAcks && d.deferAck)
 	// A busy poller must not wait for the transport (CQ.Poll never
 	// blocks, and it holds rxMu, which every QP's receiving needs): what
 	// the transport cannot take now waits for this loop or ackTimer.
@@ -462,14 +464,17 @@ const deadlineLook = 16
 // timer's goroutine runs only when a CPU enters the Go scheduler, which
 // busy pollers holding every CPU delay until the runtime preempts one (10
 // ms and more; a 0.64 ms RNR wait stalled a stream for that long).
-func (d *Device) inlinePoll() {
+func (d *Device) inlinePoll() { d.pollInline(true) }
+
+// pollInline is inlinePoll; deferAcks is pollRx's.
+func (d *Device) pollInline(deferAcks bool) {
 	// Receive first: a poller that comes back after a pause (its thread
 	// was descheduled) may find the ACK that ends a wait in the socket,
 	// and a deadline run before it would spend a retry on a request that
 	// was answered.
 	if d.inline && d.poller != nil && d.serving.Load() {
 		d.inlinePolls.Add(1)
-		d.pollRx(true)
+		d.pollRx(true, deferAcks)
 	}
 	// Reading the clock costs more than a poll here (60 ns on this
 	// project's VMs): look every deadlineLook polls, a few microseconds

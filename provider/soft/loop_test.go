@@ -466,6 +466,32 @@ func TestServeStepsAside(t *testing.T) {
 		expectWC(t, b.waitWC(b.rcq), 9, verbs.WCSuccess, verbs.WCRecv)
 	})
 
+	t.Run("BeginWait brings it back", func(t *testing.T) {
+		// A C thread that spun receiving in ibv_get_cq_event (inline
+		// polls) and now blocks on the channel's descriptor polls no
+		// more: BeginWait must bring the loop back, and the loop must
+		// receive while the thread sleeps (virtual time stands still, so
+		// its check never would).
+		a, b, _ := pair(t, Config{}, Config{})
+		busyPollUntilAside(t, b)
+		for range 4 * stepAsidePolls {
+			b.dev.Progress()
+		}
+		b.dev.BeginWait()
+		if !b.dev.eng.Waiting() {
+			t.Fatal("BeginWait: the engine does not count the waiter")
+		}
+		realWait(t, func() bool { return !b.dev.aside.Load() }, "BeginWait did not bring the loop back")
+		b.postRecv(10)
+		r0 := b.dev.PacketsReceived()
+		a.send(4)
+		realWait(t, func() bool { return b.dev.PacketsReceived() > r0 }, "the loop did not receive while a thread waited outside Go")
+		b.dev.EndWait()
+		if b.dev.eng.Waiting() {
+			t.Fatal("EndWait: the engine still counts the waiter")
+		}
+	})
+
 	t.Run("comes back by itself", func(t *testing.T) {
 		a, b, _ := pair(t, Config{}, Config{})
 		busyPollUntilAside(t, b)
@@ -668,6 +694,31 @@ func TestDeferredAck(t *testing.T) {
 		for _, c := range acks {
 			if len(c) != 2 || c[0] != wire.RCAck || c[1] != wire.RCWriteOnly {
 				t.Fatalf("an ACK left in %v, want [ACK WRITE_ONLY] in one call", c)
+			}
+		}
+	})
+
+	t.Run("not for a thread that waits for an event", func(t *testing.T) {
+		// ProgressWaiting receives as Progress does, but its caller
+		// reads an event next, not posts: the ACK leaves at once. (b's
+		// loop is aside and the clock stands still: nothing else would
+		// send it.)
+		a, b, bl := deferredAckPair(t, Config{})
+		for i := 1; i <= 5; i++ {
+			a.buf[0] = byte(i)
+			a.write(uint64(i), 0, 1)
+			deadline := time.Now().Add(10 * time.Second)
+			for b.byteAt(0) != byte(i) {
+				b.dev.ProgressWaiting()
+				if time.Now().After(deadline) {
+					t.Fatalf("WRITE %d never arrived", i)
+				}
+			}
+			expectWC(t, a.waitWC(a.scq), uint64(i), verbs.WCSuccess, verbs.WCRDMAWrite)
+		}
+		for _, c := range bl.callsWith(wire.RCAck) {
+			if len(c) != 1 {
+				t.Fatalf("an ACK left in %v, want each alone", c)
 			}
 		}
 	})

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/softrdma/softrdma/provider/soft"
 )
@@ -47,6 +48,12 @@ type Env struct {
 	// the variable was given.
 	CC    soft.CCAlgorithm
 	CCSet bool
+
+	// EventSpin (SOFTRDMA_EVENT_SPIN=DURATION, 0 for none) is how long the
+	// C library's ibv_get_cq_event receives for the device before it
+	// blocks (clib); EventSpinSet says the variable was given.
+	EventSpin    time.Duration
+	EventSpinSet bool
 }
 
 // ReadEnv reads the variables through getenv (os.Getenv in the tools, a
@@ -96,6 +103,16 @@ func ReadEnv(getenv func(string) string) (Env, error) {
 		e.CC, e.CCSet = soft.CCDelay, true
 	default:
 		return Env{}, fmt.Errorf("SOFTRDMA_CC=%q: want dcqcn (congestion control, the default), delay or off", v)
+	}
+	if v := getenv("SOFTRDMA_EVENT_SPIN"); v != "" {
+		d, err := time.ParseDuration(v)
+		if v == "0" {
+			d, err = 0, nil
+		}
+		if err != nil || d < 0 || d > time.Second {
+			return Env{}, fmt.Errorf("SOFTRDMA_EVENT_SPIN=%q: want a duration from 0 (never spin) to 1s, such as 50us", v)
+		}
+		e.EventSpin, e.EventSpinSet = d, true
 	}
 	switch v := getenv("SOFTRDMA_SPLIT_WRITES"); v {
 	case "":

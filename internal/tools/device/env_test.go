@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/softrdma/softrdma/provider/soft"
 )
@@ -17,13 +18,15 @@ func TestReadEnv(t *testing.T) {
 		"SOFTRDMA_TRACE": "t.out", "SOFTRDMA_CPUPROFILE": "cpu.pprof", "SOFTRDMA_COUNTERS": "c.txt", "SOFTRDMA_NO_PROGRESS": "yes", "SOFTRDMA_SPIN_POLLS": "-1",
 		"SOFTRDMA_NO_INLINE_POLL": "1", "SOFTRDMA_NO_DEFERRED_ACK": "1", "SOFTRDMA_NO_GATHER": "1",
 		"SOFTRDMA_NO_SPLIT_WRITES": "0", "SOFTRDMA_SPLIT_WRITES": "always", "SOFTRDMA_CC": "off",
+		"SOFTRDMA_EVENT_SPIN": "20us",
 	}
 	e, err := ReadEnv(func(k string) string { return vars[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Env{Addr: "127.0.0.9", Device: "shm1", Log: true, Trace: "t.out", CPUProfile: "cpu.pprof", Counters: "c.txt", NoProgress: true, SpinPolls: -1,
-		NoInlinePoll: true, NoDeferredAck: true, NoGather: true, SplitWritesAlways: true, CC: soft.CCOff, CCSet: true}
+		NoInlinePoll: true, NoDeferredAck: true, NoGather: true, SplitWritesAlways: true, CC: soft.CCOff, CCSet: true,
+		EventSpin: 20 * time.Microsecond, EventSpinSet: true}
 	if e != want {
 		t.Fatalf("ReadEnv: %+v, want %+v", e, want)
 	}
@@ -37,6 +40,17 @@ func TestReadEnv(t *testing.T) {
 	if zero.SpinPolls != 0 || zero.NoInlinePoll || zero.NoDeferredAck || zero.NoGather || zero.NoSplitWrites || zero.SplitWritesAlways || zero.CC != (soft.CongestionControl{}) {
 		t.Fatalf("an empty environment changed the config: %+v", zero)
 	}
+	for _, v := range []string{"0", "0s"} {
+		e, err := ReadEnv(func(k string) string {
+			if k == "SOFTRDMA_EVENT_SPIN" {
+				return v
+			}
+			return ""
+		})
+		if err != nil || e.EventSpin != 0 || !e.EventSpinSet {
+			t.Errorf("SOFTRDMA_EVENT_SPIN=%s: %v, %v set %v; want 0, set", v, err, e.EventSpin, e.EventSpinSet)
+		}
+	}
 }
 
 // A value that does not parse is an error naming the variable, not a
@@ -44,6 +58,7 @@ func TestReadEnv(t *testing.T) {
 func TestReadEnvErrors(t *testing.T) {
 	for k, v := range map[string]string{
 		"SOFTRDMA_SPIN_POLLS": "many", "SOFTRDMA_NO_GATHER": "yes", "SOFTRDMA_SPLIT_WRITES": "sometimes", "SOFTRDMA_LOG": "true", "SOFTRDMA_CC": "cubic",
+		"SOFTRDMA_EVENT_SPIN": "-5us",
 	} {
 		_, err := ReadEnv(func(name string) string {
 			if name == k {

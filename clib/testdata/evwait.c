@@ -1,0 +1,182 @@
+/* evwait: completion events as a blocking and a non-blocking program wait
+ * for them, on two RC QPs of one device connected to each other in one
+ * process. QP 1's receive CQ reports to a completion channel.
+ *
+ *   1. A blocking ibv_get_cq_event that waits long (the SEND is posted by
+ *      another thread 300 ms later, far past any spin before the wait
+ *      blocks) returns the receive CQ's event, and the CQ holds the
+ *      receive: the device receives while the thread sleeps.
+ *   2. Short waits, many in a row (a ping-pong through the event: arm,
+ *      SEND, wait, poll), each return the one event.
+ *   3. With the channel's descriptor non-blocking, ibv_get_cq_event
+ *      returns -1 and errno EAGAIN when no event is there; poll() on the
+ *      descriptor then announces the next event, which ibv_get_cq_event
+ *      returns.
+ *   4. ibv_ack_cq_events for every event lets ibv_destroy_cq return.
+ *
+ *   evwait -d DEV -g GIDX
+ *
+ * clib/test.sh runs it over the library, and clib/interop.sh in the VM
+ * through rdma-core's own library on rxe0, where it passes too; exit
+ * status 0 means every check held.
+ */
+#define TCPX_PROG "evwait"
+#include "tcpx.h"
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+
+static struct ibv_context *ctx;
+static struct ibv_comp_channel *ch;
+static struct ibv_pd *pd;
+static struct ibv_cq *scq, *rcq;
+static struct ibv_qp *qp[2];
+static struct ibv_mr *mr;
+static char buf[4096];
+static unsigned events;
+
+static void fail(const char *what, long a, long b)
+{
+	fprintf(stderr, "evwait: %s (%ld, %ld)\n", what, a, b);
+	exit(1);
+}
+
+static void send_one(uint64_t id)
+{
+	struct ibv_sge s = {.addr = (uintptr_t)buf, .length = 8, .lkey = mr->lkey};
+	struct ibv_send_wr w = {.wr_id = id, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND}, *bad;
+	if (ibv_post_send(qp[0], &w, &bad))
+		die("ibv_post_send");
+}
+
+static void post_recv(uint64_t id)
+{
+	struct ibv_sge s = {.addr = (uintptr_t)buf + 1024, .length = 64, .lkey = mr->lkey};
+	struct ibv_recv_wr w = {.wr_id = id, .sg_list = &s, .num_sge = 1}, *bad;
+	if (ibv_post_recv(qp[1], &w, &bad))
+		die("ibv_post_recv");
+}
+
+static void *send_later(void *arg)
+{
+	usleep(300000);
+	send_one((uintptr_t)arg);
+	return NULL;
+}
+
+/* get_event waits for an event with ibv_get_cq_event, checks it is the
+ * receive CQ's and acks it; i names the message in a failure. */
+static void get_event(long i)
+{
+	struct ibv_cq *cq;
+	void *cq_ctx;
+
+	if (ibv_get_cq_event(ch, &cq, &cq_ctx))
+		fail("ibv_get_cq_event failed: errno, message", errno, i);
+	if (cq != rcq || cq_ctx != (void *)&events)
+		fail("event for another CQ, or with another context: message, same CQ", i, cq == rcq);
+	ibv_ack_cq_events(cq, 1);
+	events++;
+}
+
+/* expect_recv polls the receive CQ once for the receive of message id:
+ * the event came, so the completion is there. */
+static void expect_recv(uint64_t id)
+{
+	struct ibv_wc wc;
+	int k = ibv_poll_cq(rcq, 1, &wc);
+	if (k != 1)
+		fail("after the event, ibv_poll_cq of the receive CQ returned", k, (long)id);
+	if (wc.status != IBV_WC_SUCCESS || wc.wr_id != id || wc.opcode != IBV_WC_RECV)
+		fail("receive: status, wr_id", wc.status, (long)wc.wr_id);
+}
+
+int main(int argc, char **argv)
+{
+	const char *devname = NULL;
+	int opt, gidx = 0;
+	union ibv_gid gid;
+	struct ibv_cq *cq;
+	void *cq_ctx;
+	pthread_t th;
+
+	while ((opt = getopt(argc, argv, "d:g:")) != -1) {
+		switch (opt) {
+		case 'd': devname = optarg; break;
+		case 'g': gidx = atoi(optarg); break;
+		default: fprintf(stderr, "usage: evwait -d DEV -g GIDX\n"); return 2;
+		}
+	}
+	alarm(60); /* a wait that never ends fails the run */
+	ctx = open_device(devname);
+	ch = ibv_create_comp_channel(ctx);
+	pd = ibv_alloc_pd(ctx);
+	mr = pd ? ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE) : NULL;
+	scq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	rcq = ch ? ibv_create_cq(ctx, 64, &events, ch, 0) : NULL;
+	if (!mr || !scq || !rcq)
+		die("ibv_create_comp_channel/ibv_reg_mr/ibv_create_cq");
+	for (int i = 0; i < 2; i++) {
+		struct ibv_qp_init_attr a = {.send_cq = scq, .recv_cq = rcq, .qp_type = IBV_QPT_RC,
+			.cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1}};
+		qp[i] = ibv_create_qp(pd, &a);
+		if (!qp[i])
+			die("ibv_create_qp");
+	}
+	if (ibv_query_gid(ctx, 1, gidx, &gid))
+		die("ibv_query_gid");
+	rc_to_rts(qp[0], qp[1]->qp_num, &gid, gidx, 14);
+	rc_to_rts(qp[1], qp[0]->qp_num, &gid, gidx, 14);
+
+	/* 1. A long blocking wait. */
+	post_recv(1);
+	if (ibv_req_notify_cq(rcq, 0))
+		die("ibv_req_notify_cq");
+	if (pthread_create(&th, NULL, send_later, (void *)(uintptr_t)1))
+		die("pthread_create");
+	get_event(1);
+	pthread_join(th, NULL);
+	expect_recv(1);
+
+	/* 2. Short waits in a row. */
+	for (uint64_t id = 2; id < 202; id++) {
+		post_recv(id);
+		if (ibv_req_notify_cq(rcq, 0))
+			die("ibv_req_notify_cq");
+		send_one(id);
+		get_event((long)id);
+		expect_recv(id);
+	}
+
+	/* 3. A non-blocking descriptor. */
+	if (fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK))
+		die("fcntl O_NONBLOCK");
+	post_recv(202);
+	if (ibv_req_notify_cq(rcq, 0))
+		die("ibv_req_notify_cq");
+	errno = 0;
+	if (ibv_get_cq_event(ch, &cq, &cq_ctx) != -1 || errno != EAGAIN)
+		fail("no event yet, non-blocking: want -1 and EAGAIN; errno", errno, EAGAIN);
+	send_one(202);
+	{
+		struct pollfd pfd = {.fd = ch->fd, .events = POLLIN};
+		if (poll(&pfd, 1, 10000) != 1 || !(pfd.revents & POLLIN))
+			fail("poll() on the channel announced no event in 10 s: revents", pfd.revents, 0);
+	}
+	get_event(202);
+	expect_recv(202);
+	errno = 0;
+	if (ibv_get_cq_event(ch, &cq, &cq_ctx) != -1 || errno != EAGAIN)
+		fail("events drained, non-blocking: want -1 and EAGAIN; errno", errno, EAGAIN);
+
+	/* 4. Every event acked: the CQ can go. */
+	for (int i = 0; i < 2; i++)
+		if (ibv_destroy_qp(qp[i]))
+			die("ibv_destroy_qp");
+	if (ibv_destroy_cq(rcq) || ibv_destroy_cq(scq))
+		die("ibv_destroy_cq");
+	if (ibv_destroy_comp_channel(ch))
+		die("ibv_destroy_comp_channel");
+	printf("evwait: %u events, blocking and non-blocking, each for its receive\n", events);
+	return 0;
+}
