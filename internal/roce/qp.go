@@ -750,20 +750,14 @@ func (qp *QP) kickLocked(now time.Time) {
 		qp.flushSendLocked()
 	case verbs.QPStateRTS:
 		inFlight := qp.typ == verbs.QPTypeRC && qp.comp.psn != qp.req.psn
+		qp.runRequesterLocked(now)
 		if qp.resp.ackPending {
 			// An ACK waits for this goroutine (Config.NoDeferredAck): it
-			// leaves with the requests, in the same system call, and
-			// ahead of them. The requests are often the answer to the
-			// message it acknowledges; behind them, the peer completes
-			// its receive of the answer before its send, and a program
-			// that takes one event and then polls the CQ it expects
-			// (perftest's ib_send_lat -e) polls the wrong one.
+			// leaves with the requests, in the same system call.
 			qp.resp.flushAckWithPostLocked(qp)
-			qp.runRequesterLocked(now)
 			qp.flushLocked()
 			return
 		}
-		qp.runRequesterLocked(now)
 		switch {
 		case qp.tx.pinsMemory():
 			// Packets that gather from an MR never wait for the
