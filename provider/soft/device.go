@@ -264,10 +264,11 @@ func (d *Device) Progress() { d.inlinePoll() }
 // on it before it blocks): the ACKs of what it receives leave at once,
 // not with its next post, which comes only after the event has been
 // read, the CQ armed and polled, and may not come at all (a program that
-// waits for a second event first). Held for it, such an ACK waited for
-// the receive loop's step-aside check, long enough for the peer to
-// retransmit, and perftest's ib_send_lat -e stopped for good in 2-3 runs
-// of 20.
+// waits for a second event first). With the ACKs held for it, perftest's
+// ib_send_lat -e over the C library stopped for good in 4-5 runs of 20
+// (an ACK came late enough for the peer to retransmit, and the test's
+// loop, one poll per event, fell out of step); with them sent at once,
+// in none of 20.
 func (d *Device) ProgressWaiting() { d.pollInline(false) }
 
 // BeginWait and EndWait bracket a wait for the device's completions by a
