@@ -41,7 +41,6 @@ static struct ibv_cq_ex *cq[2];
 static struct ibv_qp *qp[2];
 static struct ibv_mr *mr[2];
 static unsigned char *mem[2];
-static union ibv_gid gid;
 static int gidx;
 static int reference; /* -r */
 
@@ -258,12 +257,9 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i < N; i++)
 		mem[0][i] = (unsigned char)(i * 7 + 1);
-	if (ibv_query_gid(ctx, 1, gidx, &gid))
-		die("ibv_query_gid");
 	qp[0] = make_qp();
 	qp[1] = make_qp();
-	rc_to_rts(qp[0], qp[1]->qp_num, &gid, gidx, 14);
-	rc_to_rts(qp[1], qp[0]->qp_num, &gid, gidx, 14);
+	rc_loop(ctx, qp, gidx);
 	messages();
 	for (int i = 0; i < 2; i++)
 		if (ibv_destroy_qp(qp[i]))

@@ -95,7 +95,6 @@ int main(int argc, char **argv)
 {
 	const char *devname = NULL;
 	int opt, gidx = 0;
-	union ibv_gid gid;
 	struct ibv_cq *cq;
 	void *cq_ctx;
 	pthread_t th;
@@ -116,17 +115,9 @@ int main(int argc, char **argv)
 	rcq = ch ? ibv_create_cq(ctx, 64, &events, ch, 0) : NULL;
 	if (!mr || !scq || !rcq)
 		die("ibv_create_comp_channel/ibv_reg_mr/ibv_create_cq");
-	for (int i = 0; i < 2; i++) {
-		struct ibv_qp_init_attr a = {.send_cq = scq, .recv_cq = rcq, .qp_type = IBV_QPT_RC,
-			.cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1}};
-		qp[i] = ibv_create_qp(pd, &a);
-		if (!qp[i])
-			die("ibv_create_qp");
-	}
-	if (ibv_query_gid(ctx, 1, gidx, &gid))
-		die("ibv_query_gid");
-	rc_to_rts(qp[0], qp[1]->qp_num, &gid, gidx, 14);
-	rc_to_rts(qp[1], qp[0]->qp_num, &gid, gidx, 14);
+	for (int i = 0; i < 2; i++)
+		qp[i] = rc_qp(pd, scq, rcq, 64, 64);
+	rc_loop(ctx, qp, gidx);
 
 	/* 1. A long blocking wait. */
 	post_recv(1);

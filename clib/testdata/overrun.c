@@ -78,7 +78,6 @@ int main(int argc, char **argv)
 {
 	const char *devname = NULL;
 	int opt, gidx = 0, k;
-	union ibv_gid gid;
 	struct ibv_wc wc[4];
 	struct ibv_async_event ev;
 	struct pollfd pfd;
@@ -97,17 +96,9 @@ int main(int argc, char **argv)
 	rcq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
 	if (!mr || !scq || !rcq)
 		die("ibv_reg_mr/ibv_create_cq");
-	for (int i = 0; i < 2; i++) {
-		struct ibv_qp_init_attr a = {.send_cq = i == 0 ? scq : rcq, .recv_cq = rcq, .qp_type = IBV_QPT_RC,
-			.cap = {.max_send_wr = 4, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1}};
-		qp[i] = ibv_create_qp(pd, &a);
-		if (!qp[i])
-			die("ibv_create_qp");
-	}
-	if (ibv_query_gid(ctx, 1, gidx, &gid))
-		die("ibv_query_gid");
-	rc_to_rts(qp[0], qp[1]->qp_num, &gid, gidx, 14);
-	rc_to_rts(qp[1], qp[0]->qp_num, &gid, gidx, 14);
+	for (int i = 0; i < 2; i++)
+		qp[i] = rc_qp(pd, i == 0 ? scq : rcq, rcq, 4, 8);
+	rc_loop(ctx, qp, gidx);
 	for (int i = 0; i < 4; i++) {
 		struct ibv_sge s = {.addr = (uintptr_t)buf + 1024, .length = 64, .lkey = mr->lkey};
 		struct ibv_recv_wr w = {.wr_id = i, .sg_list = &s, .num_sge = 1}, *bad;

@@ -167,3 +167,28 @@ __attribute__((unused)) static void rc_to_rts(struct ibv_qp *q, uint32_t remote,
 				 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
 		die("RTS");
 }
+
+/* rc_qp creates an RC QP with one SGE each way, or dies. */
+__attribute__((unused)) static struct ibv_qp *rc_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
+						    uint32_t max_send, uint32_t max_recv)
+{
+	struct ibv_qp_init_attr a = {.send_cq = scq, .recv_cq = rcq, .qp_type = IBV_QPT_RC,
+		.cap = {.max_send_wr = max_send, .max_recv_wr = max_recv, .max_send_sge = 1, .max_recv_sge = 1}};
+	struct ibv_qp *q = ibv_create_qp(pd, &a);
+
+	if (!q)
+		die("ibv_create_qp");
+	return q;
+}
+
+/* rc_loop connects the RC QPs q[0] and q[1] of one context to each other
+ * through its GID at index gidx (port 1), with rc_to_rts; or dies. */
+__attribute__((unused)) static void rc_loop(struct ibv_context *ctx, struct ibv_qp *q[2], int gidx)
+{
+	union ibv_gid gid;
+
+	if (ibv_query_gid(ctx, 1, gidx, &gid))
+		die("ibv_query_gid");
+	rc_to_rts(q[0], q[1]->qp_num, &gid, gidx, 14);
+	rc_to_rts(q[1], q[0]->qp_num, &gid, gidx, 14);
+}
