@@ -221,7 +221,8 @@ type chanObj struct {
 // sleep costs, two wake-ups across a VM's CPUs (the receive loop's and
 // the program's thread's, 30-45 µs each), so that such a wait costs at
 // most twice the best choice made in hindsight. With 50 µs, ib_send_lat
-// -e's 99th percentile was 4-5 times the Go tool's; with 100 µs, twice.
+// -e's 99th percentile was 8-9 times the Go tool's (615-660 µs against
+// 72-76); with 100 µs, about twice (137-163 µs).
 const eventSpin = 100 * time.Microsecond
 
 // outsideWaiter is implemented by the soft provider's devices: a thread

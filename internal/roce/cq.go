@@ -67,48 +67,57 @@ func (cq *CQ) push(wc *verbs.WC, solicited bool) {
 // received packets is handled until the batch's packets (its ACKs and
 // READ responses) have left: a program woken by an event answers at once,
 // and before this its answer could leave ahead of the ACK of the message
-// it answered. The peer then completed its receive before its send, which
-// perftest's event loops (ib_send_lat -e: one event, then one poll of the
-// CQ it expects) did not survive. Events raised on other goroutines
-// during a batch wait for its end too: they are late by at most a batch.
+// it answered, so that the peer completed its receive before its send (a
+// program that takes one event and then polls the CQ it expects, as
+// perftest's ib_send_lat -e does, then polls the wrong one). Events
+// raised on other goroutines during a batch wait for its end too: they
+// are late by at most a batch.
+//
+// A batch costs two atomic adds; the lock is taken only for events. An
+// event counts itself in waiting before it looks at batches, and a batch
+// that ends looks at waiting after it counted itself out: one of the two
+// sees the other, so no event is left behind.
 type heldEvents struct {
-	mu      sync.Mutex
-	batches int // HandleBatch calls under way
+	batches atomic.Int32 // HandleBatch calls under way
+	waiting atomic.Int32 // events in deliver or in cqs
+	mu      sync.Mutex   // guards cqs
 	cqs     []*CQ
 }
 
 // hold begins a batch.
-func (h *heldEvents) hold() {
-	h.mu.Lock()
-	h.batches++
-	h.mu.Unlock()
-}
+func (h *heldEvents) hold() { h.batches.Add(1) }
 
 // release ends a batch; the last one under way delivers the held events.
-// Delivering under mu keeps them in order with deliver's; a CompChannel
-// delivers without blocking.
 func (h *heldEvents) release() {
+	if h.batches.Add(-1) == 0 && h.waiting.Load() > 0 {
+		h.mu.Lock()
+		h.flushLocked()
+		h.mu.Unlock()
+	}
+}
+
+// deliver delivers cq's event, or holds it while a batch is under way.
+func (h *heldEvents) deliver(cq *CQ) {
+	h.waiting.Add(1)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.batches--; h.batches > 0 {
+	h.cqs = append(h.cqs, cq)
+	h.flushLocked()
+}
+
+// flushLocked delivers the held events, in order, unless a batch is under
+// way (its release delivers them). A CompChannel delivers without
+// blocking. Precondition: mu held.
+func (h *heldEvents) flushLocked() {
+	if h.batches.Load() > 0 || len(h.cqs) == 0 {
 		return
 	}
 	for i, cq := range h.cqs {
 		h.cqs[i] = nil
 		cq.ring.DeliverEvent()
 	}
+	h.waiting.Add(-int32(len(h.cqs)))
 	h.cqs = h.cqs[:0]
-}
-
-// deliver delivers cq's event, or holds it while a batch is under way.
-func (h *heldEvents) deliver(cq *CQ) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.batches > 0 {
-		h.cqs = append(h.cqs, cq)
-		return
-	}
-	cq.ring.DeliverEvent()
 }
 
 // Poll moves up to len(wc) completions into wc.

@@ -153,8 +153,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 // delivered after the ACK of the message has left. A program woken by
 // the event answers at once; delivered in the middle of the batch, the
 // event let the answer leave before the ACK, and the peer completed its
-// receive before its send, which perftest's event loops (ib_send_lat -e)
-// do not survive.
+// receive before its send.
 func TestCompletionEventAfterAck(t *testing.T) {
 	ta, tb := udpPair(t)
 	var sentAtEvent atomic.Uint64

@@ -120,7 +120,7 @@ func (r *CQRing) Push(wc *verbs.WC, solicited bool) PushResult {
 // until the batch's acknowledgements have left: a program woken by the
 // event answers at once, and its answer must not overtake the ACK of
 // the message it answers (the peer would see the answer's completion
-// before its request's, which perftest's event loops do not survive).
+// before its request's).
 func (r *CQRing) PushHoldEvent(wc *verbs.WC, solicited bool) (res PushResult, event bool) {
 	r.mu.Lock()
 	n := int(r.count.Load())
