@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -731,17 +732,34 @@ int ibv_destroy_cq(struct ibv_cq *cq)
  * A blocking read waits as the kernel's completion channel does; a
  * program that set O_NONBLOCK gets EAGAIN.
  *
+ * A thread reads a record only after it has claimed one (srd_event_claim):
+ * the provider counts a record in c->pending once it is in the pipe, and
+ * a claim takes one from the count. So a thread that claimed never blocks
+ * in read, and two threads waiting on one channel never take each
+ * other's record and leave one asleep without the device's receive loop
+ * brought back for it.
+ *
  * srd_event_spin is ibv_get_cq_event's wait before it blocks, as CQ.Wait
  * spins before it sleeps: for up to c->spin_ns it receives for the
  * device on the calling thread (srdgo_channel_progress), and the event
  * it raises there lands in the pipe with nothing to wake. It reports
- * whether an event is there. A thread blocked in read is woken by the
- * kernel, tens of microseconds across a VM's CPUs, and twice per round
- * trip a ping-pong paid it: a blocking ib_send_lat over the library took
- * 4-5 times the Go tool's. While the thread receives, the device's
+ * whether it claimed a record. A thread blocked in the kernel is woken in
+ * tens of microseconds across a VM's CPUs, and twice per round trip a
+ * ping-pong paid it: a blocking ib_send_lat over the library took 4-5
+ * times the Go tool's time. While the thread receives, the device's
  * receive loop steps aside, as it does for a program that busy-polls;
  * the thread brings it back before it blocks (srdgo_channel_block).
  */
+static int srd_event_claim(struct srd_channel *c)
+{
+	uint32_t n = __atomic_load_n(&c->pending, __ATOMIC_ACQUIRE);
+
+	while (n)
+		if (__atomic_compare_exchange_n(&c->pending, &n, n - 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			return 1;
+	return 0;
+}
+
 static int srd_event_spin(struct srd_channel *c)
 {
 	struct timespec t0, t;
@@ -752,7 +770,7 @@ static int srd_event_spin(struct srd_channel *c)
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (i = 1;; i++) {
 		srdgo_channel_progress(c->h);
-		if (__atomic_load_n(&c->pending, __ATOMIC_ACQUIRE))
+		if (srd_event_claim(c))
 			return 1;
 		if (i % 16 == 0) {
 			clock_gettime(CLOCK_MONOTONIC, &t);
@@ -764,36 +782,73 @@ static int srd_event_spin(struct srd_channel *c)
 	}
 }
 
+/* srd_event_block sleeps until it claims a record, the device's receive
+ * loop receiving meanwhile; -1 and errno if poll fails (EINTR: a signal,
+ * which the program sees as from a blocking read). */
+static int srd_event_block(struct srd_channel *c)
+{
+	struct pollfd p = {.fd = c->ch.fd, .events = POLLIN};
+	int ret = 0, err = 0;
+
+	srdgo_channel_block(c->h, 1);
+	while (!srd_event_claim(c)) {
+		if (poll(&p, 1, -1) < 0) {
+			err = errno;
+			ret = -1;
+			break;
+		}
+		/* Readable, and claimed by another thread first, or about to
+		 * be counted: it reads or counts it at once. */
+		if (!__atomic_load_n(&c->pending, __ATOMIC_ACQUIRE))
+			sched_yield();
+	}
+	srdgo_channel_block(c->h, 0);
+	errno = err;
+	return ret;
+}
+
+/* srd_event_drain claims a record for a non-blocking read if the pipe
+ * holds one it can have: one written and not yet counted is counted in a
+ * moment (a program that saw the descriptor readable must get its
+ * event, not EAGAIN). It reports whether there is none. */
+static int srd_event_drain(struct srd_channel *c)
+{
+	struct pollfd p = {.fd = c->ch.fd, .events = POLLIN};
+
+	while (!srd_event_claim(c)) {
+		if (poll(&p, 1, 0) != 1)
+			return 1;
+		sched_yield();
+	}
+	return 0;
+}
+
 int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context)
 {
 	struct srd_channel *c;
 	uint64_t p;
 	ssize_t n;
-	int err;
 
 	if (!channel || !cq || !cq_context)
 		return srd_fail(EINVAL);
 	c = SRD_CONTAINER(channel, struct srd_channel, ch);
-	/* A program that made the descriptor non-blocking does not wait
-	 * here: it drains the events poll() announced, to EAGAIN. */
-	if (__atomic_load_n(&c->pending, __ATOMIC_ACQUIRE) ||
-	    (fcntl(channel->fd, F_GETFL) & O_NONBLOCK) || srd_event_spin(c)) {
-		n = read(channel->fd, &p, sizeof(p));
-	} else {
-		/* The device's receive loop must receive while this thread
-		 * sleeps. */
-		srdgo_channel_block(c->h, 1);
-		n = read(channel->fd, &p, sizeof(p));
-		err = errno;
-		srdgo_channel_block(c->h, 0);
-		errno = err;
+	if (!srd_event_claim(c)) {
+		/* A program that made the descriptor non-blocking does not
+		 * wait here: it drains the events poll() announced, to
+		 * EAGAIN. */
+		if (fcntl(channel->fd, F_GETFL) & O_NONBLOCK) {
+			if (srd_event_drain(c))
+				return srd_fail(EAGAIN);
+		} else if (!srd_event_spin(c) && srd_event_block(c)) {
+			return -1;
+		}
 	}
+	n = read(channel->fd, &p, sizeof(p));
 	if (n != sizeof(p)) {
 		if (n >= 0)
-			errno = EIO; /* a short read; else read's errno (EAGAIN) */
+			errno = EIO; /* a short read; else read's errno */
 		return -1;
 	}
-	__atomic_sub_fetch(&c->pending, 1, __ATOMIC_RELAXED);
 	*cq = (struct ibv_cq *)(uintptr_t)p;
 	*cq_context = (*cq)->cq_context;
 	return 0;

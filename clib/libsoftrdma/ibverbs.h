@@ -36,9 +36,9 @@ struct srd_channel {
 	struct ibv_comp_channel ch;
 	uintptr_t h;
 	int wfd;
-	/* Records in the pipe (or about to be) and not yet read: the
-	 * provider adds before it writes, ibv_get_cq_event takes after it
-	 * reads (srd_event_spin). */
+	/* Records in the pipe that no thread has claimed: the provider
+	 * adds once it has written one, ibv_get_cq_event takes one before
+	 * it reads (srd_event_claim). */
 	uint32_t pending;
 	/* How long ibv_get_cq_event receives for the device before it
 	 * blocks; 0: it blocks at once (a device it cannot drive). */

@@ -205,7 +205,7 @@ type chanObj struct {
 	c       *ctxObj
 	ch      *verbs.CompChannel
 	wfd     int
-	pending *uint32 // struct srd_channel's count of records not yet read
+	pending *uint32 // struct srd_channel's count of records not yet claimed
 	// cqs maps each CQ that reports here to its struct ibv_cq, read
 	// without a lock on the provider's goroutine.
 	cqs sync.Map
@@ -278,13 +278,11 @@ func (o *chanObj) event(cq verbs.CQ) {
 	}
 	var rec [8]byte
 	*(*uint64)(unsafe.Pointer(&rec[0])) = uint64(uintptr(p.(unsafe.Pointer)))
-	// Counted first: ibv_get_cq_event may read the record as soon as it
-	// is written, and pending must never fall below what the pipe holds
-	// (it would wrap, and a blocking read skip srdgo_channel_block).
-	// 8 bytes go whole or, in a full pipe, not at all.
-	atomic.AddUint32(o.pending, 1)
-	if n, _ := sysWrite(o.wfd, rec[:]); n != len(rec) {
-		atomic.AddUint32(o.pending, ^uint32(0))
+	// Counted once written: a thread in ibv_get_cq_event reads only a
+	// record it claimed from the count, so it never blocks in read. 8
+	// bytes go whole or, in a full pipe, not at all.
+	if n, _ := sysWrite(o.wfd, rec[:]); n == len(rec) {
+		atomic.AddUint32(o.pending, 1)
 	}
 }
 

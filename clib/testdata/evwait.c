@@ -8,11 +8,12 @@
  *      receive: the device receives while the thread sleeps.
  *   2. Short waits, many in a row (a ping-pong through the event: arm,
  *      SEND, wait, poll), each return the one event.
- *   3. With the channel's descriptor non-blocking, ibv_get_cq_event
+ *   3. Two threads blocked on one channel take one event each.
+ *   4. With the channel's descriptor non-blocking, ibv_get_cq_event
  *      returns -1 and errno EAGAIN when no event is there; poll() on the
  *      descriptor then announces the next event, which ibv_get_cq_event
  *      returns.
- *   4. ibv_ack_cq_events for every event lets ibv_destroy_cq return.
+ *   5. ibv_ack_cq_events for every event lets ibv_destroy_cq return.
  *
  *   evwait -d DEV -g GIDX
  *
@@ -76,7 +77,17 @@ static void get_event(long i)
 	if (cq != rcq || cq_ctx != (void *)&events)
 		fail("event for another CQ, or with another context: message, same CQ", i, cq == rcq);
 	ibv_ack_cq_events(cq, 1);
-	events++;
+	__atomic_add_fetch(&events, 1, __ATOMIC_SEQ_CST);
+}
+
+static int taken; /* events the waiters took */
+
+/* waiter takes one event, as get_event does, in a thread of its own. */
+static void *waiter(void *arg)
+{
+	get_event((long)(uintptr_t)arg);
+	__atomic_add_fetch(&taken, 1, __ATOMIC_SEQ_CST);
+	return NULL;
 }
 
 /* expect_recv polls the receive CQ once for the receive of message id:
@@ -139,28 +150,48 @@ int main(int argc, char **argv)
 		expect_recv(id);
 	}
 
-	/* 3. A non-blocking descriptor. */
+	/* 3. Two waiters on one channel. */
+	{
+		pthread_t w[2];
+
+		for (int i = 0; i < 2; i++)
+			if (pthread_create(&w[i], NULL, waiter, (void *)(uintptr_t)(202 + i)))
+				die("pthread_create");
+		for (uint64_t id = 202; id < 204; id++) {
+			post_recv(id);
+			if (ibv_req_notify_cq(rcq, 0))
+				die("ibv_req_notify_cq");
+			send_one(id);
+			while (__atomic_load_n(&taken, __ATOMIC_SEQ_CST) < (int)(id - 201))
+				usleep(100);
+			expect_recv(id);
+		}
+		for (int i = 0; i < 2; i++)
+			pthread_join(w[i], NULL);
+	}
+
+	/* 4. A non-blocking descriptor. */
 	if (fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK))
 		die("fcntl O_NONBLOCK");
-	post_recv(202);
+	post_recv(204);
 	if (ibv_req_notify_cq(rcq, 0))
 		die("ibv_req_notify_cq");
 	errno = 0;
 	if (ibv_get_cq_event(ch, &cq, &cq_ctx) != -1 || errno != EAGAIN)
 		fail("no event yet, non-blocking: want -1 and EAGAIN; errno", errno, EAGAIN);
-	send_one(202);
+	send_one(204);
 	{
 		struct pollfd pfd = {.fd = ch->fd, .events = POLLIN};
 		if (poll(&pfd, 1, 10000) != 1 || !(pfd.revents & POLLIN))
 			fail("poll() on the channel announced no event in 10 s: revents", pfd.revents, 0);
 	}
-	get_event(202);
-	expect_recv(202);
+	get_event(204);
+	expect_recv(204);
 	errno = 0;
 	if (ibv_get_cq_event(ch, &cq, &cq_ctx) != -1 || errno != EAGAIN)
 		fail("events drained, non-blocking: want -1 and EAGAIN; errno", errno, EAGAIN);
 
-	/* 4. Every event acked: the CQ can go. */
+	/* 5. Every event acked: the CQ can go. */
 	for (int i = 0; i < 2; i++)
 		if (ibv_destroy_qp(qp[i]))
 			die("ibv_destroy_qp");
