@@ -206,9 +206,6 @@ type chanObj struct {
 	ch      *verbs.CompChannel
 	wfd     int
 	pending *uint32 // struct srd_channel's count of records not yet claimed
-	// cqs maps each CQ that reports here to its struct ibv_cq, read
-	// without a lock on the provider's goroutine.
-	cqs sync.Map
 	// mu guards the write end: stop waits for a write under way, and no
 	// write follows it (the C side then closes the descriptor, whose
 	// number a later open may take).
@@ -265,10 +262,14 @@ func (o *chanObj) stop() {
 	o.mu.Unlock()
 }
 
-// event writes cq's record; it runs on the provider's goroutine.
+// event writes cq's record. It runs on the provider's goroutine, which
+// may hold a QP's lock: the context's lock, which nothing holds while it
+// calls into the provider, is safe to take here.
 func (o *chanObj) event(cq verbs.CQ) {
-	p, ok := o.cqs.Load(cq)
-	if !ok {
+	o.c.mu.Lock()
+	p := o.c.cptr[cq]
+	o.c.mu.Unlock()
+	if p == nil {
 		return // destroyed since
 	}
 	o.mu.RLock()
@@ -277,7 +278,7 @@ func (o *chanObj) event(cq verbs.CQ) {
 		return
 	}
 	var rec [8]byte
-	*(*uint64)(unsafe.Pointer(&rec[0])) = uint64(uintptr(p.(unsafe.Pointer)))
+	*(*uint64)(unsafe.Pointer(&rec[0])) = uint64(uintptr(p))
 	// Counted once written: a thread in ibv_get_cq_event reads only a
 	// record it claimed from the count, so it never blocks in read. 8
 	// bytes go whole or, in a full pipe, not at all.
@@ -301,8 +302,8 @@ func srdgo_channel_progress(h C.uintptr_t) {
 	}
 }
 
-// srdgo_channel_block brackets ibv_get_cq_event's blocking read (begin 1,
-// then 0): the device's receive loop receives while the thread sleeps.
+// srdgo_channel_block brackets ibv_get_cq_event's sleep in poll (begin
+// 1, then 0): the device's receive loop receives while the thread sleeps.
 //
 //export srdgo_channel_block
 func srdgo_channel_block(h C.uintptr_t, begin C.int) {
@@ -331,7 +332,6 @@ func srdgo_destroy_channel(h C.uintptr_t) (ret C.int) {
 type cqObj struct {
 	c  *ctxObj
 	cq verbs.CQ
-	ch *chanObj      // the completion channel it reports to, or nil
 	rx packetCounter // the CQ's device, if it counts received packets
 	mu sync.Mutex    // guards wc, the poll scratch, and feeds
 	wc []verbs.WC
@@ -365,22 +365,15 @@ func (o *cqObj) dropFeed(q *qpObj) {
 func srdgo_create_cq(ch C.uintptr_t, cqe C.int, chh C.uintptr_t, cptr *C.struct_ibv_cq, h *C.uintptr_t, actual *C.int32_t) (ret C.int) {
 	defer guard("ibv_create_cq", &ret)
 	c := ctxOf(ch)
-	var (
-		events *chanObj
-		comp   *verbs.CompChannel
-	)
+	var comp *verbs.CompChannel
 	if chh != 0 {
-		events = handle.Handle(chh).Value().(*chanObj)
-		comp = events.ch
+		comp = handle.Handle(chh).Value().(*chanObj).ch
 	}
 	cq, err := c.ctx.CreateCQ(int(cqe), comp)
 	if err != nil {
 		return errnoOf("ibv_create_cq", err)
 	}
-	if events != nil {
-		events.cqs.Store(cq, unsafe.Pointer(cptr))
-	}
-	o := &cqObj{c: c, cq: cq, ch: events, wc: make([]verbs.WC, 64)}
+	o := &cqObj{c: c, cq: cq, wc: make([]verbs.WC, 64)}
 	o.fed = (*uint32)(unsafe.Pointer(&(*C.struct_srd_cq)(unsafe.Pointer(cptr)).fed))
 	o.rx, _ = c.ctx.(packetCounter)
 	*h = C.uintptr_t(c.add(o, unsafe.Pointer(cptr), cq, nil))
@@ -394,9 +387,6 @@ func srdgo_destroy_cq(h C.uintptr_t) (ret C.int) {
 	o := handle.Handle(h).Value().(*cqObj)
 	if err := o.cq.Destroy(); err != nil {
 		return errnoOf("ibv_destroy_cq", err)
-	}
-	if o.ch != nil {
-		o.ch.cqs.Delete(o.cq)
 	}
 	o.c.remove(handle.Handle(h), o.cq)
 	return 0
