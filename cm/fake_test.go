@@ -118,6 +118,9 @@ type fakePD struct {
 }
 
 func (p *fakePD) Dealloc() error { return nil }
+func (p *fakePD) AllocMW(verbs.MWType) (verbs.MW, error) {
+	return nil, verbs.Errorf("AllocMW", verbs.ErrNotSupported, "fake")
+}
 func (p *fakePD) CreateQP(a *verbs.QPInitAttr) (verbs.QP, error) {
 	q := &fakeRCQP{typ: a.QPType, num: p.dev.nextQPN.Add(1)}
 	p.dev.net.mu.Lock()

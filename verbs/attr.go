@@ -162,6 +162,14 @@ type SRQAttr struct {
 	SRQLimit uint32
 }
 
+// Device capability flags (enum ibv_device_cap_flags) for
+// DeviceAttr.DeviceCapFlags; the others keep libibverbs' values.
+const (
+	DeviceMemWindow       = 1 << 17 // memory windows (type 1)
+	DeviceMemWindowType2A = 1 << 23
+	DeviceMemWindowType2B = 1 << 24 // type 2 windows, bound to a QP
+)
+
 // DeviceAttr describes a device's capabilities (struct ibv_device_attr).
 type DeviceAttr struct {
 	FWVer                 string

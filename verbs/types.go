@@ -155,6 +155,9 @@ const (
 	AccessRemoteWrite  Access = 1 << 1
 	AccessRemoteRead   Access = 1 << 2
 	AccessRemoteAtomic Access = 1 << 3
+	// AccessMWBind lets memory windows be bound to the region
+	// (IBV_ACCESS_MW_BIND).
+	AccessMWBind Access = 1 << 4
 )
 
 func (a Access) String() string {
@@ -165,7 +168,7 @@ func (a Access) String() string {
 	for _, f := range []struct {
 		bit  Access
 		name string
-	}{{AccessLocalWrite, "LOCAL_WRITE"}, {AccessRemoteWrite, "REMOTE_WRITE"}, {AccessRemoteRead, "REMOTE_READ"}, {AccessRemoteAtomic, "REMOTE_ATOMIC"}} {
+	}{{AccessLocalWrite, "LOCAL_WRITE"}, {AccessRemoteWrite, "REMOTE_WRITE"}, {AccessRemoteRead, "REMOTE_READ"}, {AccessRemoteAtomic, "REMOTE_ATOMIC"}, {AccessMWBind, "MW_BIND"}} {
 		if a&f.bit != 0 {
 			parts = append(parts, f.name)
 			a &^= f.bit
@@ -190,9 +193,16 @@ const (
 	WRAtomicCmpAndSwp
 	WRAtomicFetchAndAdd
 	WRSendWithInv
+	// WRLocalInv invalidates the memory window whose rkey is
+	// InvalidateRKey (IBV_WR_LOCAL_INV): a local operation, in order
+	// with the QP's other requests, that sends nothing.
+	WRLocalInv
+	// WRBindMW binds the memory window Bind.MW (IBV_WR_BIND_MW): a
+	// local operation, in order with the QP's other requests.
+	WRBindMW
 )
 
-var wrOpcodeNames = [...]string{"RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM", "RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD", "SEND_WITH_INV"}
+var wrOpcodeNames = [...]string{"RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM", "RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD", "SEND_WITH_INV", "LOCAL_INV", "BIND_MW"}
 
 func (o WROpcode) String() string {
 	if int(o) < len(wrOpcodeNames) {
@@ -213,6 +223,10 @@ func (o WROpcode) WCOpcode() WCOpcode {
 		return WCCompSwap
 	case WRAtomicFetchAndAdd:
 		return WCFetchAdd
+	case WRLocalInv:
+		return WCLocalInv
+	case WRBindMW:
+		return WCBindMW
 	}
 	return WCSend
 }
@@ -301,6 +315,8 @@ const (
 	WCRDMARead        WCOpcode = 2
 	WCCompSwap        WCOpcode = 3
 	WCFetchAdd        WCOpcode = 4
+	WCBindMW          WCOpcode = 5
+	WCLocalInv        WCOpcode = 6
 	WCRecv            WCOpcode = 128
 	WCRecvRDMAWithImm WCOpcode = 129
 )
@@ -317,6 +333,10 @@ func (o WCOpcode) String() string {
 		return "COMP_SWAP"
 	case WCFetchAdd:
 		return "FETCH_ADD"
+	case WCBindMW:
+		return "BIND_MW"
+	case WCLocalInv:
+		return "LOCAL_INV"
 	case WCRecv:
 		return "RECV"
 	case WCRecvRDMAWithImm:
@@ -387,8 +407,11 @@ type SendWR struct {
 	SendFlags SendFlags
 	// ImmData is sent with *_WITH_IMM, in host order.
 	ImmData uint32
-	// InvalidateRKey is the remote key that SEND_WITH_INV invalidates.
+	// InvalidateRKey is the key that SEND_WITH_INV (at the peer) or
+	// LOCAL_INV (here) invalidates.
 	InvalidateRKey uint32
+	// Bind is the binding of a BIND_MW request.
+	Bind *MWBind
 
 	RemoteAddr uint64
 	RKey       uint32
@@ -399,6 +422,30 @@ type SendWR struct {
 	RemoteQPN  uint32
 	RemoteQKey uint32
 }
+
+// MWBind is what a BIND_MW request binds (struct ibv_mw_bind_info, with
+// the window and its new rkey as struct ibv_send_wr's bind_mw holds
+// them): Length bytes of MR at Addr, which must lie inside the region,
+// reachable by peers through RKey with Access (AccessRemoteRead,
+// AccessRemoteWrite, AccessRemoteAtomic). The MR must have been
+// registered with AccessMWBind, and with AccessLocalWrite if the window
+// grants remote write or atomic access (IBTA C10-73, C10-74). A Length
+// of 0 with a nil MR unbinds a type 1 window.
+type MWBind struct {
+	MW MW
+	// RKey is the window's rkey once bound: its current one with only
+	// the low 8 bits (the key) changed, usually IncRKey(MW.RKey()).
+	RKey   uint32
+	MR     MR
+	Addr   uint64
+	Length uint64
+	Access Access
+}
+
+// IncRKey returns rkey with its low 8 bits, the consumer's key, advanced
+// by one (ibv_inc_rkey): the rkey to bind a window with next, so that the
+// rkey of its previous binding stops working.
+func IncRKey(rkey uint32) uint32 { return rkey&^0xFF | (rkey+1)&0xFF }
 
 // RecvWR is a receive work request (struct ibv_recv_wr).
 type RecvWR struct {

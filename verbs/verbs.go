@@ -56,6 +56,9 @@ type PD interface {
 	CreateQP(attr *QPInitAttr) (QP, error)
 	CreateSRQ(attr *SRQInitAttr) (SRQ, error)
 	CreateAH(attr *AHAttr) (AH, error)
+	// AllocMW allocates a memory window of type typ (ibv_alloc_mw). A
+	// provider without windows returns ErrNotSupported.
+	AllocMW(typ MWType) (MW, error)
 	// Dealloc frees the PD; it fails with ErrInUse while objects remain.
 	Dealloc() error
 }
@@ -80,6 +83,67 @@ type MR interface {
 	// SGE returns the scatter/gather element for length bytes at offset off.
 	SGE(off, length int) SGE
 	Dereg() error
+}
+
+// MWType is the type of a memory window (enum ibv_mw_type).
+type MWType uint8
+
+// Memory window types.
+const (
+	// MWType1 windows belong to their PD: any QP of it may bind them
+	// (BindMW), and peers reach them through any QP of the PD. Only a
+	// new bind changes or revokes their rkey.
+	MWType1 MWType = 1
+	// MWType2 windows (IBTA's type 2B) are bound by a WRBindMW request
+	// and reachable only through the QP that bound them; LOCAL_INV or a
+	// peer's SEND_WITH_INV on that QP invalidates them, and only an
+	// invalidated window may be bound again.
+	MWType2 MWType = 2
+)
+
+func (t MWType) String() string {
+	switch t {
+	case MWType1:
+		return "type 1"
+	case MWType2:
+		return "type 2"
+	}
+	return fmt.Sprintf("MWType(%d)", uint8(t))
+}
+
+// MW is a memory window (struct ibv_mw): a remote key for a range of a
+// memory region, granted and revoked through a QP's send queue with
+// WRBindMW, WRLocalInv and the peer's SEND_WITH_INV, without registering
+// memory again. The region must stay registered while windows are bound
+// to it: Dereg fails with ErrInUse until they are invalidated or
+// deallocated.
+type MW interface {
+	Type() MWType
+	// RKey is the rkey of the window's latest bind to have taken effect
+	// (the one it was allocated with before its first).
+	RKey() uint32
+	// Dealloc frees the window; a bound window stops working at once.
+	Dealloc() error
+}
+
+// BindMW binds the type 1 window mw to b's range of b.MR (ibv_bind_mw):
+// it posts a WRBindMW request with wrID and flags on qp, with the next
+// rkey (IncRKey(mw.RKey())), and returns that rkey. b.MW and b.RKey are
+// set from mw. The bind takes effect in order with qp's other requests;
+// wait for its completion before binding mw again.
+func BindMW(qp QP, mw MW, wrID uint64, flags SendFlags, b MWBind) (uint32, error) {
+	if qp == nil || mw == nil {
+		return 0, Errorf("BindMW", ErrInvalidArgument, "a nil QP or window")
+	}
+	if mw.Type() != MWType1 {
+		return 0, Errorf("BindMW", ErrInvalidArgument, "BindMW binds type 1 windows; post a WRBindMW request for a %v window", mw.Type())
+	}
+	b.MW = mw
+	b.RKey = IncRKey(mw.RKey())
+	if err := qp.PostSend(&SendWR{WRID: wrID, Opcode: WRBindMW, SendFlags: flags, Bind: &b}); err != nil {
+		return 0, err
+	}
+	return b.RKey, nil
 }
 
 // CQ is a completion queue (struct ibv_cq). Poll, Wait and ReqNotify are safe

@@ -307,6 +307,15 @@ func (c *completer) retire(qp *compQP, s *reqSent, w *sendWQE, r *compResult) {
 		s.next++ // completeSendLocked moves the send queue's next past w
 	}
 	qp.retirer.completeSendLocked(w, verbs.WCSuccess)
+	// Local requests after w (BIND_MW, LOCAL_INV) took effect as the
+	// requester passed them; they complete with w, in order.
+	for qp.sq.head != qp.sq.tail {
+		l := qp.sq.at(qp.sq.head)
+		if !l.started || !l.isLocal() {
+			break
+		}
+		qp.retirer.completeSendLocked(l, verbs.WCSuccess)
+	}
 }
 
 // onProgress restores the retry counters and restarts the ACK timer; it

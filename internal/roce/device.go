@@ -53,6 +53,7 @@ const (
 	maxInline   = 512
 	maxRdAtomic = 128
 	maxSRQWR    = 1 << 14
+	maxMW       = 1 << 16
 	firstQPN    = 0x11 // QPNs below are reserved (QP0, QP1 and rxe's habit)
 	vendorID    = 0xFFFFFF
 	ackWindow   = 512 // unacknowledged PSNs a requester may have in flight (rxe: RXE_MAX_UNACKED_PSNS = 128)
@@ -166,17 +167,18 @@ type Device struct {
 	pmtu   verbs.MTU
 	linkMT int
 
-	keys keyTable // rkey → MR, lkey → MR (disjoint key sets)
-	qps  qpTable
+	keys    keyTable    // rkey → MR, lkey → MR (disjoint key sets)
+	windows windowTable // rkey>>8 → memory window (mw.go)
+	qps     qpTable
 
 	randMu sync.Mutex
 	rng    *mrand.Rand
 
 	bufPool sync.Pool // *pktBuf
 
-	nPD, nCQ, nMR, nAH, nSRQ atomic.Int32
-	closed                   atomic.Bool
-	cqWaits                  atomic.Int32 // goroutines blocking in CQ.Wait (Waiting)
+	nPD, nCQ, nMR, nAH, nSRQ, nMW atomic.Int32
+	closed                        atomic.Bool
+	cqWaits                       atomic.Int32 // goroutines blocking in CQ.Wait (Waiting)
 
 	gather      bool                // the transport gathers payloads (transport.Gatherer)
 	coalescer   transport.Coalescer // nil: no split WRITEs (NoSplitWrites, or the transport cannot coalesce)
@@ -360,6 +362,8 @@ func (d *Device) QueryDevice() (verbs.DeviceAttr, error) {
 		MaxCQ:           1 << 16,
 		MaxCQE:          maxCQE,
 		MaxMR:           1 << 18,
+		MaxMW:           maxMW,
+		DeviceCapFlags:  verbs.DeviceMemWindow | verbs.DeviceMemWindowType2B,
 		MaxPD:           1 << 16,
 		MaxQPRdAtom:     maxRdAtomic,
 		MaxResRdAtom:    maxRdAtomic * maxQP,

@@ -63,7 +63,7 @@ func (d *Device) Event(e verbs.AsyncEvent) {
 
 // Close stops the device and releases everything the application left:
 // its QPs are destroyed (as ibv_destroy_qp: outstanding work requests are
-// discarded), its MRs deregistered, its SRQs, AHs and CQs destroyed and
+// discarded), its memory windows deallocated, its MRs deregistered, its SRQs, AHs and CQs destroyed and
 // its PDs deallocated; then the transport is closed, which ends the
 // driver's receive loop, and the event channel. A driver that keeps
 // receiving state of its own (an RxBatch) stops and drops it first: use
@@ -95,6 +95,14 @@ func (d *Device) Release() {
 	}
 	for _, s := range list(&d.objs, d.objs.srqs) {
 		s.Destroy()
+	}
+	var mws []*MW
+	d.windows.each(func(_ uint32, mw *MW) bool {
+		mws = append(mws, mw)
+		return true
+	})
+	for _, mw := range mws {
+		mw.Dealloc()
 	}
 	var mrs []*MR
 	d.keys.each(func(k uint32, mr *MR) bool {

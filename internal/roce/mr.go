@@ -46,12 +46,9 @@ type MR struct {
 	access  verbs.Access
 	mmapped bool
 
-	mu         sync.RWMutex
-	dead       bool // deregistered: every access fails
-	rkeyRevoke bool // invalidated by SEND_WITH_INV: remote access fails
-	// invalidatable: a SEND_WITH_INV may revoke the rkey (memory windows
-	// and fast-registered regions, which softrdma does not have yet).
-	invalidatable bool
+	mu      sync.RWMutex
+	dead    bool // deregistered: every access fails
+	windows int  // memory windows bound to the region (mw.go)
 
 	// Packets that gather their payload from buf pin the MR until they
 	// are sent or dropped; Dereg waits for them.
@@ -118,9 +115,10 @@ func (pd *PD) register(buf []byte, access verbs.Access, mmapped bool) *MR {
 	// Keys are random 32-bit values, so a peer cannot guess another MR's
 	// rkey from its own; lkeys and rkeys share one table and never collide.
 	d.keys.mu.Lock()
+	// A key never shares its index (high 24 bits) with a window (mw.go).
 	newKey := func() uint32 {
 		for {
-			if k := d.randUint32(); !d.keys.has(k) {
+			if k := d.randUint32(); !d.keys.has(k) && d.windows.lookup(k>>8) == nil {
 				return k
 			}
 		}
@@ -180,6 +178,12 @@ func (mr *MR) Dereg() error {
 		mr.mu.Unlock()
 		return verbs.Errorf("DeregMR", verbs.ErrDestroyed, "MR already deregistered")
 	}
+	if mr.windows > 0 {
+		n := mr.windows
+		mr.mu.Unlock()
+		// IBTA 10.6.7.2.6; rxe refuses too (EINVAL).
+		return verbs.Errorf("DeregMR", verbs.ErrInUse, "%d memory windows are bound to the MR; invalidate or deallocate them first", n)
+	}
 	mr.dead = true
 	mr.mu.Unlock()
 
@@ -214,16 +218,20 @@ func (mr *MR) span(addr uint64, n uint64) ([]byte, bool) {
 	return verbsobj.Span(mr.buf, mr.addr, addr, n)
 }
 
-// remoteMR resolves an rkey from the network for access, checking PD,
-// permission and bounds. It returns the MR read-locked (the caller unlocks
-// with mr.mu.RUnlock) and the addressed bytes.
-func (pd *PD) remoteMR(rkey uint32, addr, n uint64, access verbs.Access) (*MR, []byte, bool) {
+// remoteMR resolves an rkey from the network for access, arriving on
+// QP qpn of pd, checking PD, permission and bounds; the rkey may name a
+// memory window (remoteWindow). It returns the MR read-locked (the caller
+// unlocks with mr.mu.RUnlock) and the addressed bytes.
+func (pd *PD) remoteMR(rkey uint32, addr, n uint64, access verbs.Access, qpn uint32) (*MR, []byte, bool) {
 	mr := pd.dev.lookupKey(rkey)
-	if mr == nil || mr.rkey != rkey || mr.pd != pd || !verbsobj.Permits(mr.access, access) {
+	if mr == nil {
+		return pd.remoteWindow(rkey, addr, n, access, qpn)
+	}
+	if mr.rkey != rkey || mr.pd != pd || !verbsobj.Permits(mr.access, access) {
 		return nil, nil, false
 	}
 	mr.mu.RLock()
-	if mr.dead || mr.rkeyRevoke {
+	if mr.dead {
 		mr.mu.RUnlock()
 		return nil, nil, false
 	}

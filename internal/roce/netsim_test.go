@@ -3,6 +3,7 @@ package roce
 import (
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"testing/synctest"
@@ -53,7 +54,7 @@ func nonZero(d *Device) []Counter {
 }
 
 func TestSuiteNetsim(t *testing.T) {
-	for _, c := range basicSuite {
+	for _, c := range slices.Concat(basicSuite, mwSuite) {
 		t.Run(c.name, func(t *testing.T) {
 			runNetsim(t, netsim.Config{Delay: 5 * time.Microsecond, Seed: 1, MTU: 9000}, c)
 		})

@@ -108,6 +108,8 @@ type sendWQE struct {
 	length   uint64
 	status   verbs.WCStatus // a local error found at post time
 	probe    bool           // a keepalive probe: it posts no completion
+	bind     *bindOp        // BIND_MW: the binding (kept with the slot, reused)
+	executed bool           // BIND_MW, LOCAL_INV: carried out (a rewind must not repeat it)
 
 	// Requester progress.
 	started     bool
@@ -118,6 +120,10 @@ type sendWQE struct {
 	nextRespPSN wire.PSN // READ: next response expected
 	respStart   wire.PSN // READ: PSN of the (re)issued request, whose response is FIRST/ONLY
 }
+
+// isLocal reports whether w is a local operation (BIND_MW, LOCAL_INV):
+// it takes effect when the requester reaches it and sends nothing.
+func (w *sendWQE) isLocal() bool { return w.opcode == verbs.WRBindMW || w.opcode == verbs.WRLocalInv }
 
 func (w *sendWQE) isReadOrAtomic() bool {
 	return w.opcode == verbs.WRRDMARead || w.opcode == verbs.WRAtomicCmpAndSwp || w.opcode == verbs.WRAtomicFetchAndAdd
@@ -681,6 +687,9 @@ func (qp *QP) completeSendLocked(w *sendWQE, st verbs.WCStatus) {
 		defer qp.checkDrainedLocked()
 	}
 	w.sgl.reset()
+	if w.bind != nil {
+		w.bind.mw, w.bind.mr = nil, nil // let the objects go
+	}
 	w.started = false
 	w.status = verbs.WCSuccess
 	qp.sq.head++
@@ -798,6 +807,10 @@ func (qp *QP) postOneLocked(wr *verbs.SendWR) error {
 	w.status = verbs.WCSuccess
 	w.started = false
 	w.isInline = false
+	w.executed = false
+	if wr.Opcode == verbs.WRBindMW || wr.Opcode == verbs.WRLocalInv {
+		return qp.postLocalLocked(wr, w)
+	}
 	readInto := wr.Opcode == verbs.WRRDMARead || wr.Opcode == verbs.WRAtomicCmpAndSwp || wr.Opcode == verbs.WRAtomicFetchAndAdd
 	if wr.SendFlags&verbs.SendInline != 0 && !readInto {
 		n := 0
@@ -861,14 +874,37 @@ func (qp *QP) postOneLocked(wr *verbs.SendWR) error {
 	return nil
 }
 
+// postLocalLocked fills w, the send queue's next slot, for a BIND_MW or
+// LOCAL_INV request and queues it.
+func (qp *QP) postLocalLocked(wr *verbs.SendWR, w *sendWQE) error {
+	if len(wr.SGList) != 0 {
+		return verbs.Errorf("PostSend", verbs.ErrInvalidArgument, "%v carries no data: it takes no SGEs", wr.Opcode)
+	}
+	w.length = 0
+	w.sgl.reset()
+	if wr.Opcode == verbs.WRBindMW {
+		o, err := qp.loadBind(wr.Bind)
+		if err != nil {
+			return err
+		}
+		if w.bind == nil {
+			w.bind = new(bindOp)
+		}
+		*w.bind = o
+	}
+	qp.sq.tail++
+	return nil
+}
+
 func (qp *QP) opcodeAllowed(op verbs.WROpcode) bool {
 	switch qp.typ {
 	case verbs.QPTypeUD:
 		return op == verbs.WRSend || op == verbs.WRSendWithImm
 	case verbs.QPTypeUC:
-		return op == verbs.WRSend || op == verbs.WRSendWithImm || op == verbs.WRRDMAWrite || op == verbs.WRRDMAWriteWithImm
+		return op == verbs.WRSend || op == verbs.WRSendWithImm || op == verbs.WRRDMAWrite || op == verbs.WRRDMAWriteWithImm ||
+			op == verbs.WRBindMW || op == verbs.WRLocalInv
 	case verbs.QPTypeRC:
-		return op <= verbs.WRSendWithInv
+		return op <= verbs.WRBindMW
 	}
 	return false
 }

@@ -139,6 +139,13 @@ func (qp *QP) runRequesterLocked(now time.Time) {
 			qp.errorLocked()
 			return
 		}
+		if w.isLocal() {
+			if rc && !w.started && w.flags&verbs.SendFence != 0 && qp.req.rdOutstanding > 0 {
+				break
+			}
+			qp.runLocalLocked(w, rc) // on failure the check above takes it
+			continue
+		}
 		if rc {
 			if qp.req.rnrWait {
 				break
@@ -197,6 +204,38 @@ func (qp *QP) runRequesterLocked(now time.Time) {
 		if at := qp.comp.onSent(&qp.views.comp, qp.req.psn, qp.req.psn == qp.req.maxPSN, now, qp.dev.clock); !at.IsZero() {
 			qp.armTimerLocked(at)
 		}
+	}
+}
+
+// runLocalLocked carries out a BIND_MW or LOCAL_INV the requester has
+// reached (once: a rewind passes it again without repeating it) and
+// moves past it. It sends nothing; it completes now if nothing before it
+// is outstanding (on UC always), else with the request before it
+// (completer.retire). On failure w.status says why and the requester
+// fails it in order.
+func (qp *QP) runLocalLocked(w *sendWQE, rc bool) {
+	if !w.executed {
+		w.executed = true
+		st := verbs.WCSuccess
+		switch w.opcode {
+		case verbs.WRBindMW:
+			st = qp.bindLocked(w.bind)
+		case verbs.WRLocalInv:
+			st = qp.localInvLocked(w.invRKey)
+		}
+		if st != verbs.WCSuccess {
+			w.status = st
+			return
+		}
+	}
+	w.started = true
+	w.npkts, w.sent = 0, 0
+	w.firstPSN = qp.req.psn
+	w.lastPSN = qp.req.psn.Add(^uint32(0)) // the PSN of the request before it
+	at := qp.sq.next
+	qp.sq.next++
+	if !rc || at == qp.sq.head {
+		qp.completeSendLocked(w, verbs.WCSuccess)
 	}
 }
 

@@ -350,7 +350,7 @@ func (r *responder) recvSendLocked(s *recvRes, p *wire.Packet, first, last bool)
 	if n > r.cur.length-r.recvOff {
 		return vInvalid, verbs.WCLocLenErr
 	}
-	if p.IETH != nil && !canInvalidate(s.pd, p.IETH.RKey()) {
+	if p.IETH != nil && !canInvalidate(s.pd, s.qpn, p.IETH.RKey()) {
 		s.c.DropBadInvalidate.Add(1)
 		return vInvalid, verbs.WCRemInvReqErr
 	}
@@ -366,7 +366,7 @@ func (r *responder) recvSendLocked(s *recvRes, p *wire.Packet, first, last bool)
 		}
 		if p.IETH != nil {
 			flags, imm = verbs.WCWithInv, p.IETH.RKey()
-			invalidate(s.pd, imm)
+			invalidate(s.pd, s.qpn, imm)
 		}
 		r.haveCur = false
 		s.complete(&r.cur, verbs.WCSuccess, verbs.WCRecv, uint32(r.recvOff), imm, flags, p.BTH.SolicitedEvent())
@@ -375,28 +375,16 @@ func (r *responder) recvSendLocked(s *recvRes, p *wire.Packet, first, last bool)
 	return vOK, 0
 }
 
-// canInvalidate says whether a SEND_WITH_INV may revoke rkey. IBTA
-// (10.6.7, o10-37) lets it invalidate memory windows and fast-registered
-// regions of the QP's PD, never a region registered with RegMR (rxe
-// refuses those too: "mr type is not MEM_REG"); softrdma has neither
-// windows nor fast registration yet, so no key qualifies and the SEND
-// fails as an invalid request. pd is the QP's.
-func canInvalidate(pd *PD, rkey uint32) bool {
-	mr := pd.dev.lookupKey(rkey)
-	return mr != nil && mr.rkey == rkey && mr.pd == pd && mr.invalidatable
-}
+// canInvalidate says whether a SEND_WITH_INV arriving on QP qpn of pd
+// may revoke rkey. IBTA (10.6.7, o10-37) lets it invalidate type 2 memory
+// windows and fast-registered regions of the QP's PD, never a region
+// registered with RegMR (rxe refuses those too: "mr type is not
+// MEM_REG") nor a type 1 window; softrdma has no fast registration, and
+// a window must have been bound through the QP the SEND arrived on.
+func canInvalidate(pd *PD, qpn, rkey uint32) bool { return pd.canInvalidateWindow(rkey, qpn) }
 
 // invalidate revokes remote access through rkey, for SEND_WITH_INV.
-// Precondition: canInvalidate(pd, rkey).
-func invalidate(pd *PD, rkey uint32) {
-	mr := pd.dev.lookupKey(rkey)
-	if mr == nil || !mr.invalidatable {
-		return
-	}
-	mr.mu.Lock()
-	mr.rkeyRevoke = true
-	mr.mu.Unlock()
-}
+func invalidate(pd *PD, qpn, rkey uint32) { pd.invalidateWindow(rkey, qpn, true) }
 
 // emptyWrite reports whether p is an RC RDMA WRITE ONLY of zero bytes,
 // the shape of a keepalive probe (keepalive.go).
@@ -408,7 +396,7 @@ func (r *responder) recvWriteLocked(s *recvRes, p *wire.Packet, first, last bool
 	if first {
 		va, rkey, dlen := p.RETH.VA(), p.RETH.RKey(), uint64(p.RETH.DMALen())
 		if dlen > 0 {
-			mr, _, ok := s.pd.remoteMR(rkey, va, dlen, verbs.AccessRemoteWrite)
+			mr, _, ok := s.pd.remoteMR(rkey, va, dlen, verbs.AccessRemoteWrite, s.qpn)
 			if !ok {
 				return vAccess, verbs.WCRemAccessErr
 			}
@@ -424,7 +412,7 @@ func (r *responder) recvWriteLocked(s *recvRes, p *wire.Packet, first, last bool
 		return vInvalid, verbs.WCLocLenErr
 	}
 	if n > 0 {
-		mr, b, ok := s.pd.remoteMR(r.writeRKey, r.writeVA, n, verbs.AccessRemoteWrite)
+		mr, b, ok := s.pd.remoteMR(r.writeRKey, r.writeVA, n, verbs.AccessRemoteWrite, s.qpn)
 		if !ok {
 			return vAccess, verbs.WCRemAccessErr
 		}
@@ -454,7 +442,7 @@ func (r *responder) recvReadLocked(qp *respQP, p *wire.Packet, psn wire.PSN) ver
 		return vInvalid
 	}
 	if dlen > 0 {
-		mr, _, ok := qp.pd.remoteMR(rkey, va, dlen, verbs.AccessRemoteRead)
+		mr, _, ok := qp.pd.remoteMR(rkey, va, dlen, verbs.AccessRemoteRead, qp.qpn)
 		if !ok {
 			return vAccess
 		}
@@ -511,7 +499,7 @@ func (r *responder) sendReadResponsesLocked(qp *respQP, va uint64, rkey uint32, 
 		var src []byte
 		if n > 0 {
 			var ok bool
-			mr, src, ok = qp.pd.remoteMR(rkey, va+off, n, verbs.AccessRemoteRead)
+			mr, src, ok = qp.pd.remoteMR(rkey, va+off, n, verbs.AccessRemoteRead, qp.qpn)
 			if !ok {
 				r.nakErrorLocked(qp, psn.Add(i), wire.NAKRemoteAccessError, 0)
 				return
@@ -548,7 +536,7 @@ func (r *responder) recvAtomicLocked(qp *respQP, p *wire.Packet, psn wire.PSN) v
 	if va%8 != 0 {
 		return vInvalid // IBTA C9-?: misaligned atomic → invalid request
 	}
-	mr, b, ok := qp.pd.remoteMR(a.RKey(), va, 8, verbs.AccessRemoteAtomic)
+	mr, b, ok := qp.pd.remoteMR(a.RKey(), va, 8, verbs.AccessRemoteAtomic, qp.qpn)
 	if !ok {
 		return vAccess
 	}

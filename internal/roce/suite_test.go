@@ -187,8 +187,8 @@ func testUnsignaledFence(t *testing.T, a, b *node) {
 }
 
 // testSendWithInv: a SEND_WITH_INV may not revoke a region registered
-// with RegMR (only memory windows and fast-registered regions, which
-// softrdma does not have): it fails as an invalid request at both ends,
+// with RegMR (only type 2 memory windows and fast-registered regions,
+// mw_test.go): it fails as an invalid request at both ends,
 // and the region still grants access to a new connection.
 func testSendWithInv(t *testing.T, a, b *node) {
 	b.postRecv(1, 0, 64)
@@ -196,9 +196,10 @@ func testSendWithInv(t *testing.T, a, b *node) {
 	expectWC(t, a.waitWC(a.scq), 1, verbs.WCRemInvReqErr, 0)
 	expectWC(t, b.waitWC(b.rcq), 1, verbs.WCRemInvReqErr, 0)
 	mr := b.mr.(*MR)
-	mr.mu.RLock()
-	revoked := mr.rkeyRevoke
-	mr.mu.RUnlock()
+	live, _, revoked := mr.pd.remoteMR(mr.rkey, mr.addr, 1, 0, 0)
+	if revoked = live == nil; !revoked {
+		live.mu.RUnlock()
+	}
 	if revoked || b.dev.Counters.DropBadInvalidate.Load() != 1 {
 		t.Fatalf("revoked %v, bad_invalidate %d: a SEND_WITH_INV revoked a RegMR region", revoked, b.dev.Counters.DropBadInvalidate.Load())
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -32,7 +33,7 @@ func udpPair(t *testing.T) (*udp.Transport, *udp.Transport) {
 }
 
 func TestSuiteUDP(t *testing.T) {
-	for _, c := range basicSuite {
+	for _, c := range slices.Concat(basicSuite, mwSuite) {
 		t.Run(c.name, func(t *testing.T) {
 			ta, tb := udpPair(t)
 			// Real time on a shared machine: a 4 ms ACK timeout (the

@@ -3,7 +3,7 @@ package verbsobj
 import "github.com/softrdma/softrdma/verbs"
 
 // AccessMask holds the access flags a memory region may have.
-const AccessMask = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+const AccessMask = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic | verbs.AccessMWBind
 
 // CheckAccess validates the access flags of RegMR or AllocMR (op): known
 // bits only, and remote write or atomic access only with local write

@@ -223,6 +223,16 @@ type AH struct {
 	mu   sync.Mutex
 }
 
+// AllocMW fails: the provider does not pass memory windows through yet
+// (the kernel devices that have them take ibv_alloc_mw and BIND_MW
+// requests; softrdma's RoCEv2 provider has them).
+func (pd *PD) AllocMW(typ verbs.MWType) (verbs.MW, error) {
+	if err := pd.check("AllocMW"); err != nil {
+		return nil, err
+	}
+	return nil, verbs.Errorf("AllocMW", verbs.ErrNotSupported, "memory windows are not passed through to kernel devices yet")
+}
+
 // CreateAH creates an address handle (ibv_create_ah). On an Ethernet
 // (RoCE) port it needs a global route, as the kernel requires.
 func (pd *PD) CreateAH(attr *verbs.AHAttr) (verbs.AH, error) {

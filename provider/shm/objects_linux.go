@@ -101,6 +101,16 @@ func (pd *PD) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 	return pd.addMR(buf, access, -1)
 }
 
+// AllocMW fails: shm has no memory windows. Its peers map a region's
+// pages whole, so a window's narrower range and its revocation could not
+// be enforced; use the RoCEv2 provider for windows.
+func (pd *PD) AllocMW(typ verbs.MWType) (verbs.MW, error) {
+	if err := pd.objs.Check("AllocMW", "PD"); err != nil {
+		return nil, err
+	}
+	return nil, verbs.Errorf("AllocMW", verbs.ErrNotSupported, "shm has no memory windows (peers map whole regions); the RoCEv2 provider has them")
+}
+
 // AllocMR allocates length bytes in a sealed memfd, maps it and
 // registers it. Peers that present the rkey map the same pages. Dereg
 // revokes every peer's mapping before it unmaps the memory.
