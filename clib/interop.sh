@@ -104,6 +104,10 @@ on_rxe overrun overrun "-d rxe0 -g 1"
 # Completion events on rxe itself (testdata/evwait.c): the waits, EAGAIN
 # and poll() that clib/test.sh checks over the library.
 on_rxe evwait evwait "-d rxe0 -g 1"
+# Memory windows on rxe itself (testdata/mw.c): what clib/test.sh checks
+# over the library, with rxe's departures from IBTA (a window's bounds,
+# its receive flag) as rxe has them.
+on_rxe mw mw "-d rxe0 -g 1"
 # rdma_cm over librdmacm.so.1 against the kernel's rdma_cm on rxe.
 guest_server "rping: rxe server, C client over softrdma" "rping -s -a $guest -p 7471 -C 10 -V" -- rping -c -a $guest -p 7471 -C 10 -V
 host_server "rping: C server over softrdma, rxe client" "rping -c -a $host -p 7472 -C 10 -V" -- rping -s -a $host -p 7472 -C 10 -V

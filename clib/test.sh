@@ -352,6 +352,13 @@ run "overrun on shm0" "$logs/overrun" -d shm0 -g 0
 ${CC:-gcc} -Wall -Wno-unused-function -o "$logs/evwait" "$here/testdata/evwait.c" -L"$dir" -libverbs || exit 1
 run "evwait (ibv_get_cq_event: blocking, non-blocking, poll())" "$logs/evwait" -d $dev -g $gid
 run "evwait on shm0" "$logs/evwait" -d shm0 -g 0
+# Memory windows (testdata/mw.c): type 1 and type 2 binds, access
+# through them and nothing beyond, local and remote invalidation, the
+# errors of each; shm0 has none and must refuse them. clib/interop.sh
+# runs the same program on rxe itself.
+${CC:-gcc} -Wall -Wno-unused-function -o "$logs/mw" "$here/testdata/mw.c" -L"$dir" -libverbs || exit 1
+run "mw (memory windows: bind, access, invalidate, errors)" "$logs/mw" -d $dev -g $gid
+run "mw on shm0 (no windows: EOPNOTSUPP)" "$logs/mw" -d shm0 -g 0
 # A poll of the send CQ takes the ring: eight requests queued behind one
 # that nothing will acknowledge are taken by one ibv_poll_cq (sendring -p).
 run "sendring -p (a poll takes the ring)" env SOFTRDMA_COUNTERS="$logs/polltake.counters" "$logs/sendring" -d $dev -g $gid -p

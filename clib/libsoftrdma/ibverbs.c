@@ -218,20 +218,84 @@ static int srd_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct
 	return srdgo_post_srq_recv(SRD_CONTAINER(srq, struct srd_srq, srq)->h, wr, bad);
 }
 
+/*
+ * Memory windows. The Go object is the window; ibv_mw's rkey is the
+ * program's copy, which ibv_bind_mw advances as rdma-core's rxe provider
+ * does (a type 2 bind posted with IBV_WR_BIND_MW leaves it alone: the
+ * program keeps the rkey it chose). Posted binds name the window by its
+ * object, so a stale ibv_mw rkey does not fail them as it does on rxe.
+ */
 static struct ibv_mw *srd_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 {
-	return srd_fail_ptr(EOPNOTSUPP);
+	struct srd_mw *m;
+	GoUintptr h = 0;
+	GoUint32 rkey = 0;
+	int err;
+
+	if (!pd)
+		return srd_fail_ptr(EINVAL);
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return srd_fail_ptr(ENOMEM);
+	err = srdgo_alloc_mw(SRD_CONTAINER(pd, struct srd_pd, pd)->h, (int)type, &h, &rkey);
+	if (err) {
+		free(m);
+		return srd_fail_ptr(err);
+	}
+	m->h = h;
+	m->mw.context = pd->context;
+	m->mw.pd = pd;
+	m->mw.rkey = rkey;
+	m->mw.handle = (uint32_t)h;
+	m->mw.type = type;
+	return &m->mw;
 }
 
 static int srd_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind)
 {
-	return EOPNOTSUPP;
+	struct ibv_send_wr wr, *bad = NULL;
+	int err;
+
+	if (!qp || !mw || !bind)
+		return EINVAL;
+	if (bind->bind_info.mw_access_flags & IBV_ACCESS_ZERO_BASED)
+		return EINVAL;
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = bind->wr_id;
+	wr.opcode = IBV_WR_BIND_MW;
+	wr.send_flags = bind->send_flags;
+	wr.bind_mw.mw = mw;
+	wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+	wr.bind_mw.bind_info = bind->bind_info;
+	err = qp->context->ops.post_send(qp, &wr, &bad);
+	if (err)
+		return err;
+	mw->rkey = wr.bind_mw.rkey;
+	return 0;
 }
 
 static int srd_dealloc_mw(struct ibv_mw *mw)
 {
-	return EOPNOTSUPP;
+	struct srd_mw *m;
+	int err;
+
+	if (!mw)
+		return EINVAL;
+	m = SRD_CONTAINER(mw, struct srd_mw, mw);
+	err = srdgo_dealloc_mw(m->h);
+	if (err)
+		return err;
+	free(m);
+	return 0;
 }
+
+/* The offsets srdgo_post_send reads ibv_send_wr's bind_mw at. */
+_Static_assert(offsetof(struct ibv_send_wr, bind_mw.mw) == 80, "ibv_send_wr.bind_mw.mw");
+_Static_assert(offsetof(struct ibv_send_wr, bind_mw.rkey) == 88, "ibv_send_wr.bind_mw.rkey");
+_Static_assert(offsetof(struct ibv_send_wr, bind_mw.bind_info.mr) == 96, "ibv_send_wr.bind_mw.bind_info.mr");
+_Static_assert(offsetof(struct ibv_send_wr, bind_mw.bind_info.addr) == 104, "bind_info.addr");
+_Static_assert(offsetof(struct ibv_send_wr, bind_mw.bind_info.length) == 112, "bind_info.length");
+_Static_assert(offsetof(struct ibv_send_wr, bind_mw.bind_info.mw_access_flags) == 120, "bind_info.mw_access_flags");
 
 static int srd_query_port_ex(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr, size_t len)
 {
@@ -548,7 +612,7 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, ui
 	if (!m)
 		return srd_fail_ptr(ENOMEM);
 	err = srdgo_reg_mr(SRD_CONTAINER(pd, struct srd_pd, pd)->h, addr, length,
-			   access & 0xf, &h, &lkey, &rkey);
+			   access & 0x1f, &h, &lkey, &rkey);
 	if (err) {
 		free(m);
 		return srd_fail_ptr(err);
@@ -988,7 +1052,8 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 #define SRD_QP_INIT_ATTR_KNOWN (IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
 #define SRD_SEND_OPS (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
 		      IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | \
-		      IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV)
+		      IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV | \
+		      IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV)
 
 struct ibv_qp *srd_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr)
 {

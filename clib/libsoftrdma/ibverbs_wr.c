@@ -150,6 +150,31 @@ static void wr_send_inv(struct ibv_qp_ex *qpx, uint32_t rkey)
 		wr->invalidate_rkey = rkey;
 }
 
+static void wr_local_inv(struct ibv_qp_ex *qpx, uint32_t rkey)
+{
+	struct ibv_send_wr *wr = next_wr(qpx, IBV_WR_LOCAL_INV);
+
+	if (wr)
+		wr->invalidate_rkey = rkey;
+}
+
+/* As rxe's: the window's new rkey is the caller's, and ibv_mw's rkey is
+ * left alone. */
+static void wr_bind_mw(struct ibv_qp_ex *qpx, struct ibv_mw *mw, uint32_t rkey, const struct ibv_mw_bind_info *info)
+{
+	struct ibv_send_wr *wr = next_wr(qpx, IBV_WR_BIND_MW);
+
+	if (!wr)
+		return;
+	if (!mw || !info) {
+		qp_of(qpx)->err = EINVAL;
+		return;
+	}
+	wr->bind_mw.mw = mw;
+	wr->bind_mw.rkey = rkey;
+	wr->bind_mw.bind_info = *info;
+}
+
 static void wr_atomic_cmp_swp(struct ibv_qp_ex *qpx, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap)
 {
 	struct ibv_send_wr *wr = next_wr(qpx, IBV_WR_ATOMIC_CMP_AND_SWP);
@@ -265,6 +290,10 @@ void srd_qp_ex_init(struct srd_qp *q, uint64_t ops)
 		x->wr_atomic_cmp_swp = wr_atomic_cmp_swp;
 	if (ops & IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
 		x->wr_atomic_fetch_add = wr_atomic_fetch_add;
+	if (ops & IBV_QP_EX_WITH_LOCAL_INV)
+		x->wr_local_inv = wr_local_inv;
+	if (ops & IBV_QP_EX_WITH_BIND_MW)
+		x->wr_bind_mw = wr_bind_mw;
 	x->wr_set_ud_addr = wr_set_ud_addr;
 	x->wr_set_sge = wr_set_sge;
 	x->wr_set_sge_list = wr_set_sge_list;

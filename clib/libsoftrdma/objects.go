@@ -192,6 +192,36 @@ func srdgo_dereg_mr(h C.uintptr_t) (ret C.int) {
 	return 0
 }
 
+// mwObj is a memory window (struct srd_mw's handle).
+type mwObj struct {
+	c  *ctxObj
+	mw verbs.MW
+}
+
+//export srdgo_alloc_mw
+func srdgo_alloc_mw(pdh C.uintptr_t, typ C.int, h *C.uintptr_t, rkey *C.uint32_t) (ret C.int) {
+	defer guard("ibv_alloc_mw", &ret)
+	p := pdOf(pdh)
+	mw, err := p.pd.AllocMW(verbs.MWType(typ))
+	if err != nil {
+		return errnoOf("ibv_alloc_mw", err)
+	}
+	*rkey = C.uint32_t(mw.RKey())
+	*h = C.uintptr_t(p.c.add(&mwObj{c: p.c, mw: mw}, nil, nil, nil))
+	return 0
+}
+
+//export srdgo_dealloc_mw
+func srdgo_dealloc_mw(h C.uintptr_t) (ret C.int) {
+	defer guard("ibv_dealloc_mw", &ret)
+	m := handle.Handle(h).Value().(*mwObj)
+	if err := m.mw.Dealloc(); err != nil {
+		return errnoOf("ibv_dealloc_mw", err)
+	}
+	m.c.remove(handle.Handle(h), nil)
+	return 0
+}
+
 // ---- completion channels ----
 
 // chanObj is a completion channel: the provider hands each of its CQs'

@@ -224,7 +224,7 @@ func qpAttrToC(a *C.struct_ibv_qp_attr, q *verbs.QPAttr) {
 }
 
 // sendOpcode maps enum ibv_wr_opcode to the verbs opcode; ok is false for
-// the ones softrdma does not carry (LOCAL_INV, BIND_MW, TSO, DRIVER1).
+// the ones softrdma does not carry (TSO, DRIVER1).
 func sendOpcode(op uint32) (verbs.WROpcode, bool) {
 	switch op {
 	case C.IBV_WR_RDMA_WRITE:
@@ -243,6 +243,10 @@ func sendOpcode(op uint32) (verbs.WROpcode, bool) {
 		return verbs.WRAtomicFetchAndAdd, true
 	case C.IBV_WR_SEND_WITH_INV:
 		return verbs.WRSendWithInv, true
+	case C.IBV_WR_LOCAL_INV:
+		return verbs.WRLocalInv, true
+	case C.IBV_WR_BIND_MW:
+		return verbs.WRBindMW, true
 	}
 	return 0, false
 }
@@ -252,11 +256,33 @@ func sendOpcode(op uint32) (verbs.WROpcode, bool) {
 // it) or the rkey to invalidate.
 func setImmWord(s *verbs.SendWR, word uint32) {
 	switch s.Opcode {
-	case verbs.WRSendWithInv:
+	case verbs.WRSendWithInv, verbs.WRLocalInv:
 		s.InvalidateRKey = word
 	case verbs.WRSendWithImm, verbs.WRRDMAWriteWithImm:
 		s.ImmData = bswap32(word)
 	}
+}
+
+// bindFromC reads the bind_mw member of the ibv_send_wr at base (offsets
+// checked against verbs.h in ibverbs.c): the window, its new rkey and
+// struct ibv_mw_bind_info. ok is false for a window or region that is
+// not softrdma's (NULL window).
+func bindFromC(base unsafe.Pointer) (*verbs.MWBind, bool) {
+	mw := *(**C.struct_srd_mw)(unsafe.Add(base, 80))
+	if mw == nil {
+		return nil, false
+	}
+	b := &verbs.MWBind{
+		MW:     handle.Handle(mw.h).Value().(*mwObj).mw,
+		RKey:   *(*uint32)(unsafe.Add(base, 88)),
+		Addr:   *(*uint64)(unsafe.Add(base, 104)),
+		Length: *(*uint64)(unsafe.Add(base, 112)),
+		Access: verbs.Access(*(*uint32)(unsafe.Add(base, 120))),
+	}
+	if mr := *(**C.struct_srd_mr)(unsafe.Add(base, 96)); mr != nil {
+		b.MR = handle.Handle(mr.h).Value().(*mrObj).mr
+	}
+	return b, true
 }
 
 func sgList(p *C.struct_ibv_sge, n C.int) ([]verbs.SGE, bool) {
@@ -311,6 +337,16 @@ func (o *qpObj) postSendLocked(wr *C.struct_ibv_send_wr, bad **C.struct_ibv_send
 		}
 		setImmWord(&s, *(*uint32)(unsafe.Add(base, 36)))
 		switch op {
+		case verbs.WRBindMW:
+			b, ok := bindFromC(base)
+			if !ok {
+				if err := o.postSends(); err != nil {
+					return postSendFailed(err, first, bad)
+				}
+				*bad = w
+				return C.EINVAL
+			}
+			s.Bind = b
 		case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
 			s.RemoteAddr = *(*uint64)(unsafe.Add(base, 40))
 			s.CompareAdd = *(*uint64)(unsafe.Add(base, 48))

@@ -182,7 +182,7 @@ int main(int argc, char **argv)
 
 	wr.opcode = IBV_WR_BIND_MW;
 	bad = NULL;
-	CHECK(ibv_post_send(qp, &wr, &bad) == EINVAL && bad == &wr, "ibv_post_send BIND_MW returns EINVAL, bad_wr set");
+	CHECK(ibv_post_send(qp, &wr, &bad) == EINVAL && bad == &wr, "ibv_post_send BIND_MW without a window returns EINVAL, bad_wr set");
 
 	/* The completion channel's fd: non-blocking read, then poll(). */
 	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
