@@ -73,6 +73,15 @@ const (
 	// a memory window or fast-registered region) fails as an invalid
 	// request.
 	SendInvRefused Feature = "SEND_WITH_INV of an ibv_reg_mr region refused"
+	// MemoryWindows: PD.AllocMW, WRBindMW, verbs.BindMW, WRLocalInv and
+	// SEND_WITH_INV of type 2 windows.
+	MemoryWindows Feature = "memory windows"
+	// WindowBounds: an access through a window's rkey beyond the window
+	// (inside its region) fails with REM_ACCESS_ERR.
+	WindowBounds Feature = "access beyond a memory window's range refused"
+	// InvalidateFlag: the receive of a SEND_WITH_INV has WCWithInv and
+	// the invalidated rkey.
+	InvalidateFlag Feature = "WCWithInv on the receive of a SEND_WITH_INV"
 )
 
 // Pair is what a provider gives the suite: two open contexts whose QPs
