@@ -146,6 +146,23 @@ func BindMW(qp QP, mw MW, wrID uint64, flags SendFlags, b MWBind) (uint32, error
 	return b.RKey, nil
 }
 
+// Resizer is implemented by CQs that can change their capacity
+// (ibv_resize_cq): Resize gives the CQ room for cqe completions, keeping
+// the ones it holds; it fails if it holds more than cqe. Both software
+// providers' CQs implement it.
+type Resizer interface {
+	Resize(cqe int) error
+}
+
+// Rereger is implemented by MRs whose PD and access flags can change in
+// place, keeping their keys, as ibv_rereg_mr with IBV_REREG_MR_CHANGE_PD
+// or IBV_REREG_MR_CHANGE_ACCESS does on rxe: work requests that name the
+// keys from then on are checked against the new PD and access. pd nil
+// keeps the PD. The RoCEv2 provider's MRs implement it.
+type Rereger interface {
+	Rereg(pd PD, access Access) error
+}
+
 // CQ is a completion queue (struct ibv_cq). Poll, Wait and ReqNotify are safe
 // for concurrent use, though one poller per CQ is the usual design.
 type CQ interface {

@@ -46,6 +46,10 @@ func (d *Device) CreateCQ(cqe int, ch *verbs.CompChannel) (verbs.CQ, error) {
 // CQE returns the capacity.
 func (cq *CQ) CQE() int { return cq.ring.Cap() }
 
+// Resize changes the capacity to cqe, keeping the completions it holds
+// (verbs.Resizer).
+func (cq *CQ) Resize(cqe int) error { return cq.ring.Resize(cqe, maxCQE) }
+
 // push adds a completion. solicited says whether it may wake a CQ armed for
 // solicited events only (solicited receives and every error).
 func (cq *CQ) push(wc *verbs.WC, solicited bool) {

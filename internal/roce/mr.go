@@ -38,13 +38,15 @@ func (pd *PD) check(op string) error { return pd.refs.Check(op, "PD") }
 // Data movement holds mu for reading while it copies; Dereg takes it for
 // writing, so once Dereg returns no copy is in progress and none will start.
 type MR struct {
-	pd      *PD
 	buf     []byte
 	addr    uint64
 	lkey    uint32
 	rkey    uint32
-	access  verbs.Access
 	mmapped bool
+	// The PD and access flags: Rereg changes them under mu while the
+	// data path reads them without it.
+	pdp    atomic.Pointer[PD]
+	access atomic.Uint32 // verbs.Access
 
 	mu      sync.RWMutex
 	dead    bool // deregistered: every access fails
@@ -103,12 +105,12 @@ func (pd *PD) AllocMR(length int, access verbs.Access) (verbs.MR, error) {
 func (pd *PD) register(buf []byte, access verbs.Access, mmapped bool) *MR {
 	d := pd.dev
 	mr := &MR{
-		pd:      pd,
 		buf:     buf,
 		addr:    d.virtAddr(buf),
-		access:  access,
 		mmapped: mmapped,
 	}
+	mr.pdp.Store(pd)
+	mr.access.Store(uint32(access))
 	if d.cfg.ProcessAddrs {
 		mr.addr = uint64(uintptr(unsafe.Pointer(&buf[0])))
 	}
@@ -160,7 +162,49 @@ func (mr *MR) LKey() uint32 { return mr.lkey }
 func (mr *MR) RKey() uint32 { return mr.rkey }
 
 // Access returns the access flags.
-func (mr *MR) Access() verbs.Access { return mr.access }
+func (mr *MR) Access() verbs.Access { return verbs.Access(mr.access.Load()) }
+
+// pd returns the region's PD.
+func (mr *MR) pd() *PD { return mr.pdp.Load() }
+
+// Rereg moves the region to pd (nil: it stays) and gives it access,
+// keeping its keys, as ibv_rereg_mr with IBV_REREG_MR_CHANGE_PD and
+// IBV_REREG_MR_CHANGE_ACCESS does on rxe: requests that name the keys
+// from then on are checked against the new PD and access. A region with
+// memory windows bound cannot change (ErrInUse).
+func (mr *MR) Rereg(pd verbs.PD, access verbs.Access) error {
+	const op = "ReregMR"
+	if err := verbsobj.CheckAccess(op, access); err != nil {
+		return err
+	}
+	old := mr.pd()
+	npd := old
+	if pd != nil {
+		p, ok := pd.(*PD)
+		if !ok || p.dev != old.dev {
+			return verbs.Errorf(op, verbs.ErrInvalidArgument, "the new PD is not of the region's device")
+		}
+		if err := p.check(op); err != nil {
+			return err
+		}
+		npd = p
+	}
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	if mr.dead {
+		return verbs.Errorf(op, verbs.ErrDestroyed, "MR already deregistered")
+	}
+	if mr.windows > 0 {
+		return verbs.Errorf(op, verbs.ErrInUse, "%d memory windows are bound to the MR; invalidate or deallocate them first", mr.windows)
+	}
+	if npd != old {
+		npd.refs.Add(1)
+		old.refs.Add(-1)
+		mr.pdp.Store(npd)
+	}
+	mr.access.Store(uint32(access))
+	return nil
+}
 
 // Bytes returns the registered memory.
 func (mr *MR) Bytes() []byte { return mr.buf }
@@ -187,12 +231,12 @@ func (mr *MR) Dereg() error {
 	mr.dead = true
 	mr.mu.Unlock()
 
-	d := mr.pd.dev
+	d := mr.pd().dev
 	d.keys.mu.Lock()
 	d.keys.remove(mr.lkey)
 	d.keys.remove(mr.rkey)
 	d.keys.mu.Unlock()
-	mr.pd.refs.Add(-1)
+	mr.pd().refs.Add(-1)
 	d.nMR.Add(-1)
 	// Packets already built may gather their payload from buf. They leave
 	// within one batch (a QP never holds such a packet back for its
@@ -227,7 +271,7 @@ func (pd *PD) remoteMR(rkey uint32, addr, n uint64, access verbs.Access, qpn uin
 	if mr == nil {
 		return pd.remoteWindow(rkey, addr, n, access, qpn)
 	}
-	if mr.rkey != rkey || mr.pd != pd || !verbsobj.Permits(mr.access, access) {
+	if mr.rkey != rkey || mr.pd() != pd || !verbsobj.Permits(mr.Access(), access) {
 		return nil, nil, false
 	}
 	mr.mu.RLock()
@@ -265,7 +309,7 @@ func (s *sgl) load(pd *PD, src []verbs.SGE, needWrite bool) (total uint64, ok bo
 	for _, e := range src {
 		s.sges = append(s.sges, e)
 		mr := pd.dev.lookupKey(e.LKey)
-		if mr == nil || mr.lkey != e.LKey || mr.pd != pd || (needWrite && mr.access&verbs.AccessLocalWrite == 0) {
+		if mr == nil || mr.lkey != e.LKey || mr.pd() != pd || (needWrite && mr.Access()&verbs.AccessLocalWrite == 0) {
 			ok = false
 		} else if _, in := mr.span(e.Addr, uint64(e.Length)); !in {
 			ok = false

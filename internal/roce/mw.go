@@ -165,10 +165,10 @@ func (qp *QP) loadBind(b *verbs.MWBind) (bindOp, error) {
 		return o, nil
 	}
 	mr, ok := b.MR.(*MR)
-	if !ok || mr == nil || mr.pd.dev != qp.dev {
+	if !ok || mr == nil || mr.pd().dev != qp.dev {
 		return bindOp{}, verbs.Errorf(op, verbs.ErrInvalidArgument, "BIND_MW needs an MR registered on this device")
 	}
-	if mr.pd != mw.pd {
+	if mr.pd() != mw.pd {
 		return bindOp{}, verbs.Errorf(op, verbs.ErrInvalidArgument, "the MR and the window are in different PDs")
 	}
 	if b.Length != 0 {
@@ -198,10 +198,13 @@ func (qp *QP) bindLocked(o *bindOp) verbs.WCStatus {
 		return verbs.WCSuccess
 	}
 	mr := o.mr
-	if mr.access&verbs.AccessMWBind == 0 { // C10-73
+	if mr.pd() != mw.pd { // moved by Rereg since the post
 		return verbs.WCMWBindErr
 	}
-	if o.access&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 && mr.access&verbs.AccessLocalWrite == 0 { // C10-74
+	if mr.Access()&verbs.AccessMWBind == 0 { // C10-73
+		return verbs.WCMWBindErr
+	}
+	if o.access&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 && mr.Access()&verbs.AccessLocalWrite == 0 { // C10-74
 		return verbs.WCMWBindErr
 	}
 	if _, in := mr.span(o.addr, o.length); !in { // C10-75

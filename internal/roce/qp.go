@@ -582,6 +582,7 @@ func (qp *QP) checkDrainedLocked() {
 // resetLocked returns the QP to RESET: queues emptied, no completions.
 func (qp *QP) resetLocked() {
 	qp.setStateLocked(verbs.QPStateReset)
+	qp.cleanCQsLocked()
 	qp.stopTimerLocked()
 	qp.ccResetLocked()
 	qp.clearProbesLocked()
@@ -602,6 +603,15 @@ func (qp *QP) resetLocked() {
 	qp.commEst, qp.sqdNotify, qp.peerPort = false, false, 0
 	qp.resp.reset()
 	qp.tx.drop(qp.dev)
+}
+
+// cleanCQsLocked removes the QP's completions from its CQs (CQRing.Clean)
+// as it enters RESET.
+func (qp *QP) cleanCQsLocked() {
+	qp.sendCQ.ring.Clean(qp.qpn)
+	if qp.recvCQ != qp.sendCQ {
+		qp.recvCQ.ring.Clean(qp.qpn)
+	}
 }
 
 func (qp *QP) clearRecvLocked() {
@@ -917,7 +927,7 @@ func (qp *QP) opcodeAllowed(op verbs.WROpcode) bool {
 // of pd holds the range.
 func (d *Device) appendInline(dst []byte, pd *PD, e verbs.SGE) (_ []byte, ok bool) {
 	try := func(mr *MR) bool {
-		if mr == nil || mr.pd != pd {
+		if mr == nil || mr.pd() != pd {
 			return false
 		}
 		mr.mu.RLock()

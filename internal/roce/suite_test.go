@@ -196,7 +196,7 @@ func testSendWithInv(t *testing.T, a, b *node) {
 	expectWC(t, a.waitWC(a.scq), 1, verbs.WCRemInvReqErr, 0)
 	expectWC(t, b.waitWC(b.rcq), 1, verbs.WCRemInvReqErr, 0)
 	mr := b.mr.(*MR)
-	live, _, revoked := mr.pd.remoteMR(mr.rkey, mr.addr, 1, 0, 0)
+	live, _, revoked := mr.pd().remoteMR(mr.rkey, mr.addr, 1, 0, 0)
 	if revoked = live == nil; !revoked {
 		live.mu.RUnlock()
 	}

@@ -49,6 +49,7 @@ type CQRing struct {
 	overrun   atomic.Bool // completions were lost since the last Poll; set under mu
 
 	count   atomic.Int32 // completions in the ring
+	size    atomic.Int32 // len(ring), for Cap without the lock (Resize changes it)
 	waiters atomic.Int32 // goroutines in Block
 	wake    chan struct{}
 	dead    atomic.Bool
@@ -75,12 +76,63 @@ func (r *CQRing) disarmLocked() {
 // belongs to, which events on ch name.
 func (r *CQRing) Init(cqe int, ch *verbs.CompChannel, self verbs.CQ) {
 	r.ring = make([]verbs.WC, cqe)
+	r.size.Store(int32(cqe))
 	r.ch, r.self = ch, self
 	r.wake = make(chan struct{}, 1)
 }
 
 // Cap returns the capacity (CQ.CQE).
-func (r *CQRing) Cap() int { return len(r.ring) }
+func (r *CQRing) Cap() int { return int(r.size.Load()) }
+
+// Resize gives the ring room for cqe completions, keeping the ones it
+// holds in order (ibv_resize_cq). It fails with ErrInvalidArgument if it
+// holds more than cqe; max is the provider's largest CQ.
+func (r *CQRing) Resize(cqe, max int) error {
+	if err := CheckCQE(cqe, max); err != nil {
+		return verbs.Errorf("ResizeCQ", verbs.ErrInvalidArgument, "cqe %d: must be 1..%d", cqe, max)
+	}
+	if r.dead.Load() {
+		return verbs.Errorf("ResizeCQ", verbs.ErrDestroyed, "the CQ was destroyed")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := int(r.count.Load())
+	if n > cqe {
+		return verbs.Errorf("ResizeCQ", verbs.ErrInvalidArgument, "cqe %d: the CQ holds %d completions; poll them first", cqe, n)
+	}
+	ring := make([]verbs.WC, cqe)
+	for i := range n {
+		ring[i] = r.ring[(r.head+i)%len(r.ring)]
+	}
+	r.ring, r.head = ring, 0
+	r.size.Store(int32(cqe))
+	return nil
+}
+
+// Clean removes the completions of QP qpn from the ring, keeping the
+// others in order, and returns how many it removed. A QP moved to RESET
+// takes its completions with it (its flushed receives, say), as mlx4 and
+// mlx5 clean their CQs then: the work requests are gone, and a program
+// that reuses the QP would otherwise poll completions of its old life.
+func (r *CQRing) Clean(qpn uint32) int {
+	if r.count.Load() == 0 {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := int(r.count.Load())
+	kept := 0
+	for i := range n {
+		wc := r.ring[(r.head+i)%len(r.ring)]
+		if wc.QPNum == qpn {
+			continue
+		}
+		r.ring[(r.head+kept)%len(r.ring)] = wc
+		kept++
+	}
+	r.count.Add(int32(kept - n))
+	return n - kept
+}
 
 // Len returns how many completions the ring holds.
 func (r *CQRing) Len() int { return int(r.count.Load()) }

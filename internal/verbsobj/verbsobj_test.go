@@ -265,3 +265,51 @@ func FuzzSpan(f *testing.F) {
 		}
 	})
 }
+
+// TestCQRingResizeClean: Resize keeps the completions in order across the
+// ring's wrap and refuses to drop any; Clean removes one QP's and keeps
+// the rest in order.
+func TestCQRingResizeClean(t *testing.T) {
+	var r CQRing
+	r.Init(4, nil, nil)
+	push := func(id uint64, qpn uint32) {
+		if res := r.Push(&verbs.WC{WRID: id, QPNum: qpn}, false); res != Queued {
+			t.Fatalf("push %d: %v", id, res)
+		}
+	}
+	poll := func(want ...uint64) {
+		t.Helper()
+		wc := make([]verbs.WC, 8)
+		n, err := r.Poll(wc)
+		if err != nil || n != len(want) {
+			t.Fatalf("Poll: %d, %v; want %d", n, err, len(want))
+		}
+		for i, id := range want {
+			if wc[i].WRID != id {
+				t.Fatalf("completion %d is wr_id %d; want %d", i, wc[i].WRID, id)
+			}
+		}
+	}
+	push(1, 7)
+	push(2, 7)
+	poll(1, 2)
+	push(3, 7) // the ring now wraps
+	push(4, 9)
+	push(5, 7)
+	push(6, 9)
+	if err := r.Resize(3, 100); !errors.Is(err, verbs.ErrInvalidArgument) {
+		t.Fatalf("Resize below the held count: %v", err)
+	}
+	if err := r.Resize(8, 100); err != nil || r.Cap() != 8 {
+		t.Fatalf("Resize(8): %v, Cap %d", err, r.Cap())
+	}
+	push(7, 9)
+	if n := r.Clean(9); n != 3 {
+		t.Fatalf("Clean removed %d; want 3", n)
+	}
+	push(8, 7)
+	poll(3, 5, 8)
+	if n := r.Clean(9); n != 0 {
+		t.Fatalf("Clean of an empty ring removed %d", n)
+	}
+}

@@ -220,6 +220,7 @@ func (d *Device) QueryDevice() (verbs.DeviceAttr, error) {
 		MaxMR: 1 << 20, MaxPD: 1 << 16, MaxQPRdAtom: maxRdAtomic, MaxResRdAtom: maxRdAtomic, MaxQPInitRdAtom: maxRdAtomic,
 		AtomicCap: verbs.AtomicGlob, MaxAH: 1 << 16, MaxSRQ: 1 << 16, MaxSRQWR: maxQPWR, MaxSRQSGE: maxSGE,
 		MaxPKeys: 1, PhysPortCnt: 1, MaxInlineData: maxInline,
+		VendorID: 0xFFFFFF, // as the RoCEv2 provider and rxe: no IEEE OUI of a vendor (0 reads as unset)
 	}, nil
 }
 
@@ -230,7 +231,10 @@ func (d *Device) QueryPort(port uint8) (verbs.PortAttr, error) {
 		return verbs.PortAttr{}, verbs.Errorf("QueryPort", verbs.ErrNotFound, "port %d: shm devices have one port, number 1", port)
 	}
 	return verbs.PortAttr{State: verbs.PortActive, MaxMTU: verbs.MTU4096, ActiveMTU: verbs.MTU4096, GIDTblLen: 1,
-		MaxMsgSz: 1 << 31, PKeyTblLen: 1, LinkLayer: verbs.LinkLayerEthernet, PhysState: 5, LinkMTU: 4096 + 80}, nil
+		MaxMsgSz: 1 << 31, PKeyTblLen: 1, LinkLayer: verbs.LinkLayerEthernet, PhysState: 5, LinkMTU: 4096 + 80,
+		// Nominal, as the RoCEv2 provider's: tools print and rate
+		// calculations need a valid width and speed (0 is "invalid").
+		ActiveWidth: 2, ActiveSpeed: 32}, nil
 }
 
 // QueryGID returns the device's GID (index 0, the only one): fd73:686d,

@@ -379,6 +379,10 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 // CQE returns the capacity.
 func (cq *CQ) CQE() int { return cq.ring.Cap() }
 
+// Resize changes the capacity to cqe, keeping the completions it holds
+// (verbs.Resizer).
+func (cq *CQ) Resize(cqe int) error { return cq.ring.Resize(cqe, maxCQE) }
+
 // Destroy frees the CQ; verbs.ErrInUse while QPs use it.
 func (cq *CQ) Destroy() error {
 	if err := cq.ring.Destroy(cq.qps.Load()); err != nil {

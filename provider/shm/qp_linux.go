@@ -395,6 +395,12 @@ func (qp *QP) resetLocked() {
 	qp.revokeGrantsLater()
 	qp.unmapLocked()
 	qp.state = verbs.QPStateReset
+	// The QP's completions go with it, as on the RoCEv2 provider
+	// (verbsobj.CQRing.Clean).
+	qp.sendCQ.ring.Clean(qp.qpn)
+	if qp.recvCQ != qp.sendCQ {
+		qp.recvCQ.ring.Clean(qp.qpn)
+	}
 	qp.sqHead, qp.sqNext, qp.sqTl, qp.awaited = 0, 0, 0, 0
 	qp.rqHead, qp.rqTail = 0, 0
 	qp.haveCur, qp.inDone, qp.failed, qp.rnrFrom = false, false, false, 0
