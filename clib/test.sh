@@ -221,6 +221,10 @@ done
 if /usr/bin/python3 -c "import pyverbs" 2>/dev/null; then
 	run "pyverbs on $dev (devices, PD, MR, CQ, RC QP to RTS, RDMA WRITE)" /usr/bin/python3 "$here/testdata/pyverbs_check.py" $dev $gid
 	run "pyverbs on shm0" /usr/bin/python3 "$here/testdata/pyverbs_check.py" shm0 0
+	# rdma-core's own test suite (clib/rdmacore-tests.sh): every test
+	# a software device can run, on each device.
+	run "rdma-core's tests (pyverbs' suite) on $dev" bash "$here/rdmacore-tests.sh" "$dir" $dev $gid
+	run "rdma-core's tests (pyverbs' suite) on shm0" bash "$here/rdmacore-tests.sh" "$dir" shm0 0
 else
 	echo "SKIP  pyverbs: apt-get install python3-pyverbs"
 fi
@@ -359,6 +363,12 @@ run "evwait on shm0" "$logs/evwait" -d shm0 -g 0
 ${CC:-gcc} -Wall -Wno-unused-function -o "$logs/mw" "$here/testdata/mw.c" -L"$dir" -libverbs || exit 1
 run "mw (memory windows: bind, access, invalidate, errors)" "$logs/mw" -d $dev -g $gid
 run "mw on shm0 (no windows: EOPNOTSUPP)" "$logs/mw" -d shm0 -g 0
+# A child of fork() that uses what it inherited (testdata/forkchild.c):
+# it fails fast with ENODEV and releases its copies, and the parent's
+# QPs work on.
+${CC:-gcc} -Wall -Wno-unused-function -o "$logs/forkchild" "$here/testdata/forkchild.c" -L"$dir" -libverbs -lrdmacm || exit 1
+run "forkchild (fork() without exec: ENODEV in the child, the parent unaffected)" "$logs/forkchild" -d $dev -g $gid
+run "forkchild on shm0" "$logs/forkchild" -d shm0 -g 0
 # A poll of the send CQ takes the ring: eight requests queued behind one
 # that nothing will acknowledge are taken by one ibv_poll_cq (sendring -p).
 run "sendring -p (a poll takes the ring)" env SOFTRDMA_COUNTERS="$logs/polltake.counters" "$logs/sendring" -d $dev -g $gid -p

@@ -27,6 +27,7 @@
 #include <rdma/rdma_cma.h>
 #include "rdmacm.h"
 #include "srderrno.h"
+#include "forked.h"
 
 #define SRD_EXPORT __attribute__((visibility("default")))
 

@@ -34,6 +34,7 @@
 #include <rdma/rsocket.h>
 #include "rdmacm.h"
 #include "srderrno.h"
+#include "forked.h"
 
 #define SRD_EXPORT __attribute__((visibility("default")))
 

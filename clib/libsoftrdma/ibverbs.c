@@ -31,6 +31,7 @@
 #include "ibverbs.h"
 #include "srderrno.h"
 #include "_cgo_export.h"
+#include "forked.h"
 
 /* The Go side reads these structs through cgo's view of the same header;
  * the build fails here if a layout the Go code assumes differs. */
@@ -40,6 +41,22 @@ _Static_assert(offsetof(struct ibv_send_wr, wr) == 40, "ibv_send_wr.wr union");
 _Static_assert(offsetof(struct ibv_qp_ex, qp_base) == 0, "ibv_qp_ex starts with ibv_qp");
 _Static_assert(offsetof(struct verbs_context, context) + sizeof(struct ibv_context) == sizeof(struct verbs_context),
 	       "ibv_context ends verbs_context");
+
+/* ---- fork() ---- */
+
+/* srd_forked marks a child of fork(), where the Go runtime cannot run
+ * (forked.h says what the entry points do there). */
+volatile int srd_forked;
+
+static void srd_atfork_child(void)
+{
+	srd_forked = 1;
+}
+
+__attribute__((constructor)) static void srd_fork_init(void)
+{
+	pthread_atfork(NULL, NULL, srd_atfork_child);
+}
 
 /* ---- devices ---- */
 
@@ -345,7 +362,10 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->vctx.create_cq_ex = srd_create_cq_ex;
 	ctx = &c->vctx.context;
 	ctx->device = device;
-	ctx->cmd_fd = -1;
+	/* No kernel command channel, but a real descriptor: programs dup it
+	 * (rdma-core's tests do, before ibv_import_device, which is not
+	 * supported) and would fail on -1 with EBADF instead. */
+	ctx->cmd_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	ctx->async_fd = fds[0];
 	ctx->num_comp_vectors = 1;
 	ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
@@ -371,6 +391,8 @@ int ibv_close_device(struct ibv_context *ctx)
 	srdgo_close(c->h);
 	close(c->async_wfd);
 	close(ctx->async_fd);
+	if (ctx->cmd_fd >= 0)
+		close(ctx->cmd_fd);
 	pthread_mutex_destroy(&ctx->mutex);
 	free(c);
 	return 0;
@@ -436,6 +458,7 @@ int srd_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_e
 		return err;
 	a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
 	a.max_dm_size = 0;
+	a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
 	memcpy(attr, &a, len < sizeof(a) ? len : sizeof(a));
 	return 0;
 }
@@ -591,6 +614,20 @@ int ibv_dealloc_pd(struct ibv_pd *pd)
 			  IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | \
 			  IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | IBV_ACCESS_OPTIONAL_RANGE)
 
+/* srd_mr_access_err checks a region's access flags as ibv_reg_mr does:
+ * 0, or the errno. */
+static int srd_mr_access_err(unsigned int access)
+{
+	if (access & ~SRD_ACCESS_KNOWN)
+		return EINVAL;
+	/* Remote write or atomic access needs local write (IBTA 10.6.3.1). */
+	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))
+		return EINVAL;
+	if (access & (IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND))
+		return EOPNOTSUPP;
+	return 0;
+}
+
 struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access)
 {
 	struct srd_mr *m;
@@ -600,13 +637,10 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, ui
 
 	if (!pd || (!addr && length))
 		return srd_fail_ptr(EINVAL);
-	if (access & ~SRD_ACCESS_KNOWN)
-		return srd_fail_ptr(EINVAL);
-	/* Remote write or atomic access needs local write (IBTA 10.6.3.1). */
-	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))
-		return srd_fail_ptr(EINVAL);
+	if ((err = srd_mr_access_err(access)))
+		return srd_fail_ptr(err);
 	/* Only identity iovas: the engine addresses memory by virtual address. */
-	if (iova != (uintptr_t)addr || (access & (IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND)))
+	if (iova != (uintptr_t)addr)
 		return srd_fail_ptr(EOPNOTSUPP);
 	m = calloc(1, sizeof(*m));
 	if (!m)
@@ -618,6 +652,7 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, ui
 		return srd_fail_ptr(err);
 	}
 	m->h = h;
+	m->access = access;
 	m->mr.context = pd->context;
 	m->mr.pd = pd;
 	m->mr.addr = addr;
@@ -645,9 +680,47 @@ struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t leng
 	return srd_fail_ptr(EOPNOTSUPP);
 }
 
+/* ibv_rereg_mr changes a region's PD and access in place, keeping its
+ * keys, as rxe does; new memory (IBV_REREG_MR_CHANGE_TRANSLATION) is
+ * refused with EOPNOTSUPP, as rxe refuses it: deregister and register
+ * again. On failure the region stays as it was. */
 int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access)
 {
-	return IBV_REREG_MR_ERR_INPUT;
+	struct srd_mr *m;
+	struct ibv_pd *npd;
+	unsigned int nacc;
+	int err;
+
+	/* libibverbs' own checks (verbs.c), then the provider's. */
+	if (!mr || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) ||
+	    ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!length || !addr)) ||
+	    (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS)) || ((flags & IBV_REREG_MR_CHANGE_PD) && !pd)) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		errno = EOPNOTSUPP;
+		return IBV_REREG_MR_ERR_CMD;
+	}
+	m = SRD_CONTAINER(mr, struct srd_mr, mr);
+	npd = (flags & IBV_REREG_MR_CHANGE_PD) ? pd : mr->pd;
+	nacc = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? (unsigned int)access : m->access;
+	if ((err = srd_mr_access_err(nacc))) {
+		errno = err;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	if (npd->context != mr->context) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	err = srdgo_rereg_mr(m->h, SRD_CONTAINER(npd, struct srd_pd, pd)->h, nacc & 0x1f);
+	if (err) {
+		errno = err;
+		return IBV_REREG_MR_ERR_CMD;
+	}
+	m->access = nacc;
+	mr->pd = npd;
+	return 0;
 }
 
 int ibv_dereg_mr(struct ibv_mr *mr)
@@ -766,9 +839,16 @@ struct srd_cq *srd_cq_create(struct ibv_context *ctx, int cqe, void *cq_context,
 
 int ibv_resize_cq(struct ibv_cq *cq, int cqe)
 {
+	int32_t actual = 0;
+	int err;
+
 	if (!cq || cqe <= 0)
 		return EINVAL;
-	return cqe <= cq->cqe ? 0 : EOPNOTSUPP;
+	err = srdgo_resize_cq(SRD_CONTAINER(cq, struct srd_cq, cq)->h, cqe, &actual);
+	if (err)
+		return err;
+	cq->cqe = actual;
+	return 0;
 }
 
 int ibv_destroy_cq(struct ibv_cq *cq)
@@ -1049,7 +1129,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	return create_qp(pd, attr, 0, 0);
 }
 
-#define SRD_QP_INIT_ATTR_KNOWN (IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
+#define SRD_QP_INIT_ATTR_KNOWN (IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS)
 #define SRD_SEND_OPS (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
 		      IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | \
 		      IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV | \
@@ -1063,6 +1143,10 @@ struct ibv_qp *srd_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr
 	if (!ctx || !attr)
 		return srd_fail_ptr(EINVAL);
 	if ((attr->comp_mask & ~SRD_QP_INIT_ATTR_KNOWN) || !(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd)
+		return srd_fail_ptr(EOPNOTSUPP);
+	/* Create flags (scatter FCS, CVLAN stripping, ...) are for raw
+	 * packet QPs and NIC offloads: none is supported, no flags is fine. */
+	if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags)
 		return srd_fail_ptr(EOPNOTSUPP);
 	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
 		ops = attr->send_ops_flags;

@@ -28,7 +28,7 @@ struct srd_ctx {
 };
 
 struct srd_pd { struct ibv_pd pd; uintptr_t h; };
-struct srd_mr { struct ibv_mr mr; uintptr_t h; };
+struct srd_mr { struct ibv_mr mr; uintptr_t h; unsigned int access; };
 struct srd_ah { struct ibv_ah ah; uintptr_t h; };
 struct srd_srq { struct ibv_srq srq; uintptr_t h; };
 struct srd_mw { struct ibv_mw mw; uintptr_t h; };

@@ -32,6 +32,7 @@
 
 #include "ibverbs.h"
 #include "_cgo_export.h"
+#include "forked.h"
 
 /* ring_off reports whether the environment variable env turns a ring off;
  * *off caches the answer. */

@@ -15,6 +15,7 @@
 
 #include "ibverbs.h"
 #include "_cgo_export.h"
+#include "forked.h"
 
 static struct srd_qp *qp_of(struct ibv_qp_ex *qpx)
 {

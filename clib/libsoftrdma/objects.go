@@ -90,6 +90,9 @@ func srdgo_query_device(h C.uintptr_t, a *C.struct_ibv_device_attr) (ret C.int) 
 func srdgo_query_port(h C.uintptr_t, port C.uint8_t, a *C.struct_ibv_port_attr) (ret C.int) {
 	defer guard("ibv_query_port", &ret)
 	p, err := ctxOf(h).ctx.QueryPort(uint8(port))
+	if errors.Is(err, verbs.ErrNotFound) {
+		return C.EINVAL // a port the device does not have, as the kernel says
+	}
 	if err != nil {
 		return errnoOf("ibv_query_port", err)
 	}
@@ -190,6 +193,21 @@ func srdgo_dereg_mr(h C.uintptr_t) (ret C.int) {
 	}
 	m.c.remove(handle.Handle(h), nil)
 	return 0
+}
+
+// srdgo_rereg_mr moves the region oldh to PD pdh with access, keeping
+// its keys (ibv_rereg_mr); EOPNOTSUPP for a provider whose regions cannot
+// change (verbs.Rereger).
+//
+//export srdgo_rereg_mr
+func srdgo_rereg_mr(h, pdh C.uintptr_t, access C.int) (ret C.int) {
+	defer guard("ibv_rereg_mr", &ret)
+	m := handle.Handle(h).Value().(*mrObj)
+	r, ok := m.mr.(verbs.Rereger)
+	if !ok {
+		return C.EOPNOTSUPP
+	}
+	return errnoOf("ibv_rereg_mr", r.Rereg(pdOf(pdh).pd, verbs.Access(access)))
 }
 
 // mwObj is a memory window (struct srd_mw's handle).
@@ -408,6 +426,27 @@ func srdgo_create_cq(ch C.uintptr_t, cqe C.int, chh C.uintptr_t, cptr *C.struct_
 	o.rx, _ = c.ctx.(packetCounter)
 	*h = C.uintptr_t(c.add(o, unsafe.Pointer(cptr), cq, nil))
 	*actual = C.int32_t(cq.CQE())
+	return 0
+}
+
+// srdgo_resize_cq resizes the CQ (ibv_resize_cq); a provider whose CQs
+// cannot (verbs.Resizer) takes a smaller size as it is and refuses a
+// larger one.
+//
+//export srdgo_resize_cq
+func srdgo_resize_cq(h C.uintptr_t, cqe C.int, actual *C.int32_t) (ret C.int) {
+	defer guard("ibv_resize_cq", &ret)
+	o := handle.Handle(h).Value().(*cqObj)
+	r, ok := o.cq.(verbs.Resizer)
+	switch {
+	case ok:
+		if err := r.Resize(int(cqe)); err != nil {
+			return errnoOf("ibv_resize_cq", err)
+		}
+	case int(cqe) > o.cq.CQE():
+		return C.EOPNOTSUPP
+	}
+	*actual = C.int32_t(o.cq.CQE())
 	return 0
 }
 
