@@ -138,6 +138,9 @@ func BindMW(qp QP, mw MW, wrID uint64, flags SendFlags, b MWBind) (uint32, error
 	if mw.Type() != MWType1 {
 		return 0, Errorf("BindMW", ErrInvalidArgument, "BindMW binds type 1 windows; post a WRBindMW request for a %v window", mw.Type())
 	}
+	if t1, ok := mw.(MWBinder); ok {
+		return t1.BindType1(qp, wrID, flags, b)
+	}
 	b.MW = mw
 	b.RKey = IncRKey(mw.RKey())
 	if err := qp.PostSend(&SendWR{WRID: wrID, Opcode: WRBindMW, SendFlags: flags, Bind: &b}); err != nil {
@@ -161,6 +164,13 @@ type Resizer interface {
 // keeps the PD. The RoCEv2 provider's MRs implement it.
 type Rereger interface {
 	Rereg(pd PD, access Access) error
+}
+
+// MWBinder is implemented by windows whose provider binds type 1 windows
+// with a verb of its own (ibv_bind_mw on a kernel device: some devices
+// take no BIND_MW request for them); BindMW uses it.
+type MWBinder interface {
+	BindType1(qp QP, wrID uint64, flags SendFlags, b MWBind) (uint32, error)
 }
 
 // CQ is a completion queue (struct ibv_cq). Poll, Wait and ReqNotify are safe

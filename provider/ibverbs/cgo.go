@@ -65,6 +65,14 @@ int sr_post_send(uintptr_t qph, uintptr_t inh, int n,
 			w->wr.atomic.swap = g->swap;
 			w->wr.atomic.rkey = g->rkey;
 			break;
+		case IBV_WR_BIND_MW:
+			w->bind_mw.mw = g->mw;
+			w->bind_mw.rkey = g->rkey;
+			w->bind_mw.bind_info.mr = g->bind_mr;
+			w->bind_mw.bind_info.addr = g->remote_addr;
+			w->bind_mw.bind_info.length = g->bind_len;
+			w->bind_mw.bind_info.mw_access_flags = g->bind_access;
+			break;
 		default:
 			if (ud) {
 				w->wr.ud.ah = g->ah;
@@ -74,7 +82,7 @@ int sr_post_send(uintptr_t qph, uintptr_t inh, int n,
 		}
 		if (g->opcode == IBV_WR_SEND_WITH_IMM || g->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
 			w->imm_data = htonl(g->imm);
-		else if (g->opcode == IBV_WR_SEND_WITH_INV)
+		else if (g->opcode == IBV_WR_SEND_WITH_INV || g->opcode == IBV_WR_LOCAL_INV)
 			w->invalidate_rkey = g->inv_rkey;
 	}
 	struct ibv_send_wr *badwr = NULL;
@@ -151,6 +159,26 @@ struct ibv_mr *sr_reg_mr(struct ibv_pd *pd, void *addr, size_t len, unsigned int
 
 // sr_nonblock makes fd non-blocking and returns a duplicate of it for
 // Go's netpoller (the original stays libibverbs', which closes it).
+// The memory-window verbs are inline in verbs.h.
+struct ibv_mw *sr_alloc_mw(struct ibv_pd *pd, int type) {
+	return ibv_alloc_mw(pd, (enum ibv_mw_type)type);
+}
+
+int sr_dealloc_mw(struct ibv_mw *mw) {
+	return ibv_dealloc_mw(mw);
+}
+
+// sr_bind_mw binds a type 1 window with ibv_bind_mw, which moves
+// mw->rkey on; *rkey is the new one.
+int sr_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t wr_id, unsigned int flags, struct ibv_mr *mr,
+	       uint64_t addr, uint64_t len, unsigned int access, uint32_t *rkey) {
+	struct ibv_mw_bind b = {.wr_id = wr_id, .send_flags = flags,
+		.bind_info = {.mr = mr, .addr = addr, .length = len, .mw_access_flags = access}};
+	int r = ibv_bind_mw(qp, mw, &b);
+	*rkey = mw->rkey;
+	return r;
+}
+
 int sr_nonblock_dup(int fd) {
 	int fl = fcntl(fd, F_GETFL);
 	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)

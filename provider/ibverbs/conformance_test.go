@@ -38,6 +38,8 @@ func TestConformance(t *testing.T) {
 				verbstest.LengthErrEvent:        "rxe moves the responder QP to ERR after a SEND longer than its receive without raising IBV_EVENT_QP_REQ_ERR",
 				verbstest.FlushPostedInErr:      "rxe leaves a receive posted to a QP in ERR queued instead of flushing it",
 				verbstest.SendInvRefused:        "rxe invalidates the rkey of an ibv_reg_mr region on SEND_WITH_INV instead of refusing it",
+				verbstest.WindowBounds:          "rxe checks an access through a memory window against the region's range only (rxe_resp.c check_rkey)",
+				verbstest.InvalidateFlag:        "rxe's receive of a SEND_WITH_INV has IBV_WC_IP_CSUM_OK where IBV_WC_WITH_INV belongs (the kernel's IB_WC_WITH_INVALIDATE bit)",
 			}
 		}
 		return p

@@ -499,6 +499,7 @@ const (
 	orderQP = iota
 	orderSRQ
 	orderAH
+	orderMW
 	orderMR
 	orderCQ
 	orderPD

@@ -10,6 +10,7 @@ import "C"
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -184,10 +185,21 @@ func (mr *MR) Dereg() error {
 	if mr.pd.ctx.closed.Load() {
 		return verbs.Errorf("DeregMR", verbs.ErrDestroyed, "the device %s was closed, which deregistered the MR", mr.pd.ctx.dev.name)
 	}
-	if err := mr.life.End("DeregMR", "MR", "objects"); err != nil {
-		return err
+	if err := mr.life.Check("DeregMR", "MR"); err != nil {
+		return err // deregistered already: the C object is gone
 	}
-	return mr.release()
+	if n := mr.life.Users(); n > 0 {
+		return verbs.Errorf("DeregMR", verbs.ErrInUse, "%d objects still use the MR", n)
+	}
+	// The kernel refuses a region with memory windows bound (rxe:
+	// EINVAL): the MR then stays registered and usable.
+	if r := C.ibv_dereg_mr(mr.mr); r != 0 {
+		return errnoCode("DeregMR", int(r), "ibv_dereg_mr (memory windows bound to the region make it fail)")
+	}
+	mr.life.End("DeregMR", "MR", "objects")
+	mr.pd.ctx.forget(unsafe.Pointer(mr.mr))
+	mr.afterDereg()
+	return nil
 }
 
 // release deregisters; mu held and life ended.
@@ -196,13 +208,19 @@ func (mr *MR) release() error {
 	if r := C.ibv_dereg_mr(mr.mr); r != 0 {
 		return errnoCode("DeregMR", int(r), "ibv_dereg_mr")
 	}
+	mr.afterDereg()
+	return nil
+}
+
+// afterDereg releases what the registration held: the PD's count and
+// the memory's pin or mapping.
+func (mr *MR) afterDereg() {
 	mr.pd.life.Add(-1)
 	if mr.mapped {
 		syscall.Munmap(mr.buf)
 	} else {
 		mr.pin.Unpin()
 	}
-	return nil
 }
 
 func (mr *MR) order() int { return orderMR }
@@ -223,14 +241,111 @@ type AH struct {
 	mu   sync.Mutex
 }
 
-// AllocMW fails: the provider does not pass memory windows through yet
-// (the kernel devices that have them take ibv_alloc_mw and BIND_MW
-// requests; softrdma's RoCEv2 provider has them).
+// MW is a memory window (struct ibv_mw).
+type MW struct {
+	pd   *PD
+	mw   *C.struct_ibv_mw
+	typ  verbs.MWType
+	rkey atomic.Uint32 // type 2: the rkey of the latest bind posted (libibverbs leaves mw->rkey)
+	life verbsobj.Life
+	mu   sync.Mutex
+}
+
+// AllocMW allocates a memory window (ibv_alloc_mw); ErrNotSupported on a
+// device without them.
 func (pd *PD) AllocMW(typ verbs.MWType) (verbs.MW, error) {
 	if err := pd.check("AllocMW"); err != nil {
 		return nil, err
 	}
-	return nil, verbs.Errorf("AllocMW", verbs.ErrNotSupported, "memory windows are not passed through to kernel devices yet")
+	if typ != verbs.MWType1 && typ != verbs.MWType2 {
+		return nil, verbs.Errorf("AllocMW", verbs.ErrInvalidArgument, "%v: windows are type 1 or type 2", typ)
+	}
+	m, err := C.sr_alloc_mw(pd.pd, C.int(typ))
+	if m == nil {
+		return nil, errnoErr("AllocMW", err, "ibv_alloc_mw")
+	}
+	mw := &MW{pd: pd, mw: m, typ: typ}
+	mw.rkey.Store(uint32(m.rkey))
+	pd.life.Add(1)
+	pd.ctx.add(unsafe.Pointer(m), mw)
+	return mw, nil
+}
+
+// Type returns the window's type.
+func (mw *MW) Type() verbs.MWType { return mw.typ }
+
+// RKey returns the window's rkey: a type 1 window's as ibv_bind_mw left
+// it, a type 2 window's as the latest BIND_MW posted chose it.
+func (mw *MW) RKey() uint32 {
+	if mw.typ == verbs.MWType1 {
+		mw.mu.Lock()
+		defer mw.mu.Unlock()
+		return uint32(mw.mw.rkey)
+	}
+	return mw.rkey.Load()
+}
+
+// BindType1 binds a type 1 window with ibv_bind_mw (verbs.BindMW calls
+// it: kernel devices bind type 1 windows through that verb, not through
+// a BIND_MW request).
+func (mw *MW) BindType1(qp verbs.QP, wrID uint64, flags verbs.SendFlags, b verbs.MWBind) (uint32, error) {
+	const op = "BindMW"
+	q, ok := qp.(*QP)
+	if !ok || q.ctx != mw.pd.ctx {
+		return 0, verbs.Errorf(op, verbs.ErrInvalidArgument, "the QP is not of the window's device")
+	}
+	var mr *C.struct_ibv_mr
+	if b.MR != nil {
+		m, ok := b.MR.(*MR)
+		if !ok || m.pd.ctx != mw.pd.ctx {
+			return 0, verbs.Errorf(op, verbs.ErrInvalidArgument, "the MR is not of the window's device")
+		}
+		mr = m.mr
+	}
+	mw.mu.Lock()
+	defer mw.mu.Unlock()
+	if err := mw.life.Check(op, "MW"); err != nil {
+		return 0, err
+	}
+	q.smu.Lock()
+	defer q.smu.Unlock()
+	var rkey C.uint32_t
+	if r := C.sr_bind_mw(q.qp, mw.mw, C.uint64_t(wrID), C.uint(flags), mr, C.uint64_t(b.Addr), C.uint64_t(b.Length), C.uint(b.Access), &rkey); r != 0 {
+		return 0, errnoCode(op, int(r), "ibv_bind_mw")
+	}
+	return uint32(rkey), nil
+}
+
+// Dealloc frees the window (ibv_dealloc_mw).
+func (mw *MW) Dealloc() error {
+	mw.mu.Lock()
+	defer mw.mu.Unlock()
+	if mw.pd.ctx.closed.Load() {
+		return verbs.Errorf("DeallocMW", verbs.ErrDestroyed, "the device %s was closed, which released the window", mw.pd.ctx.dev.name)
+	}
+	if err := mw.life.End("DeallocMW", "MW", ""); err != nil {
+		return err
+	}
+	return mw.release()
+}
+
+// release deallocates; mu held and life ended.
+func (mw *MW) release() error {
+	mw.pd.ctx.forget(unsafe.Pointer(mw.mw))
+	if r := C.sr_dealloc_mw(mw.mw); r != 0 {
+		return errnoCode("DeallocMW", int(r), "ibv_dealloc_mw")
+	}
+	mw.pd.life.Add(-1)
+	return nil
+}
+
+func (mw *MW) order() int { return orderMW }
+func (mw *MW) forceDestroy() {
+	mw.mu.Lock()
+	defer mw.mu.Unlock()
+	if mw.life.End("DeallocMW", "MW", "") == nil {
+		mw.release()
+	}
 }
 
 // CreateAH creates an address handle (ibv_create_ah). On an Ethernet

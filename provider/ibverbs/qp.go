@@ -248,6 +248,8 @@ var wrOpcodes = [...]uint32{
 	verbs.WRAtomicCmpAndSwp:   C.IBV_WR_ATOMIC_CMP_AND_SWP,
 	verbs.WRAtomicFetchAndAdd: C.IBV_WR_ATOMIC_FETCH_AND_ADD,
 	verbs.WRSendWithInv:       C.IBV_WR_SEND_WITH_INV,
+	verbs.WRLocalInv:          C.IBV_WR_LOCAL_INV,
+	verbs.WRBindMW:            C.IBV_WR_BIND_MW,
 }
 
 // PostSend posts wr and the requests chained after it (ibv_post_send),
@@ -295,6 +297,39 @@ func (qp *QP) postStateErr(op string, wrid uint64, st verbs.QPState) error {
 	return &verbs.PostError{WRID: wrid, Err: verbs.Errorf(op, verbs.ErrInvalidState, "the QP is in %v; move it to RTS first", st)}
 }
 
+// fillBind resolves a BIND_MW request's window and region into g (the
+// window's new rkey and range travel in rkey, remote_addr and bind_len).
+func (qp *QP) fillBind(g *C.struct_sr_wr, b *verbs.MWBind) error {
+	const op = "PostSend"
+	if b == nil {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "a BIND_MW request needs Bind")
+	}
+	mw, ok := b.MW.(*MW)
+	if !ok || mw == nil || mw.pd.ctx != qp.ctx {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "BIND_MW needs a window allocated on this device")
+	}
+	g.mw = mw.mw
+	if b.MR != nil {
+		mr, ok := b.MR.(*MR)
+		if !ok || mr.pd.ctx != qp.ctx {
+			return verbs.Errorf(op, verbs.ErrInvalidArgument, "BIND_MW needs an MR registered on this device")
+		}
+		g.bind_mr = mr.mr
+	}
+	g.rkey = C.uint32_t(b.RKey)
+	g.remote_addr = C.uint64_t(b.Addr)
+	g.bind_len = C.uint64_t(b.Length)
+	g.bind_access = C.uint32_t(b.Access)
+	if mw.typ == verbs.MWType2 {
+		// The kernel finds the window by the rkey in ibv_mw (rxe fails
+		// the bind unless it is the window's current one), which
+		// libibverbs never updates for type 2: it is the previous
+		// bind's.
+		mw.mw.rkey = C.uint32_t(mw.rkey.Swap(b.RKey))
+	}
+	return nil
+}
+
 // fillSend writes wr into slot n of the send arrays, checking what
 // libibverbs leaves to the device: the SGE count, the opcode and UD's
 // address handle.
@@ -318,6 +353,12 @@ func (qp *QP) fillSend(n int, wr *verbs.SendWR) error {
 	g.compare_add = C.uint64_t(wr.CompareAdd)
 	g.swap = C.uint64_t(wr.Swap)
 	g.ah = nil
+	g.mw, g.bind_mr = nil, nil
+	if wr.Opcode == verbs.WRBindMW {
+		if err := qp.fillBind(g, wr.Bind); err != nil {
+			return err
+		}
+	}
 	sg := qp.ssge[n*qp.sMaxSG:]
 	var total uint64
 	for i := range wr.SGList {

@@ -13,6 +13,10 @@ struct sr_wr {
 	uint64_t compare_add;
 	uint64_t swap;
 	struct ibv_ah *ah;
+	struct ibv_mw *mw;     // BIND_MW: the window (rkey is its new rkey,
+	struct ibv_mr *bind_mr; // remote_addr and bind_len the range)
+	uint64_t bind_len;
+	uint32_t bind_access;
 	uint32_t rkey;
 	uint32_t imm;        // host order; sent in network order
 	uint32_t opcode;     // enum ibv_wr_opcode
@@ -49,6 +53,10 @@ int sr_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *a
 int sr_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index, struct ibv_gid_entry *e);
 struct ibv_mr *sr_reg_mr(struct ibv_pd *pd, void *addr, size_t len, unsigned int access);
 int sr_nonblock_dup(int fd);
+struct ibv_mw *sr_alloc_mw(struct ibv_pd *pd, int type);
+int sr_dealloc_mw(struct ibv_mw *mw);
+int sr_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t wr_id, unsigned int flags, struct ibv_mr *mr,
+	       uint64_t addr, uint64_t len, unsigned int access, uint32_t *rkey);
 int sr_get_cq_events(struct ibv_comp_channel *ch, uintptr_t *cqs, int max);
 void sr_ack_cq_events(uintptr_t cq, unsigned int n);
 int sr_get_async_event(struct ibv_context *ctx, struct sr_async *out);
