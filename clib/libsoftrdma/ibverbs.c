@@ -811,6 +811,10 @@ struct srd_cq *srd_cq_create(struct ibv_context *ctx, int cqe, void *cq_context,
 
 	if (!ctx || cqe <= 0 || comp_vector < 0 || comp_vector >= ctx->num_comp_vectors)
 		return srd_fail_ptr(EINVAL);
+	/* A channel belongs to its context (the kernel refuses another's):
+	 * its events could never be told apart from its own CQs'. */
+	if (channel && channel->context != ctx)
+		return srd_fail_ptr(EINVAL);
 	q = calloc(1, sizeof(*q));
 	if (!q)
 		return srd_fail_ptr(ENOMEM);

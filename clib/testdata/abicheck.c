@@ -142,6 +142,16 @@ int main(int argc, char **argv)
 	CHECK(ch != NULL && ch->fd >= 0, "ibv_create_comp_channel gives an fd");
 	cq = ibv_create_cq(ctx, 16, (void *)0x1234, ch, 0);
 	CHECK(cq != NULL && cq->cqe >= 16, "ibv_create_cq");
+	{
+		/* A channel is its context's: another context's CQ cannot use it. */
+		struct ibv_context *other = open_dev(ibv_get_device_name(ctx->device));
+
+		errno = 0;
+		CHECK(other && ibv_create_cq(other, 16, NULL, ch, 0) == NULL && errno == EINVAL,
+		      "ibv_create_cq with another context's channel -> NULL, EINVAL");
+		if (other)
+			ibv_close_device(other);
+	}
 
 	errno = 0;
 	CHECK(ibv_create_qp(pd, NULL) == NULL && errno == EINVAL, "ibv_create_qp(NULL attr) -> NULL, EINVAL");
