@@ -756,7 +756,7 @@ struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
 		free(c);
 		return srd_fail_ptr(err);
 	}
-	err = srdgo_create_channel(srd_ctx_of(ctx)->h, fds[1], &c->pending, &c->spin_ns, &h);
+	err = srdgo_create_channel(srd_ctx_of(ctx)->h, fds[1], &c->pending, &c->spin_ns, &c->hand, &c->hand_cq, &h);
 	if (err) {
 		close(fds[0]);
 		close(fds[1]);
@@ -908,26 +908,78 @@ static int srd_event_claim(struct srd_channel *c)
 	return 0;
 }
 
-static int srd_event_spin(struct srd_channel *c)
+/* srd_hand_take takes the event handed to the spinning thread, if there
+ * is one, and ends the offer. */
+static struct ibv_cq *srd_hand_take(struct srd_channel *c)
+{
+	struct ibv_cq *q;
+
+	if (__atomic_load_n(&c->hand, __ATOMIC_ACQUIRE) != SRD_HAND_FULL)
+		return NULL;
+	q = (struct ibv_cq *)(uintptr_t)c->hand_cq;
+	__atomic_store_n(&c->hand, SRD_HAND_IDLE, __ATOMIC_RELEASE);
+	return q;
+}
+
+/* srd_hand_close withdraws the offer: NULL, or the event handed before
+ * the provider saw it withdrawn (it is the caller's). */
+static struct ibv_cq *srd_hand_close(struct srd_channel *c)
+{
+	uint32_t open = SRD_HAND_OPEN;
+	struct ibv_cq *q;
+
+	if (__atomic_compare_exchange_n(&c->hand, &open, SRD_HAND_IDLE, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return NULL;
+	while (!(q = srd_hand_take(c)))
+		; /* BUSY: the provider is storing it */
+	return q;
+}
+
+/* srd_event_spin receives for the device on the calling thread until an
+ * event is there: 1 if it claimed a record of the pipe, 2 if the event
+ * was handed to it (*q), 0 if the spin ran out. One spinning thread at a
+ * time holds the hand-off's offer; the others claim from the pipe. */
+static int srd_event_spin(struct srd_channel *c, struct ibv_cq **q)
 {
 	struct timespec t0, t;
+	uint32_t idle = SRD_HAND_IDLE;
+	int open;
 	unsigned i;
 
 	if (!c->spin_ns)
 		return 0;
+	open = __atomic_compare_exchange_n(&c->hand, &idle, SRD_HAND_OPEN, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (i = 1;; i++) {
 		srdgo_channel_progress(c->h);
-		if (srd_event_claim(c))
+		if (open && (*q = srd_hand_take(c)))
+			return 2;
+		if (srd_event_claim(c)) {
+			struct ibv_cq *late = open ? srd_hand_close(c) : NULL;
+
+			/* An event handed after the record was written goes
+			 * behind it, into the pipe, as the provider would
+			 * have written it (events of one CQ cannot pass each
+			 * other: a CQ raises one per arming). */
+			if (late) {
+				uint64_t p = (uintptr_t)late;
+
+				if (write(c->wfd, &p, sizeof(p)) == sizeof(p))
+					__atomic_add_fetch(&c->pending, 1, __ATOMIC_RELEASE);
+			}
 			return 1;
+		}
 		if (i % 16 == 0) {
 			clock_gettime(CLOCK_MONOTONIC, &t);
 			if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) >= c->spin_ns)
-				return 0;
+				break;
 		}
 		if (i % SRD_YIELD_EVERY == 0)
 			sched_yield();
 	}
+	if (open && (*q = srd_hand_close(c)))
+		return 2;
+	return 0;
 }
 
 /* srd_event_block sleeps until it claims a record, the device's receive
@@ -981,14 +1033,24 @@ int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void 
 		return srd_fail(EINVAL);
 	c = SRD_CONTAINER(channel, struct srd_channel, ch);
 	if (!srd_event_claim(c)) {
+		struct ibv_cq *q = NULL;
+
 		/* A program that made the descriptor non-blocking does not
 		 * wait here: it drains the events poll() announced, to
 		 * EAGAIN. */
 		if (fcntl(channel->fd, F_GETFL) & O_NONBLOCK) {
 			if (srd_event_drain(c))
 				return srd_fail(EAGAIN);
-		} else if (!srd_event_spin(c) && srd_event_block(c)) {
-			return -1;
+		} else {
+			switch (srd_event_spin(c, &q)) {
+			case 2:
+				*cq = q;
+				*cq_context = q->cq_context;
+				return 0;
+			case 0:
+				if (srd_event_block(c))
+					return -1;
+			}
 		}
 	}
 	n = read(channel->fd, &p, sizeof(p));

@@ -44,7 +44,18 @@ struct srd_channel {
 	/* How long ibv_get_cq_event receives for the device before it
 	 * blocks; 0: it blocks at once (a device it cannot drive). */
 	int64_t spin_ns;
+	/* The hand-off: a thread spinning in ibv_get_cq_event offers to
+	 * take the next event straight from the provider (SRD_HAND_OPEN),
+	 * which then stores the ibv_cq in hand_cq (BUSY, then FULL) instead
+	 * of writing the pipe: a write and a read saved per event. */
+	uint32_t hand;
+	uint64_t hand_cq;
 };
+
+#define SRD_HAND_IDLE 0
+#define SRD_HAND_OPEN 1
+#define SRD_HAND_BUSY 2
+#define SRD_HAND_FULL 3
 
 /*
  * The polling state of a CQ made by ibv_create_cq_ex (ibverbs_cqex.c):

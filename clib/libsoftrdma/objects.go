@@ -254,6 +254,10 @@ type chanObj struct {
 	ch      *verbs.CompChannel
 	wfd     int
 	pending *uint32 // struct srd_channel's count of records not yet claimed
+	// The hand-off (struct srd_channel's hand and hand_cq): a thread
+	// spinning in ibv_get_cq_event takes the event without the pipe.
+	hand   *uint32
+	handCQ *uint64
 	// mu guards the write end: stop waits for a write under way, and no
 	// write follows it (the C side then closes the descriptor, whose
 	// number a later open may take).
@@ -281,7 +285,7 @@ type outsideWaiter interface {
 }
 
 //export srdgo_create_channel
-func srdgo_create_channel(ch C.uintptr_t, wfd C.int, pending *C.uint32_t, spinNS *C.int64_t, h *C.uintptr_t) (ret C.int) {
+func srdgo_create_channel(ch C.uintptr_t, wfd C.int, pending *C.uint32_t, spinNS *C.int64_t, hand *C.uint32_t, handCQ *C.uint64_t, h *C.uintptr_t) (ret C.int) {
 	defer guard("ibv_create_comp_channel", &ret)
 	c := ctxOf(ch)
 	// The provider's goroutine must never wait for the program: a pipe
@@ -290,7 +294,8 @@ func srdgo_create_channel(ch C.uintptr_t, wfd C.int, pending *C.uint32_t, spinNS
 	if err := syscall.SetNonblock(int(wfd), true); err != nil {
 		return errnoOf("ibv_create_comp_channel", err)
 	}
-	o := &chanObj{c: c, wfd: int(wfd), pending: (*uint32)(unsafe.Pointer(pending))}
+	o := &chanObj{c: c, wfd: int(wfd), pending: (*uint32)(unsafe.Pointer(pending)),
+		hand: (*uint32)(unsafe.Pointer(hand)), handCQ: (*uint64)(unsafe.Pointer(handCQ))}
 	o.ch = verbs.NewCompChannelFunc(o.event)
 	*spinNS = 0
 	if _, ok := c.ctx.(verbs.Progresser); ok {
@@ -323,6 +328,11 @@ func (o *chanObj) event(cq verbs.CQ) {
 	o.mu.RLock()
 	defer o.mu.RUnlock()
 	if o.closed {
+		return
+	}
+	if atomic.CompareAndSwapUint32(o.hand, C.SRD_HAND_OPEN, C.SRD_HAND_BUSY) {
+		*o.handCQ = uint64(uintptr(p))
+		atomic.StoreUint32(o.hand, C.SRD_HAND_FULL)
 		return
 	}
 	var rec [8]byte
