@@ -42,8 +42,12 @@ struct srd_channel {
 	 * it reads (srd_event_claim). */
 	uint32_t pending;
 	/* How long ibv_get_cq_event receives for the device before it
-	 * blocks; 0: it blocks at once (a device it cannot drive). */
+	 * blocks, at least; 0: it blocks at once (a device it cannot
+	 * drive). */
 	int64_t spin_ns;
+	/* The channel's waits, a moving average (ns): the spin stretches
+	 * to cover waits of up to SRD_SPIN_MAX (srd_spin_limit). */
+	int64_t wait_ns;
 	/* The hand-off: a thread spinning in ibv_get_cq_event offers to
 	 * take the next event straight from the provider (SRD_HAND_OPEN),
 	 * which then stores the ibv_cq in hand_cq (BUSY, then FULL) instead
