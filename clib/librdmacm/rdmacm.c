@@ -694,6 +694,8 @@ SRD_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma
 
 	if (!channel || !event)
 		return srd_fail(EINVAL);
+	if (srd_forked)
+		return srd_fail(ENODEV); /* the parent's pipe (forked.h) */
 	for (;;) {
 		n = read(channel->fd, &h, sizeof(h));
 		if (n < 0 && errno == EINTR)

@@ -15,7 +15,9 @@
  *     copy of its C memory and succeed: the parent's object is the
  *     parent's, and stays as it was.
  *
- * Rsockets calls are not covered. A child that needs RDMA execs a
+ * ibv_get_cq_event, ibv_get_async_event and rdma_get_cm_event fail with
+ * ENODEV too, before they read: their pipes are shared with the parent,
+ * whose records a child would take. Rsockets calls are not covered. A child that needs RDMA execs a
  * program that loads the library afresh (docs/clib.md, "fork()").
  *
  * Each srdgo_ call is wrapped by a macro of its own name (a macro does

@@ -411,6 +411,8 @@ int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *event)
 
 	if (!ctx || !event)
 		return srd_fail(EINVAL);
+	if (srd_forked)
+		return srd_fail(ENODEV); /* the parent's pipe (forked.h) */
 	n = read(ctx->async_fd, &r, sizeof(r));
 	if (n != sizeof(r)) {
 		if (n >= 0)
@@ -1064,6 +1066,10 @@ int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void 
 
 	if (!channel || !cq || !cq_context)
 		return srd_fail(EINVAL);
+	/* The pipe is shared with the parent: a child must not take its
+	 * records (forked.h). */
+	if (srd_forked)
+		return srd_fail(ENODEV);
 	c = SRD_CONTAINER(channel, struct srd_channel, ch);
 	if (!srd_event_claim(c)) {
 		struct ibv_cq *q = NULL;

@@ -197,6 +197,10 @@ int srd_qp_post_send(struct srd_qp *q, struct ibv_send_wr *wr, struct ibv_send_w
 	struct ibv_send_wr *w;
 	int err = 0, take = 0;
 
+	if (srd_forked) { /* the ring needs the parent's Go side (forked.h) */
+		*bad = wr;
+		return ENODEV;
+	}
 	if (!r)
 		return srdgo_post_send(q->h, wr, bad);
 	pthread_mutex_lock(&r->r.mu);
@@ -267,6 +271,10 @@ int srd_qp_post_recv(struct srd_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_w
 	struct ibv_recv_wr *w;
 	int err = 0, take = 0;
 
+	if (srd_forked) {
+		*bad = wr;
+		return ENODEV;
+	}
 	if (!r)
 		return srdgo_post_recv(q->h, wr, bad);
 	pthread_mutex_lock(&r->r.mu);

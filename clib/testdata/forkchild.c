@@ -6,7 +6,10 @@
  *   1. opens the device again: ENODEV, at once (the library's Go runtime
  *      has no threads in the child; it used to wait for them for ever);
  *   2. allocates a PD on the inherited context: ENODEV;
- *   3. polls the inherited CQ: -ENODEV; posts to the inherited QP: ENODEV;
+ *   3. polls the inherited CQ: -ENODEV; posts a send and a receive to
+ *      the inherited QP (the library's post rings included): ENODEV;
+ *      waits for a CQ event or an async event: ENODEV, at once, without
+ *      taking the parent's records;
  *   4. creates an rdma_cm ID (librdmacm): fails at once;
  *   5. destroys the inherited QPs, deregisters the MR, destroys the CQ,
  *      deallocates the PD and closes the device: each returns 0 (the
@@ -46,6 +49,7 @@ int main(int argc, char **argv)
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
+	struct ibv_comp_channel *ch;
 	struct ibv_mr *mr;
 	struct ibv_qp *qp[2];
 	struct ibv_wc wc;
@@ -60,7 +64,8 @@ int main(int argc, char **argv)
 	}
 	ctx = open_device(devname);
 	pd = ibv_alloc_pd(ctx);
-	cq = pd ? ibv_create_cq(ctx, 16, NULL, NULL, 0) : NULL;
+	ch = pd ? ibv_create_comp_channel(ctx) : NULL;
+	cq = ch ? ibv_create_cq(ctx, 16, NULL, ch, 0) : NULL;
 	mr = cq ? ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE) : NULL;
 	if (!mr)
 		die("ibv_alloc_pd/ibv_create_cq/ibv_reg_mr");
@@ -87,11 +92,26 @@ int main(int argc, char **argv)
 		CHECK(n == -ENODEV, n, -ENODEV);
 		n = ibv_post_send(qp[0], &w, &bad);
 		CHECK(n == ENODEV, n, ENODEV);
+		{
+			struct ibv_sge rs = {.addr = (uintptr_t)buf + 1024, .length = 64, .lkey = mr->lkey};
+			struct ibv_recv_wr rw = {.wr_id = 3, .sg_list = &rs, .num_sge = 1}, *rbad;
+			struct ibv_async_event ae;
+			struct ibv_cq *ecq;
+			void *ectx;
+
+			n = ibv_post_recv(qp[1], &rw, &rbad);
+			CHECK(n == ENODEV, n, ENODEV);
+			errno = 0;
+			CHECK(ibv_get_async_event(ctx, &ae) == -1 && errno == ENODEV, errno, ENODEV);
+			errno = 0;
+			CHECK(ibv_get_cq_event(ch, &ecq, &ectx) == -1 && errno == ENODEV, errno, ENODEV);
+		}
 		ech = rdma_create_event_channel();
 		CHECK(!ech || rdma_create_id(ech, &id, NULL, RDMA_PS_TCP) != 0, 0, 0);
 		CHECK(ibv_destroy_qp(qp[0]) == 0 && ibv_destroy_qp(qp[1]) == 0, 0, 0);
 		CHECK(ibv_dereg_mr(mr) == 0, 0, 0);
 		CHECK(ibv_destroy_cq(cq) == 0, 0, 0);
+		CHECK(ibv_destroy_comp_channel(ch) == 0, 0, 0);
 		CHECK(ibv_dealloc_pd(pd) == 0, 0, 0);
 		CHECK(ibv_close_device(ctx) == 0, 0, 0);
 		_exit(0);
@@ -127,6 +147,7 @@ int main(int argc, char **argv)
 	ibv_destroy_qp(qp[1]);
 	ibv_dereg_mr(mr);
 	ibv_destroy_cq(cq);
+	ibv_destroy_comp_channel(ch);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
 	printf("forkchild: the child failed fast (ENODEV) and released its copies; the parent's QPs still work\n");

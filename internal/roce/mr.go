@@ -271,11 +271,13 @@ func (pd *PD) remoteMR(rkey uint32, addr, n uint64, access verbs.Access, qpn uin
 	if mr == nil {
 		return pd.remoteWindow(rkey, addr, n, access, qpn)
 	}
-	if mr.rkey != rkey || mr.pd() != pd || !verbsobj.Permits(mr.Access(), access) {
+	if mr.rkey != rkey {
 		return nil, nil, false
 	}
 	mr.mu.RLock()
-	if mr.dead {
+	// PD and access under the lock: a Rereg that returned before it is
+	// taken binds every access from then on.
+	if mr.dead || mr.pd() != pd || !verbsobj.Permits(mr.Access(), access) {
 		mr.mu.RUnlock()
 		return nil, nil, false
 	}

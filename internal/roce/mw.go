@@ -57,7 +57,8 @@ func (pd *PD) AllocMW(typ verbs.MWType) (verbs.MW, error) {
 		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "%v: windows are type 1 or type 2", typ)
 	}
 	d := pd.dev
-	if d.nMW.Load() >= maxMW {
+	if d.nMW.Add(1) > maxMW {
+		d.nMW.Add(-1)
 		return nil, verbs.Errorf(op, verbs.ErrQueueFull, "the device has its maximum of %d windows", maxMW)
 	}
 	mw := &MW{pd: pd, typ: typ}
@@ -76,7 +77,6 @@ func (pd *PD) AllocMW(typ verbs.MWType) (verbs.MW, error) {
 	d.windows.mu.Unlock()
 	d.keys.mu.Unlock()
 	pd.refs.Add(1)
-	d.nMW.Add(1)
 	return mw, nil
 }
 
@@ -197,27 +197,14 @@ func (qp *QP) bindLocked(o *bindOp) verbs.WCStatus {
 		mw.rkey = o.rkey
 		return verbs.WCSuccess
 	}
+	// The region's checks and its count of windows under its lock, so
+	// that a Rereg (which refuses a region with windows bound) cannot
+	// change its PD or access between them.
 	mr := o.mr
-	if mr.pd() != mw.pd { // moved by Rereg since the post
-		return verbs.WCMWBindErr
-	}
-	if mr.Access()&verbs.AccessMWBind == 0 { // C10-73
-		return verbs.WCMWBindErr
-	}
-	if o.access&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 && mr.Access()&verbs.AccessLocalWrite == 0 { // C10-74
-		return verbs.WCMWBindErr
-	}
-	if _, in := mr.span(o.addr, o.length); !in { // C10-75
+	if !mr.bindable(mw, o, mw.mr != mr) {
 		return verbs.WCMWBindErr
 	}
 	if mw.mr != mr {
-		mr.mu.Lock()
-		if mr.dead {
-			mr.mu.Unlock()
-			return verbs.WCMWBindErr
-		}
-		mr.windows++
-		mr.mu.Unlock()
 		mw.unbindLocked()
 	}
 	mw.mr, mw.addr, mw.length, mw.access, mw.rkey = mr, o.addr, o.length, o.access, o.rkey
@@ -225,6 +212,45 @@ func (qp *QP) bindLocked(o *bindOp) verbs.WCStatus {
 		mw.qpn = qp.qpn
 	}
 	return verbs.WCSuccess
+}
+
+// bindable checks that o may bind mw to the region (its PD, C10-73..75)
+// and, if count, counts the binding; all under the region's lock.
+func (mr *MR) bindable(mw *MW, o *bindOp, count bool) bool {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	access := mr.Access()
+	switch {
+	case mr.dead, mr.pd() != mw.pd, // deregistered or moved by Rereg since the post
+		access&verbs.AccessMWBind == 0, // C10-73
+		o.access&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 && access&verbs.AccessLocalWrite == 0: // C10-74
+		return false
+	}
+	if _, in := mr.span(o.addr, o.length); !in { // C10-75
+		return false
+	}
+	if count {
+		mr.windows++
+	}
+	return true
+}
+
+// unbindQPWindows invalidates the type 2 windows bound through QP qpn,
+// which is being reset or destroyed: a window is for the connection that
+// bound it, not for whichever peer the QP (or a QP that draws its number
+// later) connects to next. Precondition: the QP's mu held.
+func (d *Device) unbindQPWindows(qpn uint32) {
+	if d.nMW.Load() == 0 {
+		return
+	}
+	d.windows.each(func(_ uint32, mw *MW) bool {
+		mw.mu.Lock()
+		if mw.typ == verbs.MWType2 && mw.mr != nil && mw.qpn == qpn {
+			mw.unbindLocked()
+		}
+		mw.mu.Unlock()
+		return true
+	})
 }
 
 // localInvLocked carries out a LOCAL_INV when the requester reaches it:

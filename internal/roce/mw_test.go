@@ -3,6 +3,7 @@ package roce
 import (
 	"bytes"
 	"errors"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/softrdma/softrdma/verbs"
@@ -20,6 +21,33 @@ var mwSuite = []suiteCase{
 	{"mw_bind_errors", nil, testMWBindErrors},
 	{"mw_order", nil, testMWOrder},
 	{"mw_in_use", nil, testMWInUse},
+	{"mw_type2_qp_reset", nil, testMWType2QPReset},
+}
+
+// testMWType2QPReset: a type 2 window is for the connection that bound
+// it; resetting the QP (or destroying it) invalidates it, and the region
+// may go.
+func testMWType2QPReset(t *testing.T, a, b *node) {
+	buf := make([]byte, 4096)
+	mr, err := b.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessMWBind)
+	must(t, err)
+	mw := allocMW(t, b, verbs.MWType2)
+	q, peer := secondQP(t, b), secondQP(t, a)
+	connect(t, q, peer, defaultOpts())
+	connect(t, peer, q, defaultOpts())
+	rkey := bind2(t, q, mw, mr, 0, 4096, verbs.AccessRemoteWrite)
+	if st := write(t, peer, 1, 8, mr.Addr(), rkey); st != verbs.WCSuccess {
+		t.Fatalf("WRITE through the window: %v", st)
+	}
+	if err := mr.Dereg(); !errors.Is(err, verbs.ErrInUse) {
+		t.Fatalf("Dereg with the window bound: %v", err)
+	}
+	must(t, q.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateReset}, verbs.QPAttrState))
+	// The window is free again: the region may go, and a bind with the
+	// next key through another QP works.
+	must(t, mr.Dereg())
+	mr2, _ := windowMR(t, b, 4096)
+	bind2(t, b, mw, mr2, 0, 64, verbs.AccessRemoteRead)
 }
 
 // windowMR registers n bytes of fresh memory of node n that windows may
@@ -360,34 +388,62 @@ func testMWInUse(t *testing.T, a, b *node) {
 	must(t, mr.Dereg())
 }
 
-// TestMWKeysDisjoint: a window's index is never the index of an MR key,
-// whichever is made first, so an rkey names at most one object.
+// scriptedSource is a random source that returns vals, in turn, as the
+// high 32 bits (what rand.Rand.Uint32 takes).
+type scriptedSource struct {
+	vals []uint32
+	i    int
+}
+
+func (s *scriptedSource) Uint64() uint64 {
+	v := s.vals[s.i%len(s.vals)]
+	s.i++
+	return uint64(v) << 32
+}
+
+// TestMWKeysDisjoint: a window's index (an rkey's high 24 bits) is never
+// the index of an MR key, whichever comes first, so an rkey names at most
+// one object. The device's random numbers are scripted to collide.
 func TestMWKeysDisjoint(t *testing.T) {
 	ta, _ := udpPair(t)
-	a := newNode(t, ta, defaultOpts())
-	var mws []verbs.MW
-	for i := 0; i < 200; i++ {
-		mr, err := a.pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite|verbs.AccessMWBind)
-		must(t, err)
-		defer mr.Dereg()
-		mw, err := a.pd.AllocMW(verbs.MWType(1 + i%2))
-		must(t, err)
-		defer mw.Dealloc()
-		mws = append(mws, mw)
+	d := newDevice(t, Config{Transport: ta})
+	t.Cleanup(func() { d.Close() })
+	pd, err := d.AllocPD()
+	must(t, err)
+	script := func(vals ...uint32) {
+		d.randMu.Lock()
+		d.rng = rand.New(&scriptedSource{vals: vals})
+		d.randMu.Unlock()
 	}
-	idx := map[uint32]bool{}
-	for _, mw := range mws {
-		idx[mw.RKey()>>8] = true
+	// An MR: two numbers for its address, then lkey and rkey.
+	script(1, 2, 0x11223344, 0x55667788)
+	mr, err := pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite|verbs.AccessMWBind)
+	must(t, err)
+	if mr.LKey() != 0x11223344 || mr.RKey() != 0x55667788 {
+		t.Fatalf("script off: keys %#x %#x", mr.LKey(), mr.RKey())
 	}
-	a.dev.keys.each(func(k uint32, _ *MR) bool {
-		if idx[k>>8] {
-			t.Errorf("MR key %#x has a window's index", k)
-		}
-		return true
-	})
-	attr, err := a.dev.QueryDevice()
+	// A window: the first index drawn is the lkey's, and is skipped.
+	script(0x11223344, 0x99aabbcc, 0x07)
+	mw, err := pd.AllocMW(verbs.MWType2)
+	must(t, err)
+	if got := mw.RKey() >> 8; got != 0x99aabb {
+		t.Fatalf("window index %#x; want %#x (the first draw named the MR's lkey)", got, 0x99aabb)
+	}
+	// Another MR: the first key drawn has the window's index, and is
+	// skipped.
+	script(1, 2, 0x99aabb01, 0x01020304, 0x05060708)
+	mr2, err := pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite)
+	must(t, err)
+	if mr2.LKey() != 0x01020304 || mr2.RKey() != 0x05060708 {
+		t.Fatalf("keys %#x %#x; want 0x01020304 0x05060708 (the first draw had the window's index)", mr2.LKey(), mr2.RKey())
+	}
+	script(0x9e3779b9, 0x7f4a7c15, 0x2545f491, 0x4f6cdd1d) // the rest of the test draws freely
+	attr, err := d.QueryDevice()
 	must(t, err)
 	if attr.MaxMW == 0 || attr.DeviceCapFlags&verbs.DeviceMemWindow == 0 || attr.DeviceCapFlags&verbs.DeviceMemWindowType2B == 0 {
 		t.Fatalf("QueryDevice: MaxMW %d, caps %#x", attr.MaxMW, attr.DeviceCapFlags)
 	}
+	must(t, mw.Dealloc())
+	must(t, mr.Dereg())
+	must(t, mr2.Dereg())
 }

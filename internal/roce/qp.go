@@ -559,6 +559,7 @@ func (qp *QP) Destroy() error {
 	qp.stopTimerLocked()
 	qp.ccResetLocked()
 	qp.clearRecvLocked()
+	qp.dev.unbindQPWindows(qp.qpn)
 	qp.mu.Unlock()
 	qp.dev.removeQP(qp)
 	qp.pd.refs.Add(-1)
@@ -583,6 +584,7 @@ func (qp *QP) checkDrainedLocked() {
 func (qp *QP) resetLocked() {
 	qp.setStateLocked(verbs.QPStateReset)
 	qp.cleanCQsLocked()
+	qp.dev.unbindQPWindows(qp.qpn)
 	qp.stopTimerLocked()
 	qp.ccResetLocked()
 	qp.clearProbesLocked()

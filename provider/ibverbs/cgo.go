@@ -157,9 +157,8 @@ struct ibv_mr *sr_reg_mr(struct ibv_pd *pd, void *addr, size_t len, unsigned int
 	return ibv_reg_mr_iova2(pd, addr, len, (uint64_t)(uintptr_t)addr, access);
 }
 
-// sr_nonblock makes fd non-blocking and returns a duplicate of it for
-// Go's netpoller (the original stays libibverbs', which closes it).
-// The memory-window verbs are inline in verbs.h.
+// The memory-window verbs are inline in verbs.h, so cgo cannot call
+// them.
 struct ibv_mw *sr_alloc_mw(struct ibv_pd *pd, int type) {
 	return ibv_alloc_mw(pd, (enum ibv_mw_type)type);
 }
@@ -179,6 +178,8 @@ int sr_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t wr_id, unsigned in
 	return r;
 }
 
+// sr_nonblock makes fd non-blocking and returns a duplicate of it for
+// Go's netpoller (the original stays libibverbs', which closes it).
 int sr_nonblock_dup(int fd) {
 	int fl = fcntl(fd, F_GETFL);
 	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)

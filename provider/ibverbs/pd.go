@@ -192,12 +192,15 @@ func (mr *MR) Dereg() error {
 		return verbs.Errorf("DeregMR", verbs.ErrInUse, "%d objects still use the MR", n)
 	}
 	// The kernel refuses a region with memory windows bound (rxe:
-	// EINVAL): the MR then stays registered and usable.
+	// EINVAL): the MR then stays registered and usable. It leaves the
+	// context's table first: once freed, its address may be another
+	// object's.
+	mr.pd.ctx.forget(unsafe.Pointer(mr.mr))
 	if r := C.ibv_dereg_mr(mr.mr); r != 0 {
+		mr.pd.ctx.add(unsafe.Pointer(mr.mr), mr)
 		return errnoCode("DeregMR", int(r), "ibv_dereg_mr (memory windows bound to the region make it fail)")
 	}
 	mr.life.End("DeregMR", "MR", "objects")
-	mr.pd.ctx.forget(unsafe.Pointer(mr.mr))
 	mr.afterDereg()
 	return nil
 }

@@ -41,11 +41,15 @@ type QP struct {
 	// (WrapQP) instead of ibv_destroy_qp.
 	destroy func() error
 
-	smu    sync.Mutex // guards the send arrays
-	sin    []C.struct_sr_wr
-	swr    *C.struct_ibv_send_wr
-	ssge   []C.struct_ibv_sge
-	sMaxSG int
+	smu sync.Mutex // guards the send arrays
+	// bound is the type 2 window the batch being posted binds, and
+	// boundPrev its rkey before (fillBind); under smu.
+	bound     *MW
+	boundPrev uint32
+	sin       []C.struct_sr_wr
+	swr       *C.struct_ibv_send_wr
+	ssge      []C.struct_ibv_sge
+	sMaxSG    int
 
 	rmu    sync.Mutex // guards the receive arrays
 	rwr    []C.struct_ibv_recv_wr
@@ -271,14 +275,29 @@ func (qp *QP) PostSend(wr *verbs.SendWR) error {
 		base := index
 		n := 0
 		var bad error
+		// A BIND_MW goes alone in its batch: a type 2 bind writes the
+		// window's current rkey into its ibv_mw (fillBind), which a
+		// second bind of the window in the same batch would overwrite
+		// before the post, and a post that fails takes it back.
+		qp.bound = nil
 		for ; wr != nil && n < len(qp.sin); wr, n, index = wr.Next, n+1, index+1 {
+			if wr.Opcode == verbs.WRBindMW && n > 0 {
+				break
+			}
 			if bad = qp.fillSend(n, wr); bad != nil {
+				break
+			}
+			if wr.Opcode == verbs.WRBindMW {
+				wr, n, index = wr.Next, n+1, index+1
 				break
 			}
 		}
 		if n > 0 {
 			var badIdx C.int
 			if r := C.sr_post_send(cHandle(unsafe.Pointer(qp.qp)), cHandle(unsafe.Pointer(&qp.sin[0])), C.int(n), cHandle(unsafe.Pointer(qp.swr)), &qp.ssge[0], C.int(qp.sMaxSG), &badIdx); r != 0 {
+				if qp.bound != nil {
+					qp.bound.rkey.Store(qp.boundPrev) // the bind was not posted
+				}
 				i := base + int(badIdx)
 				return &verbs.PostError{Index: i, WRID: uint64(qp.sin[badIdx].wr_id), Err: errnoCode("PostSend", int(r), "ibv_post_send")}
 			}
@@ -324,8 +343,10 @@ func (qp *QP) fillBind(g *C.struct_sr_wr, b *verbs.MWBind) error {
 		// The kernel finds the window by the rkey in ibv_mw (rxe fails
 		// the bind unless it is the window's current one), which
 		// libibverbs never updates for type 2: it is the previous
-		// bind's.
-		mw.mw.rkey = C.uint32_t(mw.rkey.Swap(b.RKey))
+		// bind's. PostSend takes it back if the post fails.
+		prev := mw.rkey.Swap(b.RKey)
+		mw.mw.rkey = C.uint32_t(prev)
+		qp.bound, qp.boundPrev = mw, prev
 	}
 	return nil
 }

@@ -80,13 +80,28 @@ func testMWType2(t *testing.T, p *Pair) {
 	rkey := b.bind(mw, 1, mr, 0, 4096, verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 	writeThrough(t, a, 10, mr, mr.Addr()+100, rkey, 1)
 
-	// LOCAL_INV frees the window; a bind with the next key reopens it.
+	// LOCAL_INV frees the window; a bind with the next key reopens it,
+	// and two more rounds of LOCAL_INV and bind in one chain do it
+	// again.
 	b.post(verbs.SendWR{WRID: 2, Opcode: verbs.WRLocalInv, InvalidateRKey: rkey})
 	if w := b.expect(b.scq, 2, verbs.WCSuccess); w.Opcode != verbs.WCLocalInv {
 		t.Errorf("LOCAL_INV completed as %v", w.Opcode)
 	}
-	rkey2 := b.bind(mw, 3, mr, 4096, 4096, verbs.AccessRemoteWrite)
-	writeThrough(t, a, 11, mr, mr.Addr()+4096, rkey2, 2)
+	rkey1 := b.bind(mw, 3, mr, 4096, 4096, verbs.AccessRemoteWrite)
+	writeThrough(t, a, 11, mr, mr.Addr()+4096, rkey1, 2)
+	rkeyX := verbs.IncRKey(rkey1)
+	rkey2 := verbs.IncRKey(rkeyX)
+	bindX := verbs.MWBind{MW: mw, RKey: rkeyX, MR: mr, Addr: mr.Addr(), Length: 64, Access: verbs.AccessRemoteRead}
+	bind2 := verbs.MWBind{MW: mw, RKey: rkey2, MR: mr, Addr: mr.Addr() + 4096, Length: 4096, Access: verbs.AccessRemoteWrite}
+	b.post(verbs.SendWR{WRID: 4, Opcode: verbs.WRLocalInv, InvalidateRKey: rkey1,
+		Next: &verbs.SendWR{WRID: 5, Opcode: verbs.WRBindMW, Bind: &bindX,
+			Next: &verbs.SendWR{WRID: 6, Opcode: verbs.WRLocalInv, InvalidateRKey: rkeyX,
+				Next: &verbs.SendWR{WRID: 7, Opcode: verbs.WRBindMW, SendFlags: verbs.SendSignaled, Bind: &bind2}}}})
+	b.expect(b.scq, 4, verbs.WCSuccess) // post signals the chain's first; 5 and 6 are not
+	if w := b.expect(b.scq, 7, verbs.WCSuccess); w.Opcode != verbs.WCBindMW || mw.RKey() != rkey2 {
+		t.Errorf("chained bind completed as %v; the window's rkey %#x, want %#x", w.Opcode, mw.RKey(), rkey2)
+	}
+	writeThrough(t, a, 13, mr, mr.Addr()+4096, rkey2, 5)
 
 	// The peer's SEND_WITH_INV on the binding QP revokes it; the receive
 	// names the rkey.
