@@ -93,6 +93,12 @@ done
 ${CC:-gcc} -Wall -o "$($vm path vm1)/idleqp" "$here/testdata/idleqp.c" -libverbs || exit 1
 guest_server "idleqp -t 12: rxe server, C client over softrdma" "/share/idleqp -d rxe0 -g 1 -p 18601 -t 12" -- "$($vm path vm1)/idleqp" -d $dev -g 1 -p 18601 -t 12 $guest
 host_server "idleqp -t 12: C server over softrdma, rxe client" "/share/idleqp -d rxe0 -g 1 -p 18602 -t 12 $host" -- "$($vm path vm1)/idleqp" -d $dev -g 1 -p 18602 -t 12
+# A memory window across the wire (testdata/mwpeer.c): one end binds a
+# type 2 window, the other WRITEs through it, invalidates it with a
+# SEND_WITH_INV (its IETH) and is refused after; each role on each side.
+${CC:-gcc} -Wall -Wno-unused-function -o "$($vm path vm1)/mwpeer" "$here/testdata/mwpeer.c" -libverbs || exit 1
+guest_server "mwpeer: rxe binds the window, C client over softrdma" "/share/mwpeer -d rxe0 -g 1 -p 18621" -- "$($vm path vm1)/mwpeer" -d $dev -g 1 -p 18621 $guest
+host_server "mwpeer: C over softrdma binds the window, rxe client" "/share/mwpeer -d rxe0 -g 1 -p 18622 $host" -- "$($vm path vm1)/mwpeer" -d $dev -g 1 -p 18622
 # ibv_create_cq_ex's walks as rxe itself gives them (testdata/cqex.c -r,
 # in the guest through rdma-core's own library): the completions, fields
 # and order that clib/test.sh checks over the library hold on rxe too.

@@ -323,6 +323,10 @@ fi
 # used again (testdata/idleqp.c; against rxe by hand, see its header).
 ${CC:-gcc} -Wall -o "$logs/idleqp" "$here/testdata/idleqp.c" -L"$dir" -libverbs || exit 1
 pair "idleqp -t 7 (C to C)" c c -- "$logs/idleqp" -d $dev -g $gid -p $port -t 7 -- "$logs/idleqp" -d $dev -g $gid -p $port -t 7 127.0.0.1
+# A memory window between two processes (testdata/mwpeer.c): WRITE
+# through it, SEND_WITH_INV of its rkey, then refused.
+${CC:-gcc} -Wall -Wno-unused-function -o "$logs/mwpeer" "$here/testdata/mwpeer.c" -L"$dir" -libverbs || exit 1
+pair "mwpeer (a window across processes, SEND_WITH_INV)" c c -- "$logs/mwpeer" -d $dev -g $gid -p $((port + 1)) -- "$logs/mwpeer" -d $dev -g $gid -p $((port + 1)) 127.0.0.1
 
 # ibv_post_send's and ibv_post_recv's rings (testdata/sendring.c):
 # threads posting at once, inline data, a bad request in a chain, a full
