@@ -119,8 +119,11 @@ func (t MWType) String() string {
 // deallocated.
 type MW interface {
 	Type() MWType
-	// RKey is the rkey of the window's latest bind to have taken effect
-	// (the one it was allocated with before its first).
+	// RKey is the rkey of the window's latest bind (the one it was
+	// allocated with before its first): the RoCEv2 provider's once the
+	// bind has taken effect, provider/ibverbs' once it is posted (a
+	// kernel device does not say when it takes effect). The two differ
+	// only while a bind is in flight or if it failed.
 	RKey() uint32
 	// Dealloc frees the window; a bound window stops working at once.
 	Dealloc() error
