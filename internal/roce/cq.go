@@ -161,13 +161,15 @@ func (cq *CQ) Wait(ctx context.Context) error {
 // ReqNotify arms the CQ's completion channel. A program arms a CQ to wait
 // for its event on the channel, where no poll of its drives the device:
 // like Wait, it tells a driver that stepped aside for busy pollers to
-// receive again (Config.BeforeWait), or the event would wait for the
-// driver's next look.
+// receive again (Config.OnArm, else Config.BeforeWait), or the event
+// would wait for the driver's next look.
 func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	if err := cq.ring.Arm(solicitedOnly); err != nil {
 		return err
 	}
-	if before := cq.dev.cfg.BeforeWait; before != nil {
+	if arm := cq.dev.cfg.OnArm; arm != nil {
+		arm()
+	} else if before := cq.dev.cfg.BeforeWait; before != nil {
 		before()
 	}
 	return nil

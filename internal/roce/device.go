@@ -83,6 +83,11 @@ type Config struct {
 	// must receive again, and must not leave it again while
 	// Device.Waiting reports a blocked waiter.
 	BeforeWait func()
+	// OnArm, if set, is called by CQ.ReqNotify in place of BeforeWait:
+	// a program armed a CQ to wait for its event on the channel, where no
+	// poll of its drives the device. A driver that knows the program's
+	// waits drive it anyway may receive again later rather than at once.
+	OnArm func()
 	// Context, if set, is the verbs.Context that PD.Context returns: the
 	// provider's own device type that wraps this engine.
 	Context verbs.Context

@@ -81,6 +81,9 @@ type Device struct {
 	asideTick   chan struct{} // asideTimer has fired
 	aside       atomic.Bool   // the loop has stepped aside for a busy poller
 	serveKick   chan struct{} // wakes the loop from stepping aside
+	spinWaits   atomic.Bool   // a thread waits for events by spinning (ProgressWaiting)
+	kickDue     atomic.Bool   // an arm's kick waits for kickTimer (armed)
+	kickTimer   Timer         // kicks the loop if no arm came for armGrace
 	log         *logger       // nil: no Config.Logger
 	filled      int           // pkts[:filled] need resetBufs (under rxMu)
 	closeHooks  verbs.CloseHooks
@@ -160,6 +163,7 @@ func (d *Device) Close() error {
 	d.closeHooks.RunCloseHooks()
 	err := d.eng.Stop()
 	d.ackTimer.Stop()
+	d.kickTimer.Stop()
 	d.timerMu.Lock()
 	if d.timer != nil {
 		d.timer.Stop()
@@ -269,7 +273,16 @@ func (d *Device) Progress() { d.inlinePoll() }
 // (an ACK came late enough for the peer to retransmit, and the test's
 // loop, one poll per event, fell out of step); with them sent at once,
 // in none of 20.
-func (d *Device) ProgressWaiting() { d.pollInline(false) }
+//
+// It also marks the device as waited on by spinning: the arms that
+// follow (CQ.ReqNotify) no longer bring the receive loop back at once
+// (armed).
+func (d *Device) ProgressWaiting() {
+	if !d.spinWaits.Load() {
+		d.spinWaits.Store(true)
+	}
+	d.pollInline(false)
+}
 
 // BeginWait and EndWait bracket a wait for the device's completions by a
 // thread the Go runtime does not run: a C program blocked on a completion
@@ -279,6 +292,7 @@ func (d *Device) ProgressWaiting() { d.pollInline(false) }
 // pollers it comes back at once, and it does not step aside again.
 func (d *Device) BeginWait() {
 	d.eng.WaitOutside(1)
+	d.spinWaits.Store(false)
 	d.kickServe()
 }
 

@@ -466,6 +466,46 @@ func TestServeStepsAside(t *testing.T) {
 		expectWC(t, b.waitWC(b.rcq), 9, verbs.WCSuccess, verbs.WCRecv)
 	})
 
+	t.Run("a spinning waiter's arms wait", func(t *testing.T) {
+		// A C thread that waits for its events spinning on
+		// ProgressWaiting receives for itself: its arms must not bring
+		// the loop back (a wake-up per message), until armGrace passes
+		// without another arm.
+		a, b, _ := pair(t, Config{}, Config{})
+		busyPollUntilAside(t, b)
+		ch := verbs.NewCompChannel(4)
+		cq, err := b.dev.CreateCQ(16, ch)
+		must(t, err)
+		defer cq.Destroy()
+		b.dev.ProgressWaiting()
+		for range 3 {
+			must(t, cq.ReqNotify(false))
+			b.clk.Advance(armGrace / 2)
+			b.dev.ProgressWaiting()
+		}
+		// A kick would bring the loop back within milliseconds.
+		for end := time.Now().Add(100 * time.Millisecond); time.Now().Before(end); time.Sleep(time.Millisecond) {
+			if !b.dev.aside.Load() {
+				t.Fatal("a spinning waiter's arm brought the loop back")
+			}
+		}
+		// It stops spinning (and now waits on the descriptor): the last
+		// arm's kick comes armGrace after it.
+		must(t, cq.ReqNotify(false))
+		b.clk.Advance(armGrace)
+		realWait(t, func() bool { return !b.dev.aside.Load() }, "the arm's kick never came")
+		if b.dev.spinWaits.Load() {
+			t.Fatal("the late kick left the device marked as waited on by spinning")
+		}
+		b.postRecv(11)
+		a.send(5)
+		expectWC(t, b.waitWC(b.rcq), 11, verbs.WCSuccess, verbs.WCRecv)
+		// The next arm kicks at once again.
+		busyPollUntilAside(t, b)
+		must(t, cq.ReqNotify(false))
+		realWait(t, func() bool { return !b.dev.aside.Load() }, "an arm after the spinning stopped did not bring the loop back")
+	})
+
 	t.Run("BeginWait brings it back", func(t *testing.T) {
 		// A C thread that spun receiving in ibv_get_cq_event (inline
 		// polls) and now blocks on the channel's descriptor polls no

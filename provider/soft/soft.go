@@ -270,6 +270,7 @@ func Open(cfg Config) (*Device, error) {
 		SetTimer:             d.setTimer,
 		Poll:                 d.inlinePoll,
 		BeforeWait:           d.kickServe,
+		OnArm:                d.armed,
 		Context:              d,
 		Notify:               notify,
 		QPNSlot:              slot,
