@@ -67,6 +67,7 @@ type Device struct {
 	napWake     chan struct{} // a CQ waiter is about to block: the progress goroutine must not nap
 	waiting     atomic.Int32  // goroutines blocked in CQ.Wait, whose completions only the progress goroutine delivers
 	armed       atomic.Int32  // CQs armed by ReqNotify: their application sleeps on a CompChannel, likewise
+	spinWaits   atomic.Bool   // the application waits for its events spinning on ProgressWaiting
 	nap, safety time.Duration // napTime and safetyWake when the device opened
 	rnrWake     atomic.Int64  // earliest RNR deadline a QP waits for (unix nanos, 0 none)
 	copies      atomic.Uint64 // COPY_WRITEs and COPY_ATOMICs applied (copy_linux.go)
@@ -338,6 +339,35 @@ func (d *Device) Progress() {
 	d.progress()
 }
 
+// ProgressWaiting is Progress for a thread that waits for a completion
+// event by spinning (softrdma's C library's ibv_get_cq_event, before it
+// blocks). Such a waiter moves the rings itself, so its armed CQs do not
+// keep the progress goroutine from napping (awaited): awake, that
+// goroutine found nothing the spinner had not taken, slept on the
+// doorbell, and every peer's post rang it, a futex wake and a message per
+// post. perftest's ib_send_lat -e over the C library made two context
+// switches per message and took 20 times the Go tool's latency. A spin
+// that runs out calls BeginWait before it blocks.
+func (d *Device) ProgressWaiting() {
+	if !d.spinWaits.Load() {
+		d.spinWaits.Store(true)
+	}
+	d.Progress()
+}
+
+// BeginWait and EndWait bracket a wait for the device's completions by a
+// thread the Go runtime does not run (the C library's ibv_get_cq_event,
+// blocked on the channel's descriptor): the progress goroutine delivers
+// for it as for a goroutine blocked in CQ.Wait, and a nap ends now.
+func (d *Device) BeginWait() {
+	d.spinWaits.Store(false)
+	d.waiting.Add(1)
+	d.wakeForWaiter()
+}
+
+// EndWait ends BeginWait.
+func (d *Device) EndWait() { d.waiting.Add(-1) }
+
 // markActive tells the progress goroutine that the application drives
 // the rings itself, so it need not be woken through the doorbell. It
 // writes the flag only when it changes: the hot path reads one shared
@@ -442,7 +472,12 @@ func (d *Device) progressLoop() {
 			runtime.Gosched()
 			continue
 		}
-		if !d.awaited() && d.active.Swap(false) {
+		// A waiter that spins (spinWaits) counts as polling: this
+		// goroutine naps while it spins, and stops counting it once a
+		// whole nap passes without a spin: its application may now
+		// wait on a channel's descriptor itself, which only this
+		// goroutine serves (awaited).
+		if polled := d.active.Swap(false); !d.awaited() && (polled || d.spinWaits.Load()) {
 			// The application polls: peers need not ring, and this
 			// goroutine keeps out of the way of busy pollers, until a
 			// CQ waiter is about to block (wakeForWaiter): the nap
@@ -451,6 +486,9 @@ func (d *Device) progressLoop() {
 			nap.Reset(d.nap)
 			select {
 			case <-nap.C:
+				if !d.active.Load() && d.spinWaits.Load() {
+					d.spinWaits.Store(false) // a whole nap without a spin
+				}
 			case <-d.napWake:
 				nap.Stop()
 			case <-d.stop:
@@ -510,8 +548,11 @@ var napTime = 2 * time.Millisecond
 
 // awaited reports whether a goroutine waits for a completion that only
 // the progress goroutine will deliver: one blocked in CQ.Wait, or an
-// application sleeping on a CompChannel for an armed CQ.
-func (d *Device) awaited() bool { return d.waiting.Load() != 0 || d.armed.Load() != 0 }
+// application sleeping on a CompChannel for an armed CQ, unless its
+// waits spin on ProgressWaiting.
+func (d *Device) awaited() bool {
+	return d.waiting.Load() != 0 || d.armed.Load() != 0 && !d.spinWaits.Load()
+}
 
 // wakeForWaiter is called by a CQ waiter before it blocks: the progress
 // goroutine stops napping and, unless the application polls again, sleeps

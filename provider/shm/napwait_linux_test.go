@@ -2,6 +2,7 @@ package shm
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,5 +81,82 @@ func TestArmedCQNotLeftToNapWhenAnotherPosts(t *testing.T) {
 	poll(t, x.cq, 1)
 	if n := y.dev.armed.Load(); n != 0 {
 		t.Errorf("%d CQs counted armed after the event; want 0", n)
+	}
+}
+
+// An application whose waits spin on ProgressWaiting (the C library's
+// ibv_get_cq_event) moves the rings itself: its armed CQ must not keep
+// the progress goroutine awake and asleep on the doorbell, where every
+// peer's post rang it (a futex wake and a message per post). Once it
+// stops spinning, the armed CQ's event still comes: at once if it blocks
+// through BeginWait, within a nap if it waits on the descriptor itself.
+func TestSpinningWaiterNotRung(t *testing.T) {
+	d := napTime
+	t.Cleanup(func() { napTime = d })
+	napTime = 30 * time.Millisecond
+	x, y := pair(t, sideOpts{}, sideOpts{channel: true})
+	var rings atomic.Int32
+	wakeHook = func(c *conn) {
+		if c.dev == x.dev {
+			rings.Add(1)
+		}
+	}
+	t.Cleanup(func() { wakeHook = nil })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	send := func(i int) {
+		t.Helper()
+		if err := x.qp.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, SGList: []verbs.SGE{x.mr.SGE(512, 4)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 10 {
+		if i == 2 {
+			// The first rounds may ring: y's progress goroutine sleeps
+			// on the doorbell until a spin has been seen (and the first
+			// event may be there before the spin begins).
+			rings.Store(0)
+		}
+		postRecv(t, y.qp, uint64(i), y.mr.SGE(0, 64))
+		if err := y.cq.ReqNotify(false); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond) // y's progress goroutine may go to sleep
+		send(i)
+		// At least one spin a round: the progress goroutine, woken by
+		// the ring of a round before it saw a spin, may have delivered
+		// the event already.
+		deadline := time.Now().Add(5 * time.Second)
+		for y.dev.ProgressWaiting(); len(y.ch.C()) == 0; y.dev.ProgressWaiting() {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the spinning waiter got no event", i)
+			}
+		}
+		if _, err := y.ch.GetEvent(ctx); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, y.cq, 1)
+	}
+	if n := rings.Load(); n != 0 {
+		t.Errorf("x rang y %d times in 8 SENDs to a spinning waiter", n)
+	}
+	// It blocks through BeginWait, or waits on the channel without it:
+	// the event comes either way.
+	for i, begin := range []bool{true, false} {
+		postRecv(t, y.qp, uint64(20+i), y.mr.SGE(0, 64))
+		if err := y.cq.ReqNotify(false); err != nil {
+			t.Fatal(err)
+		}
+		if begin {
+			y.dev.BeginWait()
+		}
+		send(20 + i)
+		if _, err := y.ch.GetEvent(ctx); err != nil {
+			t.Fatalf("BeginWait %v: no event: %v", begin, err)
+		}
+		if begin {
+			y.dev.EndWait()
+		}
+		poll(t, y.cq, 1)
 	}
 }

@@ -367,12 +367,16 @@ func (cq *CQ) Wait(ctx context.Context) error {
 // ReqNotify arms the CQ for one event on its CompChannel. While it is
 // armed the progress goroutine does not nap (the application is about to
 // sleep on the channel and only that goroutine delivers the completion);
-// a nap already begun ends now.
+// a nap already begun ends now. Not so for an application whose waits
+// spin (Device.ProgressWaiting): its spin moves the rings, and the nap
+// ends on its own if it stops spinning.
 func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	if err := cq.ring.Arm(solicitedOnly); err != nil {
 		return err
 	}
-	cq.dev.wakeForWaiter()
+	if !cq.dev.spinWaits.Load() {
+		cq.dev.wakeForWaiter()
+	}
 	return nil
 }
 
