@@ -175,13 +175,32 @@ func srdgo_reg_mr(pdh C.uintptr_t, addr unsafe.Pointer, length C.size_t, access 
 	if length > 0 {
 		buf = unsafe.Slice((*byte)(addr), int(length))
 	}
-	mr, err := p.pd.RegMR(buf, verbs.Access(access))
+	mr, err := regMR(p.pd, buf, verbs.Access(access))
 	if err != nil {
 		return errnoOf("ibv_reg_mr", err)
 	}
 	*lkey, *rkey = C.uint32_t(mr.LKey()), C.uint32_t(mr.RKey())
 	*h = C.uintptr_t(p.c.add(&mrObj{c: p.c, mr: mr}, nil, nil, nil))
 	return 0
+}
+
+// inPlaceRegistrar is shm's PD: it registers a C program's own pages in
+// place (shm.PD.RegMapped), so that peers reach them with a memcpy rather
+// than a copy through this process per operation.
+type inPlaceRegistrar interface {
+	RegMapped(buf []byte, access verbs.Access) (verbs.MR, error)
+}
+
+// regMR registers the program's memory buf: in place where the provider
+// can and the pages allow it, else as RegMR does.
+func regMR(pd verbs.PD, buf []byte, access verbs.Access) (verbs.MR, error) {
+	if r, ok := pd.(inPlaceRegistrar); ok && len(buf) > 0 {
+		mr, err := r.RegMapped(buf, access)
+		if !errors.Is(err, verbs.ErrNotSupported) {
+			return mr, err
+		}
+	}
+	return pd.RegMR(buf, access)
 }
 
 //export srdgo_dereg_mr

@@ -60,12 +60,13 @@ func (pd *PD) Dealloc() error {
 // MR is a memory region. lkey and rkey are the same unguessable 32-bit
 // value. Safe for concurrent use.
 type MR struct {
-	pd     *PD
-	buf    []byte
-	addr   uint64
-	key    uint32
-	access verbs.Access
-	fd     int // the memfd of AllocMR memory; -1 for RegMR
+	pd      *PD
+	buf     []byte
+	addr    uint64
+	key     uint32
+	access  verbs.Access
+	fd      int  // the memfd of AllocMR or RegMapped memory; -1 for RegMR
+	inPlace bool // RegMapped: the memory is the caller's, mapped from fd
 
 	gone atomic.Bool // Dereg began: the key no longer names this MR
 
@@ -158,7 +159,8 @@ func (mr *MR) SGE(off, length int) verbs.SGE {
 
 // Dereg invalidates the keys and, for AllocMR memory, revokes every
 // peer's mapping (waiting for accesses in flight to end; a peer that does
-// not answer within 2 s loses its connection) before unmapping. For
+// not answer within 2 s loses its connection) before unmapping. RegMapped
+// memory is revoked likewise, then moved back to private pages. For
 // RegMR memory it waits for the copy in flight, if any. After it returns
 // no peer reads or writes the memory.
 func (mr *MR) Dereg() error {
@@ -178,7 +180,13 @@ func (mr *MR) Dereg() error {
 	mr.grantees = nil
 	mr.mu.Unlock()
 	revokeAt(gs, mr.key)
-	if mr.fd >= 0 {
+	switch {
+	case mr.inPlace:
+		mapsMu.Lock()
+		moveBack(mr.buf, mr.fd)
+		mapsMu.Unlock()
+		unix.Close(mr.fd)
+	case mr.fd >= 0:
 		unix.Munmap(mr.buf[:cap(mr.buf)])
 		unix.Close(mr.fd)
 	}

@@ -42,13 +42,7 @@ func newMemfdSeals(name string, size int, extra int) (fd int, mem []byte, err er
 		mem, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	}
 	if err == nil {
-		_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals|extra)
-		if err == unix.EINVAL && extra != 0 {
-			// A kernel before 5.1 has no F_SEAL_FUTURE_WRITE: the
-			// read-only fds still hold (mode 0600 and O_RDONLY).
-			_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals)
-		}
-		if err != nil {
+		if err = sealMemfd(fd, extra); err != nil {
 			unix.Munmap(mem)
 		}
 	}
@@ -57,6 +51,17 @@ func newMemfdSeals(name string, size int, extra int) (fd int, mem []byte, err er
 		return -1, nil, err
 	}
 	return fd, mem, nil
+}
+
+// sealMemfd seals fd with seals and extra.
+func sealMemfd(fd int, extra int) error {
+	_, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals|extra)
+	if err == unix.EINVAL && extra != 0 {
+		// A kernel before 5.1 has no F_SEAL_FUTURE_WRITE: the read-only
+		// fds still hold (mode 0600 and O_RDONLY).
+		_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals)
+	}
+	return err
 }
 
 // mapPeerFd maps size bytes of a memfd a peer sent, after checking that
