@@ -1298,6 +1298,12 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 		return err;
 	if (state >= 0)
 		qp->state = state;
+	if (state == IBV_QPS_RESET) {
+		if (qp->send_cq)
+			srd_cqx_clean(SRD_CONTAINER(qp->send_cq, struct srd_cq, cq), qp->qp_num);
+		if (qp->recv_cq && qp->recv_cq != qp->send_cq)
+			srd_cqx_clean(SRD_CONTAINER(qp->recv_cq, struct srd_cq, cq), qp->qp_num);
+	}
 	return 0;
 }
 

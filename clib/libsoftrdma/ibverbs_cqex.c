@@ -190,6 +190,26 @@ int srd_cqx_poll(struct srd_cq *q, int n, struct ibv_wc *wc)
 	return got;
 }
 
+/* srd_cqx_clean drops the completions of QP qpn that wait in q's batch:
+ * a QP moved to RESET has its completions removed from its CQs (Go
+ * removes those it still holds), and the batch holds some it took. A
+ * walk under way ends first (the lock). */
+void srd_cqx_clean(struct srd_cq *q, uint32_t qpn)
+{
+	struct srd_cqx *x = q ? q->x : NULL;
+	int i, kept;
+
+	if (!x)
+		return;
+	pthread_mutex_lock(&x->mu);
+	kept = x->head;
+	for (i = x->head; i < x->n; i++)
+		if (x->buf[i].qp_num != qpn)
+			x->buf[kept++] = x->buf[i];
+	x->n = kept;
+	pthread_mutex_unlock(&x->mu);
+}
+
 void srd_cqx_free(struct srd_cq *q)
 {
 	if (!q->x)

@@ -16,7 +16,11 @@
  *   3. the sender's CQ, walked to the end: N SEND completions in order,
  *      and a read after the walk's ENOENT gives zeros;
  *   4. an empty CQ: start_poll returns ENOENT and leaves it unlocked (a
- *      second start_poll does not hang).
+ *      second start_poll does not hang);
+ *   5. a QP moved to RESET: a walk that took its first new completion
+ *      leaves the others in the library's batch, and after the reset no
+ *      poll gives any of them (they are removed from the CQ, as Go's
+ *      side removes those it still holds).
  *
  *   cqex -d DEV -g GIDX [-r]
  *
@@ -229,6 +233,49 @@ static void messages(void)
 	}
 }
 
+/* reset_cleans is check 5. */
+static void reset_cleans(void)
+{
+	enum { K = 5 };
+	struct ibv_poll_cq_attr pa = {0};
+	struct ibv_qp_attr ra = {.qp_state = IBV_QPS_RESET};
+	int err, left = 0;
+
+	for (long i = 0; i < K; i++) {
+		struct ibv_sge s = {.addr = (uintptr_t)mem[1] + 4096 * i, .length = 4096, .lkey = mr[1]->lkey};
+		struct ibv_recv_wr w = {.wr_id = 1000 + i, .sg_list = &s, .num_sge = 1}, *bad;
+		if (ibv_post_recv(qp[1], &w, &bad))
+			die("ibv_post_recv");
+	}
+	for (long i = 0; i < K; i++) {
+		struct ibv_sge s = {.addr = (uintptr_t)mem[0], .length = 8, .lkey = mr[0]->lkey};
+		struct ibv_send_wr w = {.wr_id = 1000 + i, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND}, *bad;
+		if (ibv_post_send(qp[0], &w, &bad))
+			die("ibv_post_send");
+	}
+	/* All K arrive (on loopback, well within this), so that the walk's
+	 * first start_poll takes them together into the library's batch. */
+	usleep(200000);
+	for (long spins = 0; (err = ibv_start_poll(cq[1], &pa)) == ENOENT; spins++)
+		if (spins > 50000000)
+			fail("no receive completion for the reset check", 0, 0);
+	if (err)
+		fail("ibv_start_poll", err, 0);
+	ibv_end_poll(cq[1]);
+	if (ibv_modify_qp(qp[1], &ra, IBV_QP_STATE))
+		die("ibv_modify_qp RESET");
+	for (int k = 0; k < 3; k++) {
+		struct ibv_wc wc[K];
+		int n = k == 0 ? (ibv_start_poll(cq[1], &pa) == 0 ? (ibv_end_poll(cq[1]), 1) : 0)
+			       : ibv_poll_cq(ibv_cq_ex_to_cq(cq[1]), K, wc);
+		left += n > 0 ? n : 0;
+	}
+	if (reference)
+		printf("cqex -r: after RESET the CQ gave %d of the reset QP's completions\n", left);
+	else if (left)
+		fail("completions of a QP moved to RESET still polled", left, 0);
+}
+
 int main(int argc, char **argv)
 {
 	const char *devname = NULL;
@@ -261,6 +308,7 @@ int main(int argc, char **argv)
 	qp[1] = make_qp();
 	rc_loop(ctx, qp, gidx);
 	messages();
+	reset_cleans();
 	for (int i = 0; i < 2; i++)
 		if (ibv_destroy_qp(qp[i]))
 			die("ibv_destroy_qp");
