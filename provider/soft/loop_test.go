@@ -337,6 +337,18 @@ func realWait(t *testing.T, cond func() bool, what string) {
 // gone to wait in the kernel for a packet (a loaded host can delay this
 // goroutine past the loop's spin), it would never look. So every 50 ms
 // the helper wakes it with a stray datagram, which the device drops.
+// asideWithChannelCQ is a pair whose b's loop stepped aside for a busy
+// poller, and a CQ of b's with a completion channel, to arm.
+func asideWithChannelCQ(t *testing.T) (a, b *node, cq verbs.CQ) {
+	t.Helper()
+	a, b, _ = pair(t, Config{}, Config{})
+	busyPollUntilAside(t, b)
+	cq, err := b.dev.CreateCQ(16, verbs.NewCompChannel(4))
+	must(t, err)
+	t.Cleanup(func() { cq.Destroy() })
+	return a, b, cq
+}
+
 func busyPollUntilAside(t *testing.T, n *node) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -453,12 +465,7 @@ func TestServeStepsAside(t *testing.T) {
 		// A program that stops polling, arms a CQ and waits for the event
 		// on its channel polls no more: arming must bring the loop back
 		// (virtual time stands still, so its check never would).
-		a, b, _ := pair(t, Config{}, Config{})
-		busyPollUntilAside(t, b)
-		ch := verbs.NewCompChannel(4)
-		cq, err := b.dev.CreateCQ(16, ch)
-		must(t, err)
-		defer cq.Destroy()
+		a, b, cq := asideWithChannelCQ(t)
 		must(t, cq.ReqNotify(false))
 		realWait(t, func() bool { return !b.dev.aside.Load() }, "ReqNotify did not bring the loop back")
 		b.postRecv(9)
@@ -471,12 +478,7 @@ func TestServeStepsAside(t *testing.T) {
 		// ProgressWaiting receives for itself: its arms must not bring
 		// the loop back (a wake-up per message), until armGrace passes
 		// without another arm.
-		a, b, _ := pair(t, Config{}, Config{})
-		busyPollUntilAside(t, b)
-		ch := verbs.NewCompChannel(4)
-		cq, err := b.dev.CreateCQ(16, ch)
-		must(t, err)
-		defer cq.Destroy()
+		a, b, cq := asideWithChannelCQ(t)
 		b.dev.ProgressWaiting()
 		for range 3 {
 			must(t, cq.ReqNotify(false))
