@@ -190,13 +190,20 @@ int sr_nonblock_dup(int fd) {
 // sr_get_cq_events takes up to max events off a non-blocking channel,
 // storing each one's CQ in cqs, without acking them (Go acks in
 // batches): how many, 0 if none (EAGAIN), -1 on an error before any.
-int sr_get_cq_events(struct ibv_comp_channel *ch, uintptr_t *cqs, int max) {
+// *drained says whether it stopped at EAGAIN (an error after some events
+// is the next call's to report).
+int sr_get_cq_events(struct ibv_comp_channel *ch, uintptr_t *cqs, int max, int *drained) {
 	int n = 0;
+	*drained = 0;
 	while (n < max) {
 		struct ibv_cq *cq;
 		void *cqctx;
 		if (ibv_get_cq_event(ch, &cq, &cqctx) < 0) {
-			if (errno == EAGAIN || n > 0)
+			if (errno == EAGAIN) {
+				*drained = 1;
+				break;
+			}
+			if (n > 0)
 				break;
 			return -1;
 		}

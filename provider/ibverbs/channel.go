@@ -31,8 +31,10 @@ type compChannel struct {
 // compSource reads a libibverbs completion channel.
 type compSource struct{ channel *C.struct_ibv_comp_channel }
 
-func (s compSource) get(_ uintptr, handles []uintptr) int {
-	return int(C.sr_get_cq_events(s.channel, (*C.uintptr_t)(unsafe.Pointer(&handles[0])), C.int(len(handles))))
+func (s compSource) get(_ uintptr, handles []uintptr) (int, bool) {
+	var drained C.int
+	n := C.sr_get_cq_events(s.channel, (*C.uintptr_t)(unsafe.Pointer(&handles[0])), C.int(len(handles)), &drained)
+	return int(n), drained != 0
 }
 
 func (s compSource) ack(h uintptr, n int) {

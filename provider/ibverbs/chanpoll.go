@@ -26,8 +26,9 @@ type eventSource interface {
 	// get takes up to len(handles) events off the non-blocking channel
 	// (fd is its file, as the netpoller hands it) and stores the handle
 	// of each event's CQ: how many, 0 if there were none, -1 on an error
-	// that ends the channel.
-	get(fd uintptr, handles []uintptr) int
+	// that ends the channel. drained reports that it found the channel
+	// empty after them (EAGAIN).
+	get(fd uintptr, handles []uintptr) (n int, drained bool)
 	// ack acknowledges n events of the CQ handle.
 	ack(handle uintptr, n int)
 }
@@ -72,19 +73,31 @@ func startPoller(src eventSource, file *os.File) (*chanPoller, error) {
 	return p, nil
 }
 
+// loop dispatches the events as they come, all within one raw.Read: it
+// waits in the netpoller as soon as a get found the channel empty. A
+// loop around raw.Read read the empty channel once more every time
+// (RawRead's prepareRead forgets a readiness seen before it, so the first
+// look after it must read): per event a read that gave it, one that found
+// the channel empty, and that third one, each a crossing into C and a
+// system call, where C perftest's blocking ibv_get_cq_event makes one.
+// Within one raw.Read the netpoller keeps the readiness of an event that
+// arrives after the empty read, and the wait returns at once for it.
 func (p *chanPoller) loop(raw syscall.RawConn) {
 	defer close(p.done)
-	for {
-		n := 0
-		err := raw.Read(func(fd uintptr) bool {
-			n = p.src.get(fd, p.handles[:])
-			return n != 0
-		})
-		if err != nil || n < 0 {
-			return
+	// It returns when stop closes the file, or when get fails: either
+	// ends the channel.
+	raw.Read(func(fd uintptr) bool {
+		for {
+			n, drained := p.src.get(fd, p.handles[:])
+			if n < 0 {
+				return true
+			}
+			p.dispatch(p.handles[:n])
+			if drained || n == 0 {
+				return false // wait for the next event
+			}
 		}
-		p.dispatch(p.handles[:n])
-	}
+	})
 }
 
 // dispatch delivers events to their CQs. An event of a CQ that left the

@@ -21,16 +21,20 @@ type pipeSource struct {
 	acks  map[uintptr]int // events acknowledged per handle
 	calls int             // ack calls
 	gets  int             // get calls that returned events
+	reads int             // get calls
 }
 
-func (s *pipeSource) get(fd uintptr, handles []uintptr) int {
+func (s *pipeSource) get(fd uintptr, handles []uintptr) (int, bool) {
 	var buf [eventBatch]byte
+	s.mu.Lock()
+	s.reads++
+	s.mu.Unlock()
 	n, err := syscall.Read(int(fd), buf[:len(handles)])
 	if err == syscall.EAGAIN {
-		return 0
+		return 0, true
 	}
 	if err != nil || n == 0 {
-		return -1
+		return -1, false
 	}
 	for i := 0; i < n; i++ {
 		handles[i] = uintptr(buf[i])
@@ -38,7 +42,8 @@ func (s *pipeSource) get(fd uintptr, handles []uintptr) int {
 	s.mu.Lock()
 	s.gets++
 	s.mu.Unlock()
-	return n
+	// A pipe's read that returned less than asked for emptied it.
+	return n, n < len(handles)
 }
 
 func (s *pipeSource) ack(h uintptr, n int) {
@@ -232,5 +237,28 @@ func TestChanPollerStop(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d goroutines after stop, %d before", runtime.NumGoroutine(), before)
 		}
+	}
+}
+
+// An event that comes alone costs one read: the read that finds the
+// channel empty after it is the get that took it (a pipe's short read),
+// not one more after the netpoller's wait (which read the channel a
+// second time per event).
+func TestChanPollerOneReadPerEvent(t *testing.T) {
+	p, src, w := newPipePoller(t)
+	s := newCountSink()
+	p.attach(7, s)
+	const events = 20
+	for i := 1; i <= events; i++ {
+		send(t, w, 7)
+		s.waitFor(t, i)
+	}
+	src.mu.Lock()
+	reads := src.reads
+	src.mu.Unlock()
+	// One read at the start (empty), one per event; a spurious wake-up
+	// of the netpoller may add one now and then.
+	if reads > events+3 {
+		t.Fatalf("%d reads for %d events one at a time; want about %d", reads, events, events+1)
 	}
 }

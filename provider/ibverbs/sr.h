@@ -57,7 +57,7 @@ struct ibv_mw *sr_alloc_mw(struct ibv_pd *pd, int type);
 int sr_dealloc_mw(struct ibv_mw *mw);
 int sr_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t wr_id, unsigned int flags, struct ibv_mr *mr,
 	       uint64_t addr, uint64_t len, unsigned int access, uint32_t *rkey);
-int sr_get_cq_events(struct ibv_comp_channel *ch, uintptr_t *cqs, int max);
+int sr_get_cq_events(struct ibv_comp_channel *ch, uintptr_t *cqs, int max, int *drained);
 void sr_ack_cq_events(uintptr_t cq, unsigned int n);
 int sr_get_async_event(struct ibv_context *ctx, struct sr_async *out);
 
