@@ -1018,8 +1018,8 @@ static int srd_event_spin(struct srd_channel *c, struct ibv_cq **q, const struct
 }
 
 /* srd_event_block sleeps until it claims a record, the device's receive
- * loop receiving meanwhile; -1 and errno if poll fails (EINTR: a signal,
- * which the program sees as from a blocking read). */
+ * loop receiving meanwhile; -1 and errno if the wait fails (EINTR: a
+ * signal that would have ended a blocking read, srd_wait_readable). */
 static int srd_event_block(struct srd_channel *c)
 {
 	struct pollfd p = {.fd = c->ch.fd, .events = POLLIN};
@@ -1027,7 +1027,7 @@ static int srd_event_block(struct srd_channel *c)
 
 	srdgo_channel_block(c->h, 1);
 	while (!srd_event_claim(c)) {
-		if (poll(&p, 1, -1) < 0) {
+		if (srd_wait_readable(&p) < 0) {
 			err = errno;
 			ret = -1;
 			break;

@@ -95,6 +95,8 @@ struct ibv_cq_ex *srd_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_a
 int srd_cqx_poll(struct srd_cq *q, int n, struct ibv_wc *wc);
 void srd_cqx_free(struct srd_cq *q);
 void srd_cqx_clean(struct srd_cq *q, uint32_t qpn);
+struct pollfd;
+int srd_wait_readable(struct pollfd *p);
 int srd_cq_poll(struct srd_cq *q, int n, struct ibv_wc *wc);
 
 /* The work requests one ibv_wr_start..ibv_wr_complete batch builds. */

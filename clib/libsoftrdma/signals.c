@@ -31,6 +31,8 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
 
@@ -89,6 +91,56 @@ sighandler_t srd_signal(int sig, sighandler_t handler)
 	if (srd_sigaction(sig, &a, &old) < 0)
 		return SIG_ERR;
 	return old.sa_handler;
+}
+
+/* srd_handler_interrupts reports whether a signal other than SIGURG has
+ * a handler installed without SA_RESTART: one whose signal ends a
+ * blocking read() with EINTR. */
+static int srd_handler_interrupts(void)
+{
+	srd_sigaction_fn real = srd_real_sigaction();
+
+	for (int s = 1; real && s < NSIG; s++) {
+		struct sigaction a;
+
+		if (s == SIGURG || s == SIGKILL || s == SIGSTOP)
+			continue;
+		if (real(s, NULL, &a) == 0 && srd_is_handler(&a) && !(a.sa_flags & SA_RESTART))
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * srd_wait_readable waits in poll() for p's descriptor the way a blocking
+ * read() of it waits: rdma-core's ibv_get_cq_event is such a read.
+ *
+ * The Go runtime sends SIGURG to a thread that runs Go code to preempt
+ * it, and a C thread that calls into the library is one: sysmon found its
+ * P (kept between its calls into Go) running for 10 ms and signalled it,
+ * sometimes while the thread was back in C and asleep here. A read()
+ * restarts after a handler installed with SA_RESTART, as Go's are, but
+ * poll() never restarts: ibv_get_cq_event failed with EINTR, and perftest
+ * stopped ("Couldn't get CQ event") while its peer waited for ever. So
+ * SIGURG is held off while the thread waits (ppoll's mask; it comes when
+ * the wait ends, and the runtime's handler sees the thread in C and
+ * ignores it), and another signal ends the wait with EINTR only if a
+ * handler without SA_RESTART is installed (which, not knowing the
+ * signal, is the most a read() could do). A program's own SIGURG waits
+ * for the end of the wait.
+ */
+int srd_wait_readable(struct pollfd *p)
+{
+	sigset_t m;
+
+	pthread_sigmask(SIG_BLOCK, NULL, &m);
+	sigaddset(&m, SIGURG);
+	for (;;) {
+		int r = ppoll(p, 1, NULL, &m);
+
+		if (r >= 0 || errno != EINTR || srd_handler_interrupts())
+			return r;
+	}
 }
 
 #ifdef SRD_LIBC_SIGVER

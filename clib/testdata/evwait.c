@@ -6,6 +6,13 @@
  *      another thread 300 ms later, far past any spin before the wait
  *      blocks) returns the receive CQ's event, and the CQ holds the
  *      receive: the device receives while the thread sleeps.
+ *   1b. Signals while it waits: SIGURG (the Go runtime's preemption
+ *      signal, which the library's own runtime sends to a thread that
+ *      calls into it) and a SIGUSR1 with an SA_RESTART handler, every
+ *      millisecond for 300 ms, do not end the wait, as they do not end
+ *      rdma-core's blocking read; a SIGUSR2 whose handler has no
+ *      SA_RESTART ends it with EINTR, as it ends that read, and the event
+ *      comes on the next call.
  *   2. Short waits, many in a row (a ping-pong through the event: arm,
  *      SEND, wait, poll), each return the one event.
  *   3. Two threads blocked on one channel take one event each.
@@ -26,6 +33,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 
 static struct ibv_context *ctx;
 static struct ibv_comp_channel *ch;
@@ -61,6 +69,36 @@ static void post_recv(uint64_t id)
 static void *send_later(void *arg)
 {
 	usleep(300000);
+	send_one((uintptr_t)arg);
+	return NULL;
+}
+
+static pthread_t main_thread;
+static volatile sig_atomic_t usr1, usr2;
+
+static void on_usr1(int sig) { usr1++; }
+static void on_usr2(int sig) { usr2++; }
+
+/* signal_then_send signals the main thread every millisecond for 300 ms
+ * (SIGURG and SIGUSR1), then sends message arg. */
+static void *signal_then_send(void *arg)
+{
+	for (int i = 0; i < 300; i++) {
+		pthread_kill(main_thread, SIGURG);
+		pthread_kill(main_thread, SIGUSR1);
+		usleep(1000);
+	}
+	send_one((uintptr_t)arg);
+	return NULL;
+}
+
+/* interrupt_then_send sends SIGUSR2 to the main thread once it waits,
+ * then message arg. */
+static void *interrupt_then_send(void *arg)
+{
+	usleep(200000); /* far past the spin: the thread sleeps */
+	pthread_kill(main_thread, SIGUSR2);
+	usleep(100000);
 	send_one((uintptr_t)arg);
 	return NULL;
 }
@@ -139,6 +177,44 @@ int main(int argc, char **argv)
 	get_event(1);
 	pthread_join(th, NULL);
 	expect_recv(1);
+
+	/* 1b. Signals while it waits. */
+	{
+		struct sigaction a = {.sa_handler = on_usr1, .sa_flags = SA_RESTART};
+
+		main_thread = pthread_self();
+		sigemptyset(&a.sa_mask);
+		if (sigaction(SIGUSR1, &a, NULL))
+			die("sigaction SIGUSR1");
+		post_recv(300);
+		if (ibv_req_notify_cq(rcq, 0))
+			die("ibv_req_notify_cq");
+		if (pthread_create(&th, NULL, signal_then_send, (void *)(uintptr_t)300))
+			die("pthread_create");
+		get_event(300);
+		pthread_join(th, NULL);
+		expect_recv(300);
+		if (usr1 == 0)
+			fail("no SIGUSR1 reached the waiting thread", 0, 0);
+
+		a.sa_handler = on_usr2;
+		a.sa_flags = 0;
+		if (sigaction(SIGUSR2, &a, NULL))
+			die("sigaction SIGUSR2");
+		post_recv(301);
+		if (ibv_req_notify_cq(rcq, 0))
+			die("ibv_req_notify_cq");
+		if (pthread_create(&th, NULL, interrupt_then_send, (void *)(uintptr_t)301))
+			die("pthread_create");
+		errno = 0;
+		if (ibv_get_cq_event(ch, &cq, &cq_ctx) != -1 || errno != EINTR)
+			fail("a SIGUSR2 without SA_RESTART: want -1 and EINTR; errno", errno, usr2);
+		get_event(301);
+		pthread_join(th, NULL);
+		expect_recv(301);
+		a.sa_handler = SIG_DFL;
+		sigaction(SIGUSR2, &a, NULL);
+	}
 
 	/* 2. Short waits in a row. */
 	for (uint64_t id = 2; id < 202; id++) {
