@@ -82,8 +82,12 @@ pair() {
 	else
 		echo "FAIL  $name (server rc=$src client rc=$crc, logs $logs/$n.server $logs/$n.client)"
 		# The logs' ends here too: go test removes its temporary directory.
-		tail -n 6 "$logs/$n.server" | sed 's/^/	server: /'
-		tail -n 6 "$logs/$n.client" | sed 's/^/	client: /'
+		# A program's error goes to stderr at once, before the stdout it
+		# flushes at exit: its lines that say so are shown as well.
+		for side in server client; do
+			grep -i -m 5 "error\|fail\|couldn't\|unable\|unexpected" "$logs/$n.$side" | sed "s/^/	$side (errors): /"
+			tail -n 6 "$logs/$n.$side" | sed "s/^/	$side: /"
+		done
 		kill $spid 2>/dev/null
 		fails=$((fails + 1))
 	fi
