@@ -68,6 +68,7 @@ type Device struct {
 	waiting     atomic.Int32  // goroutines blocked in CQ.Wait, whose completions only the progress goroutine delivers
 	armed       atomic.Int32  // CQs armed by ReqNotify: their application sleeps on a CompChannel, likewise
 	spinWaits   atomic.Bool   // the application waits for its events spinning on ProgressWaiting
+	spun        atomic.Bool   // a ProgressWaiting since the progress goroutine's nap began
 	nap, safety time.Duration // napTime and safetyWake when the device opened
 	rnrWake     atomic.Int64  // earliest RNR deadline a QP waits for (unix nanos, 0 none)
 	copies      atomic.Uint64 // COPY_WRITEs and COPY_ATOMICs applied (copy_linux.go)
@@ -352,6 +353,9 @@ func (d *Device) ProgressWaiting() {
 	if !d.spinWaits.Load() {
 		d.spinWaits.Store(true)
 	}
+	if !d.spun.Load() {
+		d.spun.Store(true)
+	}
 	d.Progress()
 }
 
@@ -474,10 +478,12 @@ func (d *Device) progressLoop() {
 		}
 		// A waiter that spins (spinWaits) counts as polling: this
 		// goroutine naps while it spins, and stops counting it once a
-		// whole nap passes without a spin: its application may now
-		// wait on a channel's descriptor itself, which only this
-		// goroutine serves (awaited).
+		// whole nap passes without a spin (spun; posts and polls of
+		// other threads do not count): its application may now wait on
+		// a channel's descriptor itself, which only this goroutine
+		// serves (awaited).
 		if polled := d.active.Swap(false); !d.awaited() && (polled || d.spinWaits.Load()) {
+			d.spun.Store(false)
 			// The application polls: peers need not ring, and this
 			// goroutine keeps out of the way of busy pollers, until a
 			// CQ waiter is about to block (wakeForWaiter): the nap
@@ -486,7 +492,7 @@ func (d *Device) progressLoop() {
 			nap.Reset(d.nap)
 			select {
 			case <-nap.C:
-				if !d.active.Load() && d.spinWaits.Load() {
+				if !d.spun.Load() && d.spinWaits.Load() {
 					d.spinWaits.Store(false) // a whole nap without a spin
 				}
 			case <-d.napWake:

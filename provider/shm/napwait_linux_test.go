@@ -94,6 +94,8 @@ func TestSpinningWaiterNotRung(t *testing.T) {
 	d := napTime
 	t.Cleanup(func() { napTime = d })
 	napTime = 30 * time.Millisecond
+	// Cleanups run last first: the hook goes after the devices close.
+	t.Cleanup(func() { wakeHook = nil })
 	x, y := pair(t, sideOpts{}, sideOpts{channel: true})
 	var rings atomic.Int32
 	wakeHook = func(c *conn) {
@@ -101,7 +103,6 @@ func TestSpinningWaiterNotRung(t *testing.T) {
 			rings.Add(1)
 		}
 	}
-	t.Cleanup(func() { wakeHook = nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	send := func(i int) {
@@ -139,6 +140,36 @@ func TestSpinningWaiterNotRung(t *testing.T) {
 	}
 	if n := rings.Load(); n != 0 {
 		t.Errorf("x rang y %d times in 8 SENDs to a spinning waiter", n)
+	}
+	// It stops spinning while another of its threads keeps polling
+	// (an empty CQ every 200 µs): the polls are not spins, and within a
+	// few naps the armed CQs are the progress goroutine's again.
+	other, err := y.dev.CreateCQ(16, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		wc := make([]verbs.WC, 1)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Microsecond):
+			}
+			other.Poll(wc)
+		}
+	}()
+	deadline := time.Now().Add(10 * napTime)
+	for y.dev.spinWaits.Load() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	close(stop)
+	<-polled
+	if y.dev.spinWaits.Load() {
+		t.Fatal("10 naps after the last spin, with another thread polling, the device still counts on a spinning waiter")
 	}
 	// It blocks through BeginWait, or waits on the channel without it:
 	// the event comes either way.
