@@ -163,8 +163,10 @@ func srdgo_dealloc_pd(h C.uintptr_t) (ret C.int) {
 }
 
 type mrObj struct {
-	c  *ctxObj
-	mr verbs.MR
+	c       *ctxObj
+	mr      verbs.MR
+	span    span // the program's memory it registers
+	inPlace bool // shm registered it in place (RegMapped)
 }
 
 //export srdgo_reg_mr
@@ -175,12 +177,17 @@ func srdgo_reg_mr(pdh C.uintptr_t, addr unsafe.Pointer, length C.size_t, access 
 	if length > 0 {
 		buf = unsafe.Slice((*byte)(addr), int(length))
 	}
-	mr, err := regMR(p.pd, buf, verbs.Access(access))
+	m := &mrObj{c: p.c, span: span{uintptr(addr), uintptr(length)}}
+	regions.mu.Lock()
+	defer regions.mu.Unlock()
+	mr, inPlace, err := regMR(p.pd, buf, verbs.Access(access), !regions.overlaps(m.span, nil))
 	if err != nil {
 		return errnoOf("ibv_reg_mr", err)
 	}
+	m.mr, m.inPlace = mr, inPlace
+	regions.add(m)
 	*lkey, *rkey = C.uint32_t(mr.LKey()), C.uint32_t(mr.RKey())
-	*h = C.uintptr_t(p.c.add(&mrObj{c: p.c, mr: mr}, nil, nil, nil))
+	*h = C.uintptr_t(p.c.add(m, nil, nil, func() { regions.remove(m) }))
 	return 0
 }
 
@@ -188,28 +195,76 @@ func srdgo_reg_mr(pdh C.uintptr_t, addr unsafe.Pointer, length C.size_t, access 
 // place (shm.PD.RegMapped), so that peers reach them with a memcpy rather
 // than a copy through this process per operation.
 type inPlaceRegistrar interface {
-	RegMapped(buf []byte, access verbs.Access) (verbs.MR, error)
+	RegMapped(addr unsafe.Pointer, length int, access verbs.Access) (verbs.MR, error)
 }
 
+// sharedDereger is shm's in-place MR: DeregShared leaves its pages
+// shared rather than moving them back, which could lose the writes of
+// another registration of the same pages.
+type sharedDereger interface{ DeregShared() error }
+
 // regMR registers the program's memory buf: in place where the provider
-// can and the pages allow it, else as RegMR does.
-func regMR(pd verbs.PD, buf []byte, access verbs.Access) (verbs.MR, error) {
-	if r, ok := pd.(inPlaceRegistrar); ok && len(buf) > 0 {
-		mr, err := r.RegMapped(buf, access)
+// can, the pages allow it and mayMove says no other registration uses
+// them (moving pages loses a write made meanwhile); else as RegMR does.
+func regMR(pd verbs.PD, buf []byte, access verbs.Access, mayMove bool) (verbs.MR, bool, error) {
+	if r, ok := pd.(inPlaceRegistrar); ok && mayMove && len(buf) > 0 {
+		mr, err := r.RegMapped(unsafe.Pointer(&buf[0]), len(buf), access)
 		if !errors.Is(err, verbs.ErrNotSupported) {
-			return mr, err
+			return mr, err == nil, err
 		}
 	}
-	return pd.RegMR(buf, access)
+	mr, err := pd.RegMR(buf, access)
+	return mr, false, err
+}
+
+// span is a range of the program's memory.
+type span struct{ addr, n uintptr }
+
+func (a span) overlaps(b span) bool { return a.addr < b.addr+b.n && b.addr < a.addr+a.n }
+
+// regions are the program's live registrations, every device's: a
+// registration in place must not move pages another one uses.
+var regions = liveRegions{live: map[*mrObj]bool{}}
+
+type liveRegions struct {
+	mu   sync.Mutex
+	live map[*mrObj]bool
+}
+
+func (r *liveRegions) add(m *mrObj) { r.live[m] = true }
+
+// remove forgets m (ibv_close_device's release of an MR it destroyed).
+func (r *liveRegions) remove(m *mrObj) {
+	r.mu.Lock()
+	delete(r.live, m)
+	r.mu.Unlock()
+}
+
+// overlaps reports whether a live registration other than self uses
+// memory of s. Precondition: mu held.
+func (r *liveRegions) overlaps(s span, self *mrObj) bool {
+	for m := range r.live {
+		if m != self && m.span.overlaps(s) {
+			return true
+		}
+	}
+	return false
 }
 
 //export srdgo_dereg_mr
 func srdgo_dereg_mr(h C.uintptr_t) (ret C.int) {
 	defer guard("ibv_dereg_mr", &ret)
 	m := handle.Handle(h).Value().(*mrObj)
-	if err := m.mr.Dereg(); err != nil {
+	regions.mu.Lock()
+	defer regions.mu.Unlock()
+	dereg := m.mr.Dereg
+	if d, ok := m.mr.(sharedDereger); ok && m.inPlace && regions.overlaps(m.span, m) {
+		dereg = d.DeregShared
+	}
+	if err := dereg(); err != nil {
 		return errnoOf("ibv_dereg_mr", err)
 	}
+	delete(regions.live, m)
 	m.c.remove(handle.Handle(h), nil)
 	return 0
 }
@@ -293,7 +348,7 @@ type chanObj struct {
 // 72-76); with 100 µs, about twice (137-163 µs).
 const eventSpin = 100 * time.Microsecond
 
-// outsideWaiter is implemented by the soft provider's devices: a thread
+// outsideWaiter is implemented by the soft and shm providers' devices: a thread
 // that waits for an event receives without holding ACKs for a post
 // (soft.Device.ProgressWaiting), and one about to block outside Go brings
 // the receive loop back for it (BeginWait).

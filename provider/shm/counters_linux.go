@@ -11,6 +11,7 @@ type counters struct {
 	helloRefused    atomic.Uint64 // connections whose HELLO named a device their process does not hold
 	ctrlDropped     atomic.Uint64 // connections dropped for a malformed or unexpected control message
 	serviceSquatted atomic.Uint64 // service names found held by a process of another uid
+	inPlaceShared   atomic.Uint64 // regions registered in place whose pages Dereg could not make private again
 }
 
 // Counter is one named count in Device.Counters.
@@ -31,6 +32,9 @@ type Counter struct {
 //	ctrl_dropped      connections dropped for a malformed control message
 //	service_squatted  service names (BindService, LookupService) found held
 //	                  by a process of a uid other than the one they name
+//	inplace_shared    regions registered in place (RegMapped) whose pages
+//	                  Dereg could not move back to private memory: a peer
+//	                  that ignored its REVOKE may still map them
 //
 // Safe for concurrent use.
 func (d *Device) Counters() []Counter {
@@ -40,5 +44,6 @@ func (d *Device) Counters() []Counter {
 		{"hello_refused", d.ctr.helloRefused.Load()},
 		{"ctrl_dropped", d.ctr.ctrlDropped.Load()},
 		{"service_squatted", d.ctr.serviceSquatted.Load()},
+		{"inplace_shared", d.ctr.inPlaceShared.Load()},
 	}
 }

@@ -23,6 +23,11 @@ func anonPages(t *testing.T, n int) []byte {
 	return b
 }
 
+// regMapped is RegMapped of buf.
+func regMapped(pd verbs.PD, buf []byte, access verbs.Access) (verbs.MR, error) {
+	return pd.(*PD).RegMapped(unsafe.Pointer(&buf[0]), len(buf), access)
+}
+
 // vmaOf returns the mapping of /proc/self/maps that holds b's first byte.
 func vmaOf(t *testing.T, b []byte) vma {
 	t.Helper()
@@ -46,7 +51,7 @@ func TestRegMappedInPlace(t *testing.T) {
 		mem[i] = byte(i * 7)
 	}
 	addr := &mem[0]
-	mr, err := y.pd.(*PD).RegMapped(mem, fullAccess)
+	mr, err := regMapped(y.pd, mem, fullAccess)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +102,7 @@ func TestRegMappedInPlace(t *testing.T) {
 
 	// A second registration of the same pages cannot move them again
 	// (the first one's peers would lose them).
-	if _, err := y.pd.(*PD).RegMapped(mem, fullAccess); !errors.Is(err, verbs.ErrNotSupported) {
+	if _, err := regMapped(y.pd, mem, fullAccess); !errors.Is(err, verbs.ErrNotSupported) {
 		t.Fatalf("RegMapped of registered pages: %v, want ErrNotSupported", err)
 	}
 
@@ -117,7 +122,8 @@ func TestRegMappedInPlace(t *testing.T) {
 // and left as it was.
 func TestRegMappedRefuses(t *testing.T) {
 	y := newSide(t, sideOpts{})
-	pd := y.pd.(*PD)
+	defer y.close(t)
+	pd := y.pd
 	page := os.Getpagesize()
 	mem := anonPages(t, 3)
 	f, err := os.CreateTemp(t.TempDir(), "mapped")
@@ -145,10 +151,10 @@ func TestRegMappedRefuses(t *testing.T) {
 		{"not whole pages", mem[:page+100]},
 		{"a file mapping", file},
 		{"read-only memory", ro},
-		{"Go heap memory (not page aligned here)", make([]byte, 100)},
+		{"a short buffer", make([]byte, 100)},
 	} {
 		before := vmaOf(t, c.buf)
-		if _, err := pd.RegMapped(c.buf, fullAccess); !errors.Is(err, verbs.ErrNotSupported) {
+		if _, err := regMapped(pd, c.buf, fullAccess); !errors.Is(err, verbs.ErrNotSupported) {
 			t.Errorf("%s: %v, want ErrNotSupported", c.name, err)
 		}
 		if after := vmaOf(t, c.buf); after != before {
@@ -159,7 +165,7 @@ func TestRegMappedRefuses(t *testing.T) {
 	if err := unix.MunmapPtr(unsafe.Pointer(&mem[page]), uintptr(page)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pd.RegMapped(mem[:3*page], fullAccess); !errors.Is(err, verbs.ErrNotSupported) {
+	if _, err := regMapped(pd, mem[:3*page], fullAccess); !errors.Is(err, verbs.ErrNotSupported) {
 		t.Errorf("a range with a hole: %v, want ErrNotSupported", err)
 	}
 }
@@ -169,15 +175,15 @@ func TestRegMappedRefuses(t *testing.T) {
 // Dereg must leave it alone.
 func TestRegMappedFreedBeforeDereg(t *testing.T) {
 	y := newSide(t, sideOpts{})
+	defer y.close(t)
 	mem := anonPages(t, 2)
-	mr, err := y.pd.(*PD).RegMapped(mem, fullAccess)
+	mr, err := regMapped(y.pd, mem, fullAccess)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Munmap(mem); err != nil {
-		t.Fatal(err)
-	}
-	// Something else at the same address: a file mapping.
+	// The program unmaps the pages and maps something else there: a
+	// file (in one step, MAP_FIXED over them, so that no other mapping
+	// of this process can take the address in between).
 	f, err := os.CreateTemp(t.TempDir(), "reused")
 	if err != nil {
 		t.Fatal(err)
@@ -206,9 +212,10 @@ func TestParseMapping(t *testing.T) {
 		ok   bool
 		want vma
 	}{
-		{"7f0000000000-7f0000002000 rw-p 00000000 00:00 0 ", true, vma{0x7f0000000000, 0x7f0000002000, "rw-p", 0, ""}},
-		{"55d0-55e0 rw-p 00000000 00:00 0          [heap]", true, vma{0x55d0, 0x55e0, "rw-p", 0, "[heap]"}},
-		{"1000-2000 rw-s 00000000 00:01 4242 /memfd:softrdma-shm-mr (deleted)", true, vma{0x1000, 0x2000, "rw-s", 4242, "/memfd:softrdma-shm-mr (deleted)"}},
+		{"7f0000000000-7f0000002000 rw-p 00000000 00:00 0 ", true, vma{0x7f0000000000, 0x7f0000002000, "rw-p", 0, 0, ""}},
+		{"55d0-55e0 rw-p 00000000 00:00 0          [heap]", true, vma{0x55d0, 0x55e0, "rw-p", 0, 0, "[heap]"}},
+		{"1000-2000 rw-s 00000000 fd:01 4242 /memfd:softrdma-shm-mr (deleted)", true, vma{0x1000, 0x2000, "rw-s", unix.Mkdev(0xfd, 1), 4242, "/memfd:softrdma-shm-mr (deleted)"}},
+		{"1000-2000 rw-p 0 0001 0", false, vma{}},
 		{"2000-1000 rw-p 0 00:00 0", false, vma{}},
 		{"zz-1000 rw-p 0 00:00 0", false, vma{}},
 		{"1000-2000 rw-p 0 00:00", false, vma{}},
@@ -240,7 +247,7 @@ func FuzzParseMapping(f *testing.F) {
 func TestRegMappedReadOnly(t *testing.T) {
 	x, y := pair(t, sideOpts{}, sideOpts{})
 	mem := anonPages(t, 1)
-	mr, err := y.pd.(*PD).RegMapped(mem, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
+	mr, err := regMapped(y.pd, mem, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,5 +263,31 @@ func TestRegMappedReadOnly(t *testing.T) {
 	}
 	if string(mem[:4]) != "mine" {
 		t.Fatalf("the refused WRITE changed the memory: %q", mem[:4])
+	}
+}
+
+// TestRegMappedLeavesUnwrittenPages: pages the program never wrote are
+// not copied into the memfd (it would allocate them all: a large pool
+// registered up front), and still read as zeros.
+func TestRegMappedLeavesUnwrittenPages(t *testing.T) {
+	y := newSide(t, sideOpts{})
+	defer y.close(t)
+	page := os.Getpagesize()
+	mem := anonPages(t, 256)
+	mem[5*page+1] = 42
+	mr, err := regMapped(y.pd, mem, fullAccess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mr.Dereg()
+	var st unix.Stat_t
+	if err := unix.Fstat(mr.(*MR).fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	if used := st.Blocks * 512; used > int64(8*page) {
+		t.Fatalf("the memfd holds %d bytes for 1 written page of 256", used)
+	}
+	if mem[5*page+1] != 42 || !allZero(mem[:5*page]) || !allZero(mem[6*page:]) {
+		t.Fatal("contents changed")
 	}
 }

@@ -99,7 +99,7 @@ func (pd *PD) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 	if err := pd.checkMR("RegMR", access, len(buf)); err != nil {
 		return nil, err
 	}
-	return pd.addMR(buf, access, -1)
+	return pd.addMR(buf, access, -1, false), nil
 }
 
 // AllocMW fails: shm has no memory windows. Its peers map a region's
@@ -129,18 +129,19 @@ func (pd *PD) AllocMR(length int, access verbs.Access) (verbs.MR, error) {
 	if err != nil {
 		return nil, verbs.Errorf("AllocMR", verbs.ErrInvalidArgument, "memfd of %d bytes: %v", size, err)
 	}
-	return pd.addMR(mem[:length:length], access, fd)
+	return pd.addMR(mem[:length:length], access, fd, false), nil
 }
 
-func (pd *PD) addMR(buf []byte, access verbs.Access, fd int) (*MR, error) {
+// addMR makes the MR and its key, complete before the key names it.
+func (pd *PD) addMR(buf []byte, access verbs.Access, fd int, inPlace bool) *MR {
 	d := pd.dev
-	mr := &MR{pd: pd, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access, fd: fd, grantees: map[*conn]bool{}}
+	mr := &MR{pd: pd, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access, fd: fd, inPlace: inPlace, grantees: map[*conn]bool{}}
 	d.mrMu.Lock()
 	mr.key = randKey(d.mrs, 0xFFFFFFFF)
 	d.mrs[mr.key] = mr
 	d.mrMu.Unlock()
 	pd.objs.Add(1)
-	return mr, nil
+	return mr
 }
 
 func (mr *MR) Addr() uint64         { return mr.addr }
@@ -163,7 +164,16 @@ func (mr *MR) SGE(off, length int) verbs.SGE {
 // memory is revoked likewise, then moved back to private pages. For
 // RegMR memory it waits for the copy in flight, if any. After it returns
 // no peer reads or writes the memory.
-func (mr *MR) Dereg() error {
+func (mr *MR) Dereg() error { return mr.dereg(true) }
+
+// DeregShared is Dereg for memory registered in place (RegMapped) that
+// leaves the pages shared with the region's memfd rather than moving
+// them back to private memory: for a caller that knows another
+// registration (of another device) uses the pages, which the move back
+// could lose writes of. Peers' grants are revoked as by Dereg.
+func (mr *MR) DeregShared() error { return mr.dereg(false) }
+
+func (mr *MR) dereg(moveBackPages bool) error {
 	d := mr.pd.dev
 	d.mrMu.Lock()
 	if d.mrs[mr.key] != mr {
@@ -182,9 +192,15 @@ func (mr *MR) Dereg() error {
 	revokeAt(gs, mr.key)
 	switch {
 	case mr.inPlace:
-		mapsMu.Lock()
-		moveBack(mr.buf, mr.fd)
-		mapsMu.Unlock()
+		if moveBackPages {
+			mapsMu.Lock()
+			if moveBack(mr.buf, mr.fd) != nil {
+				// The grants are revoked, but a peer that ignored its
+				// REVOKE still maps these pages (docs/security.md).
+				d.ctr.inPlaceShared.Add(1)
+			}
+			mapsMu.Unlock()
+		}
 		unix.Close(mr.fd)
 	case mr.fd >= 0:
 		unix.Munmap(mr.buf[:cap(mr.buf)])
