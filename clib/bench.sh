@@ -39,6 +39,13 @@
 # perftest's, 2^20 bytes), same message size and count, interleaved with
 # the others.
 #
+# BENCH_FLAGS="-e" adds perftest flags to every C and Go run (here:
+# completion events, each end sleeping on its channel); BENCH_DEV=shm0
+# runs on the shared-memory device instead of softrdma_lo. Session 17's
+# event-mode table: BENCH_UCX=0 BENCH_FLAGS=-e BENCH_TESTS="ib_send_lat
+# 8,ib_read_lat 8,ib_atomic_lat 8,ib_send_bw 65536,ib_send_bw 64" bash
+# clib/bench.sh DIR 9.
+#
 # BENCH_RUNS=1 prints every run's figures (to stderr) before each row.
 set -uo pipefail
 dir=$(cd "${1:?usage: clib/bench.sh DIR [REPEATS]}" && pwd)
@@ -60,7 +67,7 @@ fi
 # port on, so that no run finds the last one's port still held.
 one() {
 	local kind=$1 t=$2; shift 2
-	local cmd=($t) env=(${rt[@]+"${rt[@]}"} env LD_LIBRARY_PATH=$dir) sargs=(-d softrdma_lo -x 1) cargs=(127.0.0.1)
+	local cmd=($t) env=(${rt[@]+"${rt[@]}"} env LD_LIBRARY_PATH=$dir) sargs=(-d $dev ${gidx[@]+"${gidx[@]}"}) cargs=(127.0.0.1)
 	case $t in rstream*) cmd=(rstream) sargs=() cargs=(-s 127.0.0.1) ;; esac
 	if [ $kind = go ]; then cmd=("$gotool" "${cmd[@]}"); env=(${rt[@]+"${rt[@]}"} env); fi
 	[ $kind = base ] && env=(${rt[@]+"${rt[@]}"} env LD_LIBRARY_PATH=$base)
@@ -106,6 +113,9 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.2f"
 median() { sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print "-"}'; }
 
 useucx=0
+dev=${BENCH_DEV:-softrdma_lo}
+gidx=(-x 1)
+[ "$dev" = shm0 ] && gidx=()
 [ "${BENCH_UCX:-1}" != 0 ] && command -v ucx_perftest >/dev/null && useucx=1
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 # row FIELDS...: one line of the table, its columns at fixed widths.
@@ -147,6 +157,7 @@ for spec in "${specs[@]}"; do
 	case $t in *_bw) [ $s -le 4096 ] && n=100000 ;; esac
 	args=(-s $s -n $n)
 	[ $t = ib_atomic_lat ] && args=(-n $n)
+	args+=(${BENCH_FLAGS:-})
 	big=0
 	case $t in
 	rstream*)

@@ -103,6 +103,20 @@ static void *interrupt_then_send(void *arg)
 	return NULL;
 }
 
+/* arm_then posts the receive of message id, arms the receive CQ and
+ * starts fn(id) in a thread, which sends the message. */
+static pthread_t arm_then(uint64_t id, void *(*fn)(void *))
+{
+	pthread_t th;
+
+	post_recv(id);
+	if (ibv_req_notify_cq(rcq, 0))
+		die("ibv_req_notify_cq");
+	if (pthread_create(&th, NULL, fn, (void *)(uintptr_t)id))
+		die("pthread_create");
+	return th;
+}
+
 /* get_event waits for an event with ibv_get_cq_event, checks it is the
  * receive CQ's and acks it; i names the message in a failure. */
 static void get_event(long i)
@@ -186,11 +200,7 @@ int main(int argc, char **argv)
 		sigemptyset(&a.sa_mask);
 		if (sigaction(SIGUSR1, &a, NULL))
 			die("sigaction SIGUSR1");
-		post_recv(300);
-		if (ibv_req_notify_cq(rcq, 0))
-			die("ibv_req_notify_cq");
-		if (pthread_create(&th, NULL, signal_then_send, (void *)(uintptr_t)300))
-			die("pthread_create");
+		th = arm_then(300, signal_then_send);
 		get_event(300);
 		pthread_join(th, NULL);
 		expect_recv(300);
@@ -201,11 +211,7 @@ int main(int argc, char **argv)
 		a.sa_flags = 0;
 		if (sigaction(SIGUSR2, &a, NULL))
 			die("sigaction SIGUSR2");
-		post_recv(301);
-		if (ibv_req_notify_cq(rcq, 0))
-			die("ibv_req_notify_cq");
-		if (pthread_create(&th, NULL, interrupt_then_send, (void *)(uintptr_t)301))
-			die("pthread_create");
+		th = arm_then(301, interrupt_then_send);
 		errno = 0;
 		if (ibv_get_cq_event(ch, &cq, &cq_ctx) != -1 || errno != EINTR)
 			fail("a SIGUSR2 without SA_RESTART: want -1 and EINTR; errno", errno, usr2);

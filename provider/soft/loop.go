@@ -368,8 +368,12 @@ func (d *Device) armed() {
 }
 
 // armGrace is how long an arm's kick may wait for the spinning waiter's
-// next arm: longer than a spin (the C library's spins last up to 1 ms),
-// so a program whose waits all end in a spin never wakes the loop.
+// next arm: longer than the C library's spins (up to 1 ms, unless
+// SOFTRDMA_EVENT_SPIN sets a longer one, whose spins then only cost a
+// kick per armGrace), so a program whose waits all end in a spin never
+// wakes the loop. What it costs a program that waits on the channel's
+// descriptor itself after spinning: its first event may wait up to
+// armGrace.
 const armGrace = 2 * time.Millisecond
 
 // lateKick is kickTimer's function: no arm came for armGrace, the waits
