@@ -377,6 +377,12 @@ run "mw on shm0 (no windows: EOPNOTSUPP)" "$logs/mw" -d shm0 -g 0
 ${CC:-gcc} -Wall -Wno-unused-function -o "$logs/forkchild" "$here/testdata/forkchild.c" -L"$dir" -libverbs -lrdmacm || exit 1
 run "forkchild (fork() without exec: ENODEV in the child, the parent unaffected)" "$logs/forkchild" -d $dev -g $gid
 run "forkchild on shm0" "$logs/forkchild" -d shm0 -g 0
+# ibv_reg_mr on shm0 registers whole pages of a buffer in place, and
+# deregistration (explicit, or by ibv_close_device) makes them private
+# again unless another device's registration still has them
+# (testdata/inplace.c).
+${CC:-gcc} -Wall -Wno-unused-function -o "$logs/inplace" "$here/testdata/inplace.c" -L"$dir" -libverbs || exit 1
+run "inplace (shm0 registers a program's pages in place, and gives them back)" "$logs/inplace" -d $dev
 # A poll of the send CQ takes the ring: eight requests queued behind one
 # that nothing will acknowledge are taken by one ibv_poll_cq (sendring -p).
 run "sendring -p (a poll takes the ring)" env SOFTRDMA_COUNTERS="$logs/polltake.counters" "$logs/sendring" -d $dev -g $gid -p

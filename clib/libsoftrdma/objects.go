@@ -187,7 +187,7 @@ func srdgo_reg_mr(pdh C.uintptr_t, addr unsafe.Pointer, length C.size_t, access 
 	m.mr, m.inPlace = mr, inPlace
 	regions.add(m)
 	*lkey, *rkey = C.uint32_t(mr.LKey()), C.uint32_t(mr.RKey())
-	*h = C.uintptr_t(p.c.add(m, nil, nil, func() { regions.remove(m) }))
+	*h = C.uintptr_t(p.c.add(m, nil, nil, m.closed))
 	return 0
 }
 
@@ -233,13 +233,6 @@ type liveRegions struct {
 
 func (r *liveRegions) add(m *mrObj) { r.live[m] = true }
 
-// remove forgets m (ibv_close_device's release of an MR it destroyed).
-func (r *liveRegions) remove(m *mrObj) {
-	r.mu.Lock()
-	delete(r.live, m)
-	r.mu.Unlock()
-}
-
 // overlaps reports whether a live registration other than self uses
 // memory of s. Precondition: mu held.
 func (r *liveRegions) overlaps(s span, self *mrObj) bool {
@@ -251,10 +244,9 @@ func (r *liveRegions) overlaps(s span, self *mrObj) bool {
 	return false
 }
 
-//export srdgo_dereg_mr
-func srdgo_dereg_mr(h C.uintptr_t) (ret C.int) {
-	defer guard("ibv_dereg_mr", &ret)
-	m := handle.Handle(h).Value().(*mrObj)
+// deregister deregisters m: in place, without moving its pages back
+// while another live registration uses them.
+func (m *mrObj) deregister() error {
 	regions.mu.Lock()
 	defer regions.mu.Unlock()
 	dereg := m.mr.Dereg
@@ -262,9 +254,30 @@ func srdgo_dereg_mr(h C.uintptr_t) (ret C.int) {
 		dereg = d.DeregShared
 	}
 	if err := dereg(); err != nil {
-		return errnoOf("ibv_dereg_mr", err)
+		return err
 	}
 	delete(regions.live, m)
+	return nil
+}
+
+// closed is ibv_close_device's release of a region the program left
+// registered: deregistered here, by the rule above, rather than by the
+// device's Close, which knows nothing of other devices' registrations.
+func (m *mrObj) closed() {
+	if m.deregister() != nil {
+		regions.mu.Lock()
+		delete(regions.live, m)
+		regions.mu.Unlock()
+	}
+}
+
+//export srdgo_dereg_mr
+func srdgo_dereg_mr(h C.uintptr_t) (ret C.int) {
+	defer guard("ibv_dereg_mr", &ret)
+	m := handle.Handle(h).Value().(*mrObj)
+	if err := m.deregister(); err != nil {
+		return errnoOf("ibv_dereg_mr", err)
+	}
 	m.c.remove(handle.Handle(h), nil)
 	return 0
 }
