@@ -95,6 +95,40 @@ func TestPcapngAndTruncation(t *testing.T) {
 	}
 }
 
+// A RoCEv2 datagram from a source port gopacket knows for another
+// protocol (44818: EtherNet/IP), whose decoder fails on the BTH and marks
+// the packet truncated, is whole all the same.
+func TestSourcePortOfAnotherProtocol(t *testing.T) {
+	want, err := RoCEv2(filepath.Join(captureDir, "ud_pingpong.pcap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := want[0]
+	d.Header = append([]byte(nil), d.Header...)
+	d.Header[0], d.Header[1] = 44818>>8, 44818&0xff // UDP source port; the checksum is not checked
+	frame := ethernetFrame(d)
+	if p := gopacket.NewPacket(frame, layers.LinkTypeEthernet, gopacket.Default); !p.Metadata().Truncated {
+		t.Log("gopacket no longer marks this packet truncated: the test shows nothing then")
+	}
+	path := filepath.Join(t.TempDir(), "port44818.pcap")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := pcapgo.NewWriter(f)
+	if err := w.WriteFileHeader(65536, layers.LinkTypeEthernet); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WritePacket(gopacket.CaptureInfo{Timestamp: time.Unix(1, 0), CaptureLength: len(frame), Length: len(frame)}, frame); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	got, err := RoCEv2(path)
+	if err != nil || len(got) != 1 || string(got[0].Payload) != string(d.Payload) {
+		t.Fatalf("RoCEv2: %v, %d datagrams", err, len(got))
+	}
+}
+
 // ethernetFrame rebuilds an Ethernet frame around a captured datagram.
 func ethernetFrame(d Datagram) []byte {
 	b := []byte{2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00}
