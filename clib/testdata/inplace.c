@@ -79,6 +79,23 @@ static unsigned char *pages(int n)
 	return p;
 }
 
+/* reg registers n bytes at p on pd for local and remote access, dereg
+ * deregisters; either dies on failure. */
+static struct ibv_mr *reg(struct ibv_pd *pd, void *p, long n)
+{
+	struct ibv_mr *mr = ibv_reg_mr(pd, p, n, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+
+	if (!mr)
+		die("ibv_reg_mr");
+	return mr;
+}
+
+static void dereg(struct ibv_mr *mr)
+{
+	if (ibv_dereg_mr(mr))
+		die("ibv_dereg_mr");
+}
+
 static void same_bytes(const unsigned char *p, int n, const char *what)
 {
 	for (long i = 0; i < n * page; i++)
@@ -94,7 +111,6 @@ int main(int argc, char **argv)
 	struct ibv_mr *mr, *mr2;
 	unsigned char *a, *b, *c;
 	int opt;
-	const int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 
 	while ((opt = getopt(argc, argv, "d:")) != -1) {
 		switch (opt) {
@@ -113,8 +129,7 @@ int main(int argc, char **argv)
 	/* 1. Whole pages, in place and back. */
 	a = pages(4);
 	expect(a, "rw-p", "a fresh buffer");
-	if (!(mr = ibv_reg_mr(spd, a, 4 * page, acc)))
-		die("ibv_reg_mr");
+	mr = reg(spd, a, 4 * page);
 	expect(a, "rw-s", "registered on shm0");
 	expect(a + 3 * page, "rw-s", "registered on shm0, last page");
 	if ((void *)(uintptr_t)mr->addr != a)
@@ -122,45 +137,35 @@ int main(int argc, char **argv)
 	same_bytes(a, 4, "registered: byte differs");
 	a[5] = 99; /* still the program's, writable */
 	a[5] = (unsigned char)(5 * 7 + 1);
-	if (ibv_dereg_mr(mr))
-		die("ibv_dereg_mr");
+	dereg(mr);
 	expect(a, "rw-p", "deregistered");
 	same_bytes(a, 4, "deregistered: byte differs");
 
 	/* 2. Not whole pages: left as they were. */
-	if (!(mr = ibv_reg_mr(spd, a + 1, 2 * page, acc)))
-		die("ibv_reg_mr (partial pages)");
+	mr = reg(spd, a + 1, 2 * page);
 	expect(a, "rw-p", "partial pages registered on shm0");
-	if (ibv_dereg_mr(mr))
-		die("ibv_dereg_mr");
+	dereg(mr);
 
 	/* 3. Another device's registration of the same pages. */
 	b = pages(2);
-	if (!(mr = ibv_reg_mr(spd, b, 2 * page, acc)))
-		die("ibv_reg_mr");
-	if (!(mr2 = ibv_reg_mr(opd, b, 2 * page, acc)))
-		die("ibv_reg_mr on the other device");
-	if (ibv_dereg_mr(mr))
-		die("ibv_dereg_mr");
+	mr = reg(spd, b, 2 * page);
+	mr2 = reg(opd, b, 2 * page);
+	dereg(mr);
 	expect(b, "rw-s", "deregistered on shm0 while the other device has the pages");
 	same_bytes(b, 2, "shared after deregistration: byte differs");
-	if (ibv_dereg_mr(mr2))
-		die("ibv_dereg_mr on the other device");
+	dereg(mr2);
 	c = pages(2);
-	if (!(mr2 = ibv_reg_mr(opd, c, 2 * page, acc)))
-		die("ibv_reg_mr on the other device");
-	if (!(mr = ibv_reg_mr(spd, c, 2 * page, acc)))
-		die("ibv_reg_mr");
+	mr2 = reg(opd, c, 2 * page);
+	mr = reg(spd, c, 2 * page);
 	expect(c, "rw-p", "registered on shm0 while the other device has the pages");
-	if (ibv_dereg_mr(mr) || ibv_dereg_mr(mr2))
-		die("ibv_dereg_mr");
+	dereg(mr);
+	dereg(mr2);
 
 	/* 4. Left registered: ibv_close_device deregisters them. */
 	b = pages(2);
-	if (!ibv_reg_mr(spd, a, 4 * page, acc) || !ibv_reg_mr(spd, b, 2 * page, acc))
-		die("ibv_reg_mr");
-	if (!(mr2 = ibv_reg_mr(opd, b, 2 * page, acc)))
-		die("ibv_reg_mr on the other device");
+	reg(spd, a, 4 * page);
+	reg(spd, b, 2 * page);
+	mr2 = reg(opd, b, 2 * page);
 	expect(a, "rw-s", "registered on shm0 again");
 	expect(b, "rw-s", "registered on shm0 and the other device");
 	if (ibv_close_device(shm))
@@ -169,8 +174,7 @@ int main(int argc, char **argv)
 	same_bytes(a, 4, "after ibv_close_device: byte differs");
 	expect(b, "rw-s", "after ibv_close_device, while the other device has the pages");
 	same_bytes(b, 2, "after ibv_close_device, shared: byte differs");
-	if (ibv_dereg_mr(mr2))
-		die("ibv_dereg_mr on the other device");
+	dereg(mr2);
 
 	ibv_dealloc_pd(opd);
 	ibv_close_device(other);
